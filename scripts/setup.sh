@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what sluice needs to build and test, from Debian 12 packages only.
+# Idempotent: packages already present are left alone, and apt is not touched at all
+# when nothing is missing.
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build make pkg-config
+  libhwy-dev          # Google Highway: portable SIMD with runtime dispatch (kernels/)
+  libfmt-dev          # formatting
+  libcli11-dev        # command line
+  nlohmann-json3-dev  # JSON (sluice generate --json, later the HTTP API)
+  libpcre2-dev        # BPE pre-tokenizer regexes (Unicode properties)
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+sudo_cmd=()
+[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,181 @@
+#include "gguf/gguf_reader.h"
+
+#include <cstring>
+
+#include <gtest/gtest.h>
+
+#include "gguf/gguf_writer.h"
+
+namespace sluice::gguf {
+namespace {
+
+std::vector<uint8_t> f32_bytes(const std::vector<float>& v) {
+  std::vector<uint8_t> b(v.size() * 4);
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+// A small file with every value type, a nested array and two tensors.
+std::vector<uint8_t> sample_file() {
+  Writer w;
+  w.set_string("general.architecture", "llama");
+  w.set("u8", {.type = ValueType::kU8, .u64 = 200});
+  w.set("i8", {.type = ValueType::kI8, .i64 = -100});
+  w.set("u16", {.type = ValueType::kU16, .u64 = 60000});
+  w.set("i16", {.type = ValueType::kI16, .i64 = -30000});
+  w.set_u32("u32", 4000000000u);
+  w.set_i32("i32", -2000000000);
+  w.set("u64", OwnedValue::u64v(1ull << 60));
+  w.set("i64", {.type = ValueType::kI64, .i64 = -(1ll << 60)});
+  w.set_f32("f32", 0.5f);
+  w.set("f64", {.type = ValueType::kF64, .f64 = 0.25});
+  w.set_bool("flag", true);
+  w.set_string_array("strings", {"a", "bc", ""});
+  w.set_i32_array("ints", {1, -2, 3});
+  w.set("nested", OwnedValue::array(ValueType::kArray,
+                                    {OwnedValue::array(ValueType::kU32, {OwnedValue::u32(7)}),
+                                     OwnedValue::array(ValueType::kString, {OwnedValue::string("x")})}));
+  w.add_tensor("a", TensorType::kF32, {4, 2}, f32_bytes({1, 2, 3, 4, 5, 6, 7, 8}));
+  w.add_tensor("b", TensorType::kF32, {3}, f32_bytes({9, 10, 11}));
+  return w.to_bytes();
+}
+
+TEST(GgufReader, ReadsEveryValueType) {
+  auto file = File::from_buffer(sample_file(), "sample");
+  ASSERT_TRUE(file) << file.error().message();
+  const File& f = **file;
+  EXPECT_EQ(f.version(), 3u);
+  EXPECT_EQ(*f.get_string("general.architecture"), "llama");
+  EXPECT_EQ(*f.get_int("u8"), 200);
+  EXPECT_EQ(*f.get_int("i8"), -100);
+  EXPECT_EQ(*f.get_int("u16"), 60000);
+  EXPECT_EQ(*f.get_int("i16"), -30000);
+  EXPECT_EQ(*f.get_int("u32"), 4000000000ll);
+  EXPECT_EQ(*f.get_int("i32"), -2000000000);
+  EXPECT_EQ(*f.get_int("u64"), 1ll << 60);
+  EXPECT_EQ(*f.get_int("i64"), -(1ll << 60));
+  EXPECT_EQ(*f.get_float("f32"), 0.5);
+  EXPECT_EQ(*f.get_float("f64"), 0.25);
+  EXPECT_TRUE(*f.get_bool("flag"));
+  auto strings = f.get_array("strings", ValueType::kString);
+  ASSERT_TRUE(strings);
+  EXPECT_EQ((*strings)->strings, (std::vector<std::string_view>{"a", "bc", ""}));
+  auto ints = f.get_array("ints", ValueType::kI32);
+  ASSERT_TRUE(ints);
+  EXPECT_EQ((*ints)->int_at(1), -2);
+  const Value* nested = f.find("nested");
+  ASSERT_NE(nested, nullptr);
+  ASSERT_EQ(nested->arrays.size(), 2u);
+  EXPECT_EQ(nested->arrays[0].int_at(0), 7);
+  EXPECT_EQ(nested->arrays[1].strings[0], "x");
+  // Metadata keeps file order.
+  EXPECT_EQ(f.metadata().front().first, "general.architecture");
+}
+
+TEST(GgufReader, TensorsAreAlignedZeroCopyViews) {
+  auto file = File::from_buffer(sample_file(), "sample");
+  ASSERT_TRUE(file);
+  const TensorInfo* a = (*file)->find_tensor("a");
+  const TensorInfo* b = (*file)->find_tensor("b");
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->dims, (std::vector<uint64_t>{4, 2}));
+  EXPECT_EQ(a->rows(), 2u);
+  EXPECT_EQ(a->num_bytes, 32u);
+  EXPECT_EQ(b->offset % 32, 0u);
+  float v;
+  std::memcpy(&v, b->data + 8, 4);
+  EXPECT_EQ(v, 11.0f);
+}
+
+TEST(GgufReader, WrongTypeAndMissingKeysNameTheKey) {
+  auto file = File::from_buffer(sample_file(), "sample");
+  ASSERT_TRUE(file);
+  auto s = (*file)->get_int("general.architecture");
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message().find("general.architecture"), std::string::npos);
+  auto m = (*file)->get_string("nope");
+  ASSERT_FALSE(m);
+  EXPECT_NE(m.error().message().find("missing metadata key 'nope'"), std::string::npos);
+  EXPECT_EQ(*(*file)->get_int_or("nope", 5), 5);
+}
+
+std::string parse_error(std::vector<uint8_t> bytes) {
+  auto file = File::from_buffer(std::move(bytes), "bad.gguf");
+  return file ? std::string("no error") : file.error().message();
+}
+
+TEST(GgufReader, RejectsBadMagicAndVersion) {
+  auto bytes = sample_file();
+  bytes[0] = 'X';
+  EXPECT_NE(parse_error(bytes).find("not a GGUF file"), std::string::npos);
+  bytes = sample_file();
+  bytes[4] = 7;
+  EXPECT_NE(parse_error(bytes).find("unsupported GGUF version 7"), std::string::npos);
+  EXPECT_NE(parse_error({}).find("truncated"), std::string::npos);
+}
+
+TEST(GgufReader, EveryTruncationIsAnErrorNeverACrash) {
+  auto bytes = sample_file();
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    std::vector<uint8_t> cut(bytes.begin(), bytes.begin() + n);
+    auto file = File::from_buffer(std::move(cut), "cut.gguf");
+    // The last tensor's padding is not data, so only a cut inside real bytes must fail.
+    if (n < bytes.size() - 20) {
+      EXPECT_FALSE(file) << "cut at " << n;
+    }
+  }
+}
+
+TEST(GgufReader, ImpossibleCountsAreRejectedBeforeAllocating) {
+  auto bytes = sample_file();
+  uint64_t huge = 1ull << 62;
+  std::memcpy(bytes.data() + 16, &huge, 8);  // metadata count
+  EXPECT_NE(parse_error(bytes).find("metadata count"), std::string::npos);
+  bytes = sample_file();
+  std::memcpy(bytes.data() + 8, &huge, 8);  // tensor count
+  EXPECT_NE(parse_error(bytes).find("tensor count"), std::string::npos);
+}
+
+TEST(GgufReader, TensorDataPastEndIsNamed) {
+  Writer w;
+  w.add_tensor("blk.3.attn_q.weight", TensorType::kF32, {64}, f32_bytes(std::vector<float>(64, 1.0f)));
+  auto bytes = w.to_bytes();
+  bytes.resize(bytes.size() - 100);
+  std::string err = parse_error(bytes);
+  EXPECT_NE(err.find("tensor 'blk.3.attn_q.weight': data ends at"), std::string::npos) << err;
+}
+
+TEST(GgufReader, UnknownTensorTypeAndBadBlockMultiple) {
+  Writer w;
+  w.add_tensor("t", TensorType::kQ8_0, {32}, std::vector<uint8_t>(34));
+  auto bytes = w.to_bytes();
+  // Layout: 24-byte header, then name length (8) + "t" at 32, n_dims at 33, dim at 37, type at 45.
+  size_t info = 32, type_at = 45;
+  ASSERT_EQ(bytes[info], 't');
+  uint32_t bad = 77;
+  auto b2 = bytes;
+  std::memcpy(b2.data() + type_at, &bad, 4);
+  EXPECT_NE(parse_error(b2).find("unknown tensor type 77"), std::string::npos);
+  uint64_t dim = 33;
+  auto b3 = bytes;
+  std::memcpy(b3.data() + info + 1 + 4, &dim, 8);
+  EXPECT_NE(parse_error(b3).find("not a multiple of the block size 32"), std::string::npos);
+}
+
+TEST(GgufReader, OpenReportsMissingFile) {
+  auto f = File::open("/nonexistent/model.gguf");
+  ASSERT_FALSE(f);
+  EXPECT_NE(f.error().message().find("/nonexistent/model.gguf"), std::string::npos);
+}
+
+TEST(GgufReader, OpensSharedModel) {
+  std::string path = std::string(SLUICE_SHARED_DIR) + "/models/stories260K.gguf";
+  auto f = File::open(path);
+  if (!f && f.error().message().find("cannot open") != std::string::npos) GTEST_SKIP() << "no " << path;
+  ASSERT_TRUE(f) << f.error().message();
+  EXPECT_EQ(*(*f)->get_string("general.architecture"), "llama");
+  EXPECT_NE((*f)->find_tensor("token_embd.weight"), nullptr);
+}
+
+}  // namespace
+}  // namespace sluice::gguf

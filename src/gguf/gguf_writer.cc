@@ -1,0 +1,165 @@
+#include "gguf/gguf_writer.h"
+
+#include <cstdio>
+#include <cstring>
+
+#include "common/check.h"
+
+namespace sluice::gguf {
+namespace {
+
+template <typename T>
+void put(std::vector<uint8_t>& out, T v) {
+  uint8_t b[sizeof(T)];
+  std::memcpy(b, &v, sizeof(T));
+  out.insert(out.end(), b, b + sizeof(T));
+}
+
+void put_string(std::vector<uint8_t>& out, std::string_view s) {
+  put<uint64_t>(out, s.size());
+  out.insert(out.end(), s.begin(), s.end());
+}
+
+void put_value(std::vector<uint8_t>& out, ValueType type, const OwnedValue& v) {
+  switch (type) {
+    case ValueType::kU8: put<uint8_t>(out, static_cast<uint8_t>(v.u64)); break;
+    case ValueType::kI8: put<int8_t>(out, static_cast<int8_t>(v.i64)); break;
+    case ValueType::kU16: put<uint16_t>(out, static_cast<uint16_t>(v.u64)); break;
+    case ValueType::kI16: put<int16_t>(out, static_cast<int16_t>(v.i64)); break;
+    case ValueType::kU32: put<uint32_t>(out, static_cast<uint32_t>(v.u64)); break;
+    case ValueType::kI32: put<int32_t>(out, static_cast<int32_t>(v.i64)); break;
+    case ValueType::kU64: put<uint64_t>(out, v.u64); break;
+    case ValueType::kI64: put<int64_t>(out, v.i64); break;
+    case ValueType::kF32: put<float>(out, static_cast<float>(v.f64)); break;
+    case ValueType::kF64: put<double>(out, v.f64); break;
+    case ValueType::kBool: put<uint8_t>(out, v.u64 ? 1 : 0); break;
+    case ValueType::kString: put_string(out, v.str); break;
+    case ValueType::kArray:
+      put<uint32_t>(out, static_cast<uint32_t>(v.elem_type));
+      put<uint64_t>(out, v.items.size());
+      for (const auto& item : v.items) put_value(out, v.elem_type, item);
+      break;
+  }
+}
+
+void pad_to(std::vector<uint8_t>& out, uint64_t alignment) {
+  while (out.size() % alignment != 0) out.push_back(0);
+}
+
+}  // namespace
+
+uint64_t tensor_num_bytes(TensorType type, const std::vector<uint64_t>& dims) {
+  auto traits = tensor_type_traits(static_cast<uint32_t>(type));
+  if (!traits || dims.empty() || dims[0] % traits->block_size != 0) return 0;
+  uint64_t n = 1;
+  for (auto d : dims) n *= d;
+  return n / traits->block_size * traits->type_size;
+}
+
+void Writer::set(std::string key, OwnedValue value) {
+  for (auto& [k, v] : metadata_) {
+    if (k == key) {
+      v = std::move(value);
+      return;
+    }
+  }
+  metadata_.emplace_back(std::move(key), std::move(value));
+}
+
+void Writer::set_string_array(std::string key, const std::vector<std::string>& v) {
+  std::vector<OwnedValue> items;
+  items.reserve(v.size());
+  for (const auto& s : v) items.push_back(OwnedValue::string(s));
+  set(std::move(key), OwnedValue::array(ValueType::kString, std::move(items)));
+}
+
+void Writer::set_f32_array(std::string key, const std::vector<float>& v) {
+  std::vector<OwnedValue> items;
+  items.reserve(v.size());
+  for (float f : v) items.push_back(OwnedValue::f32(f));
+  set(std::move(key), OwnedValue::array(ValueType::kF32, std::move(items)));
+}
+
+void Writer::set_i32_array(std::string key, const std::vector<int32_t>& v) {
+  std::vector<OwnedValue> items;
+  items.reserve(v.size());
+  for (int32_t i : v) items.push_back(OwnedValue::i32(i));
+  set(std::move(key), OwnedValue::array(ValueType::kI32, std::move(items)));
+}
+
+void Writer::set_alignment(uint32_t alignment) {
+  SLUICE_CHECK(alignment > 0 && alignment <= 256 && (alignment & (alignment - 1)) == 0) << alignment;
+  alignment_ = alignment;
+  set_u32("general.alignment", alignment);
+}
+
+void Writer::add_tensor(std::string name, TensorType type, std::vector<uint64_t> dims,
+                        std::span<const uint8_t> data) {
+  add_tensor(std::move(name), type, std::move(dims), std::vector<uint8_t>(data.begin(), data.end()));
+}
+
+void Writer::add_tensor(std::string name, TensorType type, std::vector<uint64_t> dims,
+                        std::vector<uint8_t> data) {
+  SLUICE_CHECK(tensor_num_bytes(type, dims) == data.size())
+      << name << ": " << data.size() << " bytes for " << tensor_type_name(type);
+  for (const auto& t : tensors_) SLUICE_CHECK(t.name != name) << "duplicate tensor " << name;
+  tensors_.push_back({std::move(name), type, std::move(dims), std::move(data)});
+}
+
+std::vector<uint8_t> Writer::header_bytes() const {
+  std::vector<uint8_t> out;
+  put<uint32_t>(out, kMagic);
+  put<uint32_t>(out, 3);
+  put<uint64_t>(out, tensors_.size());
+  put<uint64_t>(out, metadata_.size());
+  for (const auto& [key, value] : metadata_) {
+    put_string(out, key);
+    put<uint32_t>(out, static_cast<uint32_t>(value.type));
+    put_value(out, value.type, value);
+  }
+  uint64_t offset = 0;
+  for (const auto& t : tensors_) {
+    put_string(out, t.name);
+    put<uint32_t>(out, static_cast<uint32_t>(t.dims.size()));
+    for (auto d : t.dims) put<uint64_t>(out, d);
+    put<uint32_t>(out, static_cast<uint32_t>(t.type));
+    put<uint64_t>(out, offset);
+    offset += (t.data.size() + alignment_ - 1) / alignment_ * alignment_;
+  }
+  pad_to(out, alignment_);
+  return out;
+}
+
+std::vector<uint8_t> Writer::to_bytes() const {
+  std::vector<uint8_t> out = header_bytes();
+  for (const auto& t : tensors_) {
+    out.insert(out.end(), t.data.begin(), t.data.end());
+    pad_to(out, alignment_);
+  }
+  return out;
+}
+
+Status Writer::write_file(const std::string& path) const {
+  // Streams tensor data after the header, so a large model is not copied twice in memory.
+  std::string tmp = path + ".partial";
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) return Status::error(fmt::format("cannot write '{}': {}", tmp, std::strerror(errno)));
+  std::vector<uint8_t> header = header_bytes();
+  bool ok = std::fwrite(header.data(), 1, header.size(), f) == header.size();
+  static const uint8_t kZeros[256] = {};
+  for (const auto& t : tensors_) {
+    if (!ok) break;
+    ok = std::fwrite(t.data.data(), 1, t.data.size(), f) == t.data.size();
+    size_t pad = (alignment_ - t.data.size() % alignment_) % alignment_;
+    ok = ok && std::fwrite(kZeros, 1, pad, f) == pad;
+  }
+  ok = ok && std::fflush(f) == 0;
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return Status::error(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
+  }
+  return Status::ok();
+}
+
+}  // namespace sluice::gguf

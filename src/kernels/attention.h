@@ -1,0 +1,43 @@
+// Causal attention over a paged KV cache.
+//
+// Keys and values of one layer live in slots: slot = block_id * block_size + offset, each
+// slot holding n_kv_heads * head_dim floats. A token at position p of sequence s attends to
+// positions 0..p of s, found through s's block table. Scores are reduced over keys in
+// ascending position, so a token's output does not depend on the rest of the batch, on how
+// its sequence's prompt was chunked, or on which physical blocks hold its keys.
+#pragma once
+
+#include <cstdint>
+
+#include "common/thread_pool.h"
+
+namespace sluice::kernels {
+
+struct AttentionShape {
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  float scale = 1.0f;  // usually 1/sqrt(head_dim)
+};
+
+struct PagedKv {
+  const float* k = nullptr;  // [num_slots, num_kv_heads * head_dim]
+  const float* v = nullptr;  // [num_slots, num_kv_heads * head_dim]
+  int32_t block_size = 0;
+};
+
+struct AttentionBatch {
+  const float* q = nullptr;               // [num_tokens, num_heads * head_dim]
+  const int32_t* positions = nullptr;     // [num_tokens]
+  const int32_t* seq_idx = nullptr;       // [num_tokens] row of block_table
+  const int32_t* block_table = nullptr;   // [num_seqs, max_blocks_per_seq]
+  int32_t max_blocks_per_seq = 0;
+  int64_t num_tokens = 0;
+};
+
+// out: [num_tokens, num_heads * head_dim].
+// REQUIRES: the keys/values of every attended position are already written.
+void paged_attention(ThreadPool& pool, const AttentionShape& shape, const AttentionBatch& batch,
+                     const PagedKv& kv, float* out);
+
+}  // namespace sluice::kernels

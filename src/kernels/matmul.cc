@@ -1,0 +1,200 @@
+// Highway compiles this file once per SIMD target (foreach_target.h) and dispatches at run time.
+//
+// Kernel shape: the pool splits output rows into chunks. Inside a chunk, tokens go in tiles of
+// kTile; each weight row is loaded once per tile and multiplied into kTile accumulators. Within a
+// row, the dot product runs over fixed-width vectors in ascending k, one accumulator per token,
+// then a fixed lane reduction, then any scalar tail: the same order for every tile size.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/matmul.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/half.h"
+#include "kernels/matmul.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace sluice::kernels {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+constexpr int kTile = 4;
+// At most 8 lanes: the lane count is part of the reduction order, and capping it keeps
+// results identical across AVX2 and AVX-512 machines too (narrower targets differ).
+using DF = hn::CappedTag<float, 8>;
+
+template <class D>
+HWY_INLINE float reduce(D d, hn::Vec<D> v) {
+  return hn::GetLane(hn::SumOfLanes(d, v));
+}
+
+// Loads lanes of weight type T at p as floats.
+template <typename T>
+struct Loader;
+template <>
+struct Loader<float> {
+  static HWY_INLINE hn::Vec<DF> load(DF d, const uint8_t* p) {
+    return hn::LoadU(d, reinterpret_cast<const float*>(p));
+  }
+  static float scalar(const uint8_t* p) { float v; std::memcpy(&v, p, 4); return v; }
+};
+template <>
+struct Loader<hwy::float16_t> {
+  static HWY_INLINE hn::Vec<DF> load(DF d, const uint8_t* p) {
+    hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(d, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+  }
+  static float scalar(const uint8_t* p) { uint16_t v; std::memcpy(&v, p, 2); return f16_to_f32(v); }
+};
+template <>
+struct Loader<hwy::bfloat16_t> {
+  static HWY_INLINE hn::Vec<DF> load(DF d, const uint8_t* p) {
+    hn::Rebind<uint16_t, DF> du16;
+    hn::Rebind<uint32_t, DF> du32;
+    auto bits = hn::PromoteTo(du32, hn::LoadU(du16, reinterpret_cast<const uint16_t*>(p)));
+    return hn::BitCast(d, hn::ShiftLeft<16>(bits));
+  }
+  static float scalar(const uint8_t* p) { uint16_t v; std::memcpy(&v, p, 2); return bf16_to_f32(v); }
+};
+
+// Dense types: acc[t] += w[k] * x[t][k] over the row.
+template <typename T, int kN>
+HWY_INLINE void dot_dense(const uint8_t* w, const float* const* x, int64_t cols, float* out) {
+  const DF d;
+  const int64_t lanes = hn::Lanes(d);
+  hn::Vec<DF> acc[kN];
+  for (int t = 0; t < kN; ++t) acc[t] = hn::Zero(d);
+  int64_t k = 0;
+  for (; k + lanes <= cols; k += lanes) {
+    auto wv = Loader<T>::load(d, w + k * sizeof(T));
+    for (int t = 0; t < kN; ++t) acc[t] = hn::MulAdd(wv, hn::LoadU(d, x[t] + k), acc[t]);
+  }
+  for (int t = 0; t < kN; ++t) {
+    float s = reduce(d, acc[t]);
+    for (int64_t j = k; j < cols; ++j) s += Loader<T>::scalar(w + j * sizeof(T)) * x[t][j];
+    out[t] = s;
+  }
+}
+
+// Q8_0: per block of 32, sum q*x in floats, then acc += d * block_sum.
+template <int kN>
+HWY_INLINE void dot_q8_0(const uint8_t* w, const float* const* x, int64_t cols, float* out) {
+  const DF d;
+  const hn::Rebind<int32_t, DF> di32;
+  const hn::Rebind<int8_t, DF> di8;
+  const int64_t lanes = hn::Lanes(d);
+  hn::Vec<DF> acc[kN];
+  for (int t = 0; t < kN; ++t) acc[t] = hn::Zero(d);
+  const int64_t num_blocks = cols / gguf::kQ8_0BlockSize;
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    const auto* block = reinterpret_cast<const gguf::BlockQ8_0*>(w + b * sizeof(gguf::BlockQ8_0));
+    uint16_t dh;
+    std::memcpy(&dh, &block->d, 2);
+    const auto scale = hn::Set(d, f16_to_f32(dh));
+    hn::Vec<DF> block_acc[kN];
+    for (int t = 0; t < kN; ++t) block_acc[t] = hn::Zero(d);
+    const int64_t k0 = b * gguf::kQ8_0BlockSize;
+    for (int64_t j = 0; j < gguf::kQ8_0BlockSize; j += lanes) {
+      auto q = hn::ConvertTo(d, hn::PromoteTo(di32, hn::LoadU(di8, block->qs + j)));
+      for (int t = 0; t < kN; ++t) block_acc[t] = hn::MulAdd(q, hn::LoadU(d, x[t] + k0 + j), block_acc[t]);
+    }
+    for (int t = 0; t < kN; ++t) acc[t] = hn::MulAdd(scale, block_acc[t], acc[t]);
+  }
+  for (int t = 0; t < kN; ++t) out[t] = reduce(d, acc[t]);
+}
+
+template <int kN>
+HWY_INLINE void dot_rows(const WeightView& w, int64_t n, const float* const* x, float* out) {
+  const uint8_t* row = w.row(n);
+  switch (w.type) {
+    case gguf::TensorType::kF32: dot_dense<float, kN>(row, x, w.cols, out); break;
+    case gguf::TensorType::kF16: dot_dense<hwy::float16_t, kN>(row, x, w.cols, out); break;
+    case gguf::TensorType::kBF16: dot_dense<hwy::bfloat16_t, kN>(row, x, w.cols, out); break;
+    case gguf::TensorType::kQ8_0: dot_q8_0<kN>(row, x, w.cols, out); break;
+    default: break;
+  }
+}
+
+void MatmulRows(const WeightView& w, const float* x, int64_t num_tokens, float* y, int64_t row_begin,
+                int64_t row_end) {
+  for (int64_t t0 = 0; t0 < num_tokens; t0 += kTile) {
+    const int n_tile = static_cast<int>(std::min<int64_t>(kTile, num_tokens - t0));
+    const float* xs[kTile];
+    for (int t = 0; t < n_tile; ++t) xs[t] = x + (t0 + t) * w.cols;
+    float out[kTile];
+    for (int64_t n = row_begin; n < row_end; ++n) {
+      switch (n_tile) {
+        case 4: dot_rows<4>(w, n, xs, out); break;
+        case 3: dot_rows<3>(w, n, xs, out); break;
+        case 2: dot_rows<2>(w, n, xs, out); break;
+        default: dot_rows<1>(w, n, xs, out); break;
+      }
+      for (int t = 0; t < n_tile; ++t) y[(t0 + t) * w.rows + n] = out[t];
+    }
+  }
+}
+
+const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace sluice::kernels
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace sluice::kernels {
+
+HWY_EXPORT(MatmulRows);
+HWY_EXPORT(TargetName);
+
+size_t WeightView::row_bytes() const {
+  auto traits = gguf::tensor_type_traits(static_cast<uint32_t>(type));
+  return static_cast<size_t>(cols / traits->block_size * traits->type_size);
+}
+
+bool weight_type_supported(gguf::TensorType type) {
+  switch (type) {
+    case gguf::TensorType::kF32: case gguf::TensorType::kF16:
+    case gguf::TensorType::kBF16: case gguf::TensorType::kQ8_0:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t num_tokens, float* y) {
+  // Chunks of rows small enough that a chunk's weights stay in L2 while every token tile
+  // passes over them.
+  const int64_t grain = std::max<int64_t>(4, (int64_t{64} << 10) / std::max<size_t>(1, w.row_bytes()));
+  auto fn = HWY_DYNAMIC_DISPATCH(MatmulRows);
+  pool.parallel_for(w.rows, [&](int64_t b, int64_t e) { fn(w, x, num_tokens, y, b, e); }, grain);
+}
+
+void dequantize_row(const WeightView& w, int64_t n, float* out) {
+  const uint8_t* row = w.row(n);
+  switch (w.type) {
+    case gguf::TensorType::kF32: std::memcpy(out, row, w.cols * sizeof(float)); break;
+    case gguf::TensorType::kF16:
+      for (int64_t k = 0; k < w.cols; ++k) { uint16_t h; std::memcpy(&h, row + 2 * k, 2); out[k] = f16_to_f32(h); }
+      break;
+    case gguf::TensorType::kBF16:
+      for (int64_t k = 0; k < w.cols; ++k) { uint16_t h; std::memcpy(&h, row + 2 * k, 2); out[k] = bf16_to_f32(h); }
+      break;
+    case gguf::TensorType::kQ8_0:
+      for (int64_t b = 0; b < w.cols / gguf::kQ8_0BlockSize; ++b) {
+        const auto* block = reinterpret_cast<const gguf::BlockQ8_0*>(row + b * sizeof(gguf::BlockQ8_0));
+        uint16_t dh;
+        std::memcpy(&dh, &block->d, 2);
+        float d = f16_to_f32(dh);
+        for (int j = 0; j < gguf::kQ8_0BlockSize; ++j) out[b * gguf::kQ8_0BlockSize + j] = d * block->qs[j];
+      }
+      break;
+    default: break;
+  }
+}
+
+const char* simd_target_name() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
+
+}  // namespace sluice::kernels
+#endif  // HWY_ONCE

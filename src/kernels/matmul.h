@@ -1,0 +1,44 @@
+// Matrix products against GGUF weights, the hot loop of the forward pass.
+//
+// A weight is `rows` rows of `cols` elements in one of the supported ggml layouts
+// (F32, F16, BF16, Q8_0). matmul computes y[t, n] = sum_k x[t, k] * W[n, k].
+//
+// Batch invariance (DESIGN.md, invariant 1): y[t, n] is one dot product, computed by one
+// thread, with SIMD lanes and blocks reduced in a fixed order. Tokens are processed in tiles
+// that share weight loads, but each token keeps its own accumulators, so a token's result is
+// bit-identical whatever the number of tokens, the tile it lands in, or the thread count.
+//
+// SIMD through Google Highway with runtime dispatch to the best target of the machine.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/thread_pool.h"
+#include "gguf/gguf_types.h"
+
+namespace sluice::kernels {
+
+struct WeightView {
+  const uint8_t* data = nullptr;
+  gguf::TensorType type = gguf::TensorType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+
+  size_t row_bytes() const;
+  const uint8_t* row(int64_t n) const { return data + static_cast<size_t>(n) * row_bytes(); }
+};
+
+// Whether the kernels compute with weights of this type.
+bool weight_type_supported(gguf::TensorType type);
+
+// y: [num_tokens, w.rows]; x: [num_tokens, w.cols]. REQUIRES: supported type.
+void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t num_tokens, float* y);
+
+// Writes row n of w as floats (embedding look-up).
+void dequantize_row(const WeightView& w, int64_t n, float* out);
+
+// Name of the SIMD target the kernels dispatch to on this machine (e.g. "AVX2").
+const char* simd_target_name();
+
+}  // namespace sluice::kernels
