@@ -14,6 +14,11 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 
+# `setup.sh --fuzz` adds AFL++ for `make fuzz`.
+if [ "${1:-}" = "--fuzz" ]; then
+  packages+=(afl++)
+fi
+
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

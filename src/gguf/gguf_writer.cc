@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/check.h"
+#include "gguf/gguf_reader.h"
 
 namespace sluice::gguf {
 namespace {
@@ -47,6 +48,31 @@ void pad_to(std::vector<uint8_t>& out, uint64_t alignment) {
 }
 
 }  // namespace
+
+OwnedValue to_owned(const Value& v) {
+  OwnedValue o{.type = v.type, .u64 = v.u64, .i64 = v.i64, .f64 = v.f64, .str = std::string(v.str),
+               .elem_type = v.elem_type};
+  if (v.type != ValueType::kArray) return o;
+  o.items.reserve(v.count);
+  for (uint64_t i = 0; i < v.count; ++i) {
+    OwnedValue item{.type = v.elem_type};
+    switch (v.elem_type) {
+      case ValueType::kString: item.str = std::string(v.strings[i]); break;
+      case ValueType::kArray: item = to_owned(v.arrays[i]); break;
+      case ValueType::kF32: case ValueType::kF64: item.f64 = v.float_at(i); break;
+      case ValueType::kU64: {
+        std::memcpy(&item.u64, v.elems + 8 * i, 8);
+        break;
+      }
+      case ValueType::kU8: case ValueType::kU16: case ValueType::kU32: case ValueType::kBool:
+        item.u64 = static_cast<uint64_t>(v.int_at(i));
+        break;
+      default: item.i64 = v.int_at(i); break;
+    }
+    o.items.push_back(std::move(item));
+  }
+  return o;
+}
 
 uint64_t tensor_num_bytes(TensorType type, const std::vector<uint64_t>& dims) {
   auto traits = tensor_type_traits(static_cast<uint32_t>(type));

@@ -36,6 +36,10 @@ struct OwnedValue {
   }
 };
 
+struct Value;
+// An owned copy of a value read from a file (e.g. to copy tokenizer metadata into a new model).
+OwnedValue to_owned(const Value& value);
+
 class Writer {
  public:
   void set(std::string key, OwnedValue value);

@@ -1,0 +1,193 @@
+// sluice model info | make: inspect a GGUF file; make a random-weight model.
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+
+#include "cli/commands.h"
+#include "model/config.h"
+#include "model/loader.h"
+#include "model/model_maker.h"
+#include "tokenizer/tokenizer.h"
+
+namespace sluice::cli {
+namespace {
+
+std::string human_bytes(uint64_t b) {
+  if (b >= (uint64_t{1} << 30)) return fmt::format("{:.2f} GiB", b / double(uint64_t{1} << 30));
+  if (b >= (uint64_t{1} << 20)) return fmt::format("{:.2f} MiB", b / double(uint64_t{1} << 20));
+  if (b >= 1024) return fmt::format("{:.1f} KiB", b / 1024.0);
+  return fmt::format("{} B", b);
+}
+
+std::string human_count(uint64_t n) {
+  if (n >= 1000000000) return fmt::format("{:.2f}B", n / 1e9);
+  if (n >= 1000000) return fmt::format("{:.2f}M", n / 1e6);
+  if (n >= 1000) return fmt::format("{:.1f}K", n / 1e3);
+  return fmt::format("{}", n);
+}
+
+int run_info(const std::string& path, bool all_metadata) {
+  auto file = open_gguf(path);
+  if (!file) return fail(file.error().message());
+  const gguf::File& f = **file;
+  std::printf("file:            %s (GGUF v%u, %s)\n", f.path().c_str(), f.version(), human_bytes(f.file_size()).c_str());
+  if (f.get_bool_or("sluice.demo", false).value_or(false)) {
+    std::printf("note:            built-in demo model with RANDOM weights: it talks gibberish\n");
+  }
+  std::string name = f.get_string_or("general.name", "");
+  if (!name.empty()) std::printf("name:            %s\n", name.c_str());
+  if (f.find("general.architecture")) {
+    auto config = ModelConfig::from_gguf(f);
+    if (!config) {
+      std::printf("architecture:    %s (cannot load: %s)\n", f.get_string_or("general.architecture", "?").c_str(),
+                  config.error().message().c_str());
+    } else {
+      const ModelConfig& c = *config;
+      std::printf("architecture:    %s\n", c.arch_name.c_str());
+      std::printf("layers:          %d\n", c.num_layers);
+      std::printf("hidden size:     %d (ffn %d)\n", c.dim, c.ffn_dim);
+      std::printf("heads:           %d (kv heads %d, head dim %d)\n", c.num_heads, c.num_kv_heads, c.head_dim);
+      std::printf("vocab size:      %d\n", c.vocab_size);
+      std::printf("context length:  %d\n", c.context_length);
+      std::printf("rope:            theta %g, %d dims, %s order%s%s\n", c.rope_theta, c.rope_dim,
+                  c.rope_neox ? "neox" : "normal", c.has_rope_freq_factors ? ", llama3 frequency factors" : "",
+                  c.rope_linear_scale != 1 ? fmt::format(", linear scale {}", c.rope_linear_scale).c_str() : "");
+      std::printf("rms eps:         %g\n", c.rms_eps);
+      std::printf("embeddings:      %s\n", c.tied_embeddings ? "tied (output = token_embd)" : "separate output");
+    }
+  } else {
+    std::printf("architecture:    none (vocabulary-only file)\n");
+  }
+  uint64_t params = 0;
+  std::map<std::string, std::pair<int, uint64_t>> by_type;
+  for (const auto& t : f.tensors()) {
+    params += t.num_elements;
+    auto& e = by_type[std::string(gguf::tensor_type_name(t.type))];
+    e.first += 1;
+    e.second += t.num_bytes;
+  }
+  std::printf("parameters:      %s (%llu)\n", human_count(params).c_str(), static_cast<unsigned long long>(params));
+  std::printf("tensors:         %zu\n", f.tensors().size());
+  for (const auto& [type, e] : by_type) {
+    std::printf("  %-6s %5d tensors, %s\n", type.c_str(), e.first, human_bytes(e.second).c_str());
+  }
+  if (f.find("tokenizer.ggml.model")) {
+    auto tok = Tokenizer::from_gguf(f);
+    if (tok) {
+      std::printf("tokenizer:       %s (%s, pre-tokenizer %s), %d tokens, bos %d, eos %d\n",
+                  std::string((*tok)->kind()).c_str(), f.get_string_or("tokenizer.ggml.model", "?").c_str(),
+                  std::string((*tok)->pre()).c_str(), (*tok)->vocab_size(), (*tok)->bos_id(), (*tok)->eos_id());
+    } else {
+      std::printf("tokenizer:       cannot load: %s\n", tok.error().message().c_str());
+    }
+  } else {
+    std::printf("tokenizer:       none\n");
+  }
+  std::printf("chat template:   %s\n", f.find("tokenizer.chat_template") ? "present" : "absent");
+  if (all_metadata) {
+    std::printf("metadata:\n");
+    for (const auto& [key, value] : f.metadata()) std::printf("  %s = %s\n", std::string(key).c_str(), value.to_string().c_str());
+    std::printf("tensor list:\n");
+    for (const auto& t : f.tensors()) {
+      std::printf("  %-32s %-6s %s\n", std::string(t.name).c_str(), std::string(gguf::tensor_type_name(t.type)).c_str(),
+                  t.shape_string().c_str());
+    }
+  }
+  return kExitOk;
+}
+
+struct MakeOptions {
+  std::string preset = "tiny";
+  std::string arch;
+  std::string dtype = "f32";
+  std::string output;
+  std::optional<int32_t> layers, dim, ffn, heads, kv_heads, head_dim, vocab_size, ctx;
+  std::optional<float> rope_theta;
+  std::optional<bool> tied;
+  std::optional<uint64_t> seed;
+  std::string vocab_file;
+};
+
+Result<gguf::TensorType> parse_dtype(const std::string& s) {
+  if (s == "f32") return gguf::TensorType::kF32;
+  if (s == "f16") return gguf::TensorType::kF16;
+  if (s == "bf16") return gguf::TensorType::kBF16;
+  if (s == "q8_0") return gguf::TensorType::kQ8_0;
+  return Error("unknown dtype '{}' (choose f32, f16, bf16 or q8_0)", s);
+}
+
+int run_make(const MakeOptions& o) {
+  auto spec = preset_spec(o.preset);
+  if (!spec) return fail(spec.error().message());
+  if (!o.arch.empty()) {
+    if (o.arch == "llama") spec->arch = Arch::kLlama;
+    else if (o.arch == "qwen2") spec->arch = Arch::kQwen2;
+    else if (o.arch == "qwen3") spec->arch = Arch::kQwen3;
+    else return fail(fmt::format("unknown architecture '{}' (choose llama, qwen2 or qwen3)", o.arch));
+  }
+  auto dtype = parse_dtype(o.dtype);
+  if (!dtype) return fail(dtype.error().message());
+  spec->dtype = *dtype;
+  if (o.layers) spec->num_layers = *o.layers;
+  if (o.dim) spec->dim = *o.dim;
+  if (o.ffn) spec->ffn_dim = *o.ffn;
+  if (o.heads) spec->num_heads = *o.heads;
+  if (o.kv_heads) spec->num_kv_heads = *o.kv_heads;
+  if (o.head_dim) spec->head_dim = *o.head_dim;
+  if (o.vocab_size) spec->vocab_size = *o.vocab_size;
+  if (o.ctx) spec->context_length = *o.ctx;
+  if (o.rope_theta) spec->rope_theta = *o.rope_theta;
+  if (o.tied) spec->tied_embeddings = *o.tied;
+  if (o.seed) spec->seed = *o.seed;
+  spec->vocab_file = o.vocab_file;
+  auto writer = make_model(*spec);
+  if (!writer) return fail(writer.error().message());
+  if (Status s = writer->write_file(o.output); !s) return fail(s.message());
+  auto check = gguf::File::open(o.output);
+  if (!check) return fail("wrote an unreadable file: " + check.error().message());
+  std::fprintf(stderr, "wrote %s: %s %s, %zu tensors, %s\n", o.output.c_str(), std::string(arch_name(spec->arch)).c_str(),
+               o.dtype.c_str(), (*check)->tensors().size(), human_bytes((*check)->file_size()).c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+Runner add_model_command(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand("model", "Inspect GGUF files and make random-weight models");
+  cmd->require_subcommand(1);
+
+  auto info_path = std::make_shared<std::string>();
+  auto info_all = std::make_shared<bool>(false);
+  CLI::App* info = cmd->add_subcommand("info", "Architecture, shapes, tensor types, tokenizer of a GGUF file");
+  info->add_option("file", *info_path, "GGUF file, or 'demo'")->required();
+  info->add_flag("-a,--all", *info_all, "Also list every metadata key and tensor");
+
+  auto o = std::make_shared<MakeOptions>();
+  std::string presets;
+  for (const auto& p : model_presets()) presets += "\n  " + p.name + ": " + p.description;
+  CLI::App* make = cmd->add_subcommand("make", "Make a random-weight model with a working tokenizer.\nPresets:" + presets);
+  make->add_option("--preset", o->preset, "Shape preset (listed above); the flags below override it")->capture_default_str();
+  make->add_option("--arch", o->arch, "Architecture: llama, qwen2 or qwen3 (default: the preset's)");
+  make->add_option("--dtype", o->dtype, "Weight type of matrices: f32, f16, bf16 or q8_0")->capture_default_str();
+  make->add_option("--layers", o->layers, "Number of transformer blocks");
+  make->add_option("--dim", o->dim, "Hidden size");
+  make->add_option("--ffn", o->ffn, "Feed-forward size");
+  make->add_option("--heads", o->heads, "Attention heads");
+  make->add_option("--kv-heads", o->kv_heads, "Key/value heads (grouped-query attention)");
+  make->add_option("--head-dim", o->head_dim, "Head size, when not hidden / heads (as in Qwen3)");
+  make->add_option("--vocab-size", o->vocab_size, "Size of the synthesized BPE vocabulary");
+  make->add_option("--ctx", o->ctx, "Context length written to the file");
+  make->add_option("--rope-theta", o->rope_theta, "RoPE base frequency");
+  make->add_option("--tied", o->tied, "Tie output and embedding weights (true/false)");
+  make->add_option("--seed", o->seed, "Seed of the random weights and vocabulary");
+  make->add_option("--vocab", o->vocab_file, "Copy the tokenizer of this GGUF file instead of synthesizing one");
+  make->add_option("-o,--output", o->output, "Output GGUF file")->required();
+
+  return [=] {
+    if (*info) return run_info(*info_path, *info_all);
+    return run_make(*o);
+  };
+}
+
+}  // namespace sluice::cli

@@ -1,0 +1,28 @@
+// Subcommands of the `sluice` binary. Each adds itself to the app and returns a runner that
+// is called when the subcommand was chosen; the runner returns the process exit code.
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace sluice::cli {
+
+using Runner = std::function<int()>;
+
+Runner add_generate_command(CLI::App& app);
+Runner add_tokenize_command(CLI::App& app);
+Runner add_model_command(CLI::App& app);
+
+// Exit codes shared by all commands.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitError = 1;      // the work failed (bad file, bad input)
+inline constexpr int kExitUsage = 2;      // bad command line
+
+// Prints "sluice: error: MESSAGE" to stderr and returns kExitError.
+int fail(const std::string& message);
+
+// A progress callback that redraws one line on stderr when it is a terminal, else does nothing.
+std::function<void(uint64_t, uint64_t)> terminal_progress(const std::string& what);
+
+}  // namespace sluice::cli

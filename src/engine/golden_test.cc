@@ -1,0 +1,64 @@
+// The project's reference for "the output is right": the tiny real model stories260K
+// (../shared/models) must tell its story, byte for byte, under greedy decoding.
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "engine/generator.h"
+#include "model/loader.h"
+#include "model/reference_forward.h"
+
+namespace sluice {
+namespace {
+
+const std::string kModel = std::string(SLUICE_SHARED_DIR) + "/models/stories260K.gguf";
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(Stories260K, GreedyTranscriptIsGolden) {
+  if (!std::ifstream(kModel)) GTEST_SKIP() << "no " << kModel << " (the shared models folder is absent)";
+  auto m = load_model(kModel);
+  ASSERT_TRUE(m) << m.error().message();
+  ThreadPool pool(2);
+  Generator gen(*m->model, *m->tokenizer, pool);
+  GenerateRequest req;
+  req.prompt_tokens = *m->tokenizer->encode("Once upon a time");
+  req.max_tokens = 200;  // clamped to the file's context of 128
+  auto r = gen.generate(req);
+  ASSERT_TRUE(r) << r.error().message();
+  const std::string golden = read_file(std::string(SLUICE_SOURCE_DIR) + "/src/engine/testdata/stories260K_greedy.txt");
+  ASSERT_FALSE(golden.empty());
+  EXPECT_EQ(r->text, golden);
+  EXPECT_EQ(r->output_tokens.size(), 128u - req.prompt_tokens.size());
+}
+
+// The greedy tokens are also what an independent double-precision forward pass picks.
+TEST(Stories260K, GreedyTokensAgreeWithNaiveReference) {
+  if (!std::ifstream(kModel)) GTEST_SKIP() << "no " << kModel << " (the shared models folder is absent)";
+  auto m = load_model(kModel);
+  ASSERT_TRUE(m);
+  ThreadPool pool(1);
+  Generator gen(*m->model, *m->tokenizer, pool);
+  GenerateRequest req;
+  req.prompt_tokens = *m->tokenizer->encode("Once upon a time");
+  req.max_tokens = 40;
+  auto r = gen.generate(req);
+  ASSERT_TRUE(r);
+  std::vector<int32_t> all = req.prompt_tokens;
+  all.insert(all.end(), r->output_tokens.begin(), r->output_tokens.end() - 1);
+  auto ref = testing::reference_logits(m->model->file(), all);
+  for (size_t i = 0; i < r->output_tokens.size(); ++i) {
+    const auto& row = ref[req.prompt_tokens.size() - 1 + i];
+    const auto best = std::max_element(row.begin(), row.end()) - row.begin();
+    EXPECT_EQ(best, r->output_tokens[i]) << "step " << i;
+  }
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,127 @@
+// Sampler: turns one step's logits into a token, for one request.
+//
+// Pipeline, in this fixed order (the order of HF transformers' warpers and vLLM):
+//   1. penalties on the raw logits z, giving the penalized logits z':
+//      repetition (HF/llama.cpp: z>0 ? z/r : z*r) for every distinct token of the whole context
+//      (prompt + accepted output, no window), then presence (-p once if the token was
+//      generated) and frequency (-f * count in the generated output; prompt not counted);
+//   2. temperature: z'/T (T == 0 means greedy: argmax of z', ties -> lowest id);
+//   3. top-k (k highest, ties -> lowest id), then top-p (the minimal prefix, in the candidate
+//      order below, whose renormalised mass reaches top_p), then min-p (keep p >= min_p*p_max);
+//   4. one uniform double u in [0, 1) from the request's generator, inverse CDF over the
+//      surviving candidates in the candidate order: probability descending, ties by id.
+//      Probabilities are p = exp((z' - max z') / T) in float (unnormalised, the top one is 1;
+//      underflow to 0 means never drawn), summed in double.
+//
+// Reported log-probs (SampleResult::logprob and ::top) are log_softmax of the penalized
+// logits z' at temperature 1 over the whole vocabulary, before top-k/top-p/min-p: the model's
+// distribution as the OpenAI API reports it, independent of the sampling knobs.
+//
+// Invariants: sample() never modifies the caller's logits and is a pure function of
+// (params, prompt, accepted tokens, number of non-greedy draws so far, logits): same seed and
+// same sequence of calls give the same tokens on every run and standard library (the
+// generator is specified here and no std distribution is used). NaN logits count as -inf;
+// +inf logits share all the mass equally. If no logit is usable (all NaN/-inf) the step is a
+// uniform distribution over the vocabulary: token 0, logprob -log(vocab).
+// Every sample() with temperature > 0 consumes exactly one draw; greedy consumes none.
+//
+// Cost: greedy is O(vocab) passes with no allocation beyond small vectors; temperature
+// sampling is O(vocab) plus sorting only the head of the distribution it walks.
+//
+// Thread-safety: a Sampler belongs to one request and is not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+
+namespace sluice {
+
+struct SamplingParams {
+  float temperature = 0.0f;          // [0, 2]; 0 => greedy
+  int32_t top_k = 0;                 // >= 0; 0 => off
+  float top_p = 1.0f;                // (0, 1]; 1 => off
+  float min_p = 0.0f;                // [0, 1]; 0 => off
+  float repetition_penalty = 1.0f;   // finite, > 0; 1 => off
+  float presence_penalty = 0.0f;     // [-2, 2]; 0 => off
+  float frequency_penalty = 0.0f;    // [-2, 2]; 0 => off
+  uint64_t seed = 0;
+  int32_t top_logprobs = 0;          // [0, 20]
+
+  // Ok, or an error naming the first field out of range, e.g.
+  // "temperature must be in [0, 2], got -1".
+  Status validate() const;
+};
+
+struct TokenLogprob {
+  int32_t token_id;
+  float logprob;
+};
+
+struct SampleResult {
+  int32_t token_id;
+  float logprob;                  // log_softmax(penalized logits) of token_id, temperature 1
+  std::vector<TokenLogprob> top;  // min(top_logprobs, tokens with p > 0) entries, logprob
+                                  // descending, ties by id
+};
+
+// xoshiro256** (Blackman & Vigna), its state filled by four successive splitmix64 outputs
+// of the seed. next_double() = (next() >> 11) * 2^-53, uniform in [0, 1).
+class Xoshiro256 {
+ public:
+  explicit Xoshiro256(uint64_t seed);
+  uint64_t next();
+  double next_double();
+
+  static uint64_t splitmix64(uint64_t& state);
+
+ private:
+  uint64_t s_[4];
+};
+
+class Sampler {
+ public:
+  // REQUIRES: params.validate() is ok (callers validate user input first).
+  Sampler(const SamplingParams& params, std::span<const int32_t> prompt_tokens);
+
+  // Picks the next token from logits [vocab]. Does not record it: call accept().
+  // REQUIRES: !logits.empty().
+  SampleResult sample(std::span<const float> logits);
+
+  // Records a generated token for the penalties. Not automatic in sample(), so a
+  // speculative step can reject tokens. Ids outside [0, vocab) are recorded but never match.
+  void accept(int32_t token_id);
+
+  const SamplingParams& params() const { return params_; }
+
+  // A candidate of the temperature path: p = exp((z' - max z') / T) in (0, 1], unnormalised.
+  struct Candidate {
+    int32_t token_id;
+    float p;
+  };
+  // Penalized logit of one context token; sorted by id.
+  struct Override {
+    int32_t token_id;
+    float logit;
+  };
+
+ private:
+  bool penalties_active() const;
+  void build_overrides(std::span<const float> logits);
+  int32_t sample_candidates(std::span<const float> logits, float max_logit);
+  void ensure_sorted(size_t n);
+
+  SamplingParams params_;
+  Xoshiro256 rng_;
+  std::vector<int32_t> context_ids_;  // distinct ids of prompt (if repetition on) + output, sorted
+  std::unordered_map<int32_t, int32_t> output_counts_;  // generated token -> count
+  // Scratch reused across steps (allocated once per request).
+  std::vector<Override> overrides_;     // [distinct context tokens in range]
+  std::vector<Candidate> candidates_;   // [tokens with p > 0]
+  size_t num_sorted_ = 0;               // candidates_[0, num_sorted_) sorted, and >= the rest
+};
+
+}  // namespace sluice

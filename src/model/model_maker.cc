@@ -1,0 +1,269 @@
+#include "model/model_maker.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "common/half.h"
+#include "gguf/gguf_reader.h"
+#include "tokenizer/synthetic_vocab.h"
+
+namespace sluice {
+namespace {
+
+// splitmix64: a small, fully specified generator, so made models are identical everywhere.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [-1, 1).
+  float symmetric() { return static_cast<float>(static_cast<double>(next() >> 11) * 0x1p-52 - 1.0); }
+
+ private:
+  uint64_t state_;
+};
+
+std::vector<uint8_t> encode(const std::vector<float>& values, gguf::TensorType type) {
+  std::vector<uint8_t> out;
+  switch (type) {
+    case gguf::TensorType::kF32:
+      out.resize(values.size() * 4);
+      std::memcpy(out.data(), values.data(), out.size());
+      break;
+    case gguf::TensorType::kF16:
+    case gguf::TensorType::kBF16:
+      out.resize(values.size() * 2);
+      for (size_t i = 0; i < values.size(); ++i) {
+        uint16_t h = type == gguf::TensorType::kF16 ? f32_to_f16(values[i]) : f32_to_bf16(values[i]);
+        std::memcpy(&out[2 * i], &h, 2);
+      }
+      break;
+    case gguf::TensorType::kQ8_0: {
+      const size_t nb = values.size() / gguf::kQ8_0BlockSize;
+      out.resize(nb * sizeof(gguf::BlockQ8_0));
+      for (size_t b = 0; b < nb; ++b) {
+        const float* x = &values[b * gguf::kQ8_0BlockSize];
+        float amax = 0;
+        for (int j = 0; j < gguf::kQ8_0BlockSize; ++j) amax = std::max(amax, std::abs(x[j]));
+        const float d = amax / 127.0f;
+        const float inv = d ? 1.0f / d : 0.0f;
+        gguf::BlockQ8_0 block;
+        block.d = f32_to_f16(d);
+        for (int j = 0; j < gguf::kQ8_0BlockSize; ++j) {
+          block.qs[j] = static_cast<int8_t>(std::lround(x[j] * inv));
+        }
+        std::memcpy(&out[b * sizeof(block)], &block, sizeof(block));
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  return out;
+}
+
+class TensorMaker {
+ public:
+  TensorMaker(gguf::Writer& w, const ModelSpec& spec) : w_(w), spec_(spec), rng_(spec.seed) {}
+
+  // A [rows, cols] matrix with entries uniform in +-1/sqrt(cols), so activations keep their scale.
+  void matrix(const std::string& name, int64_t rows, int64_t cols, float gain = 1.0f) {
+    std::vector<float> v(rows * cols);
+    const float scale = gain * std::sqrt(3.0f / static_cast<float>(cols));
+    for (auto& x : v) x = rng_.symmetric() * scale;
+    w_.add_tensor(name, spec_.dtype, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)},
+                  encode(v, spec_.dtype));
+  }
+  // Vectors stay F32, as in converted models.
+  void vector(const std::string& name, int64_t n, float center, float spread) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = center + spread * rng_.symmetric();
+    w_.add_tensor(name, gguf::TensorType::kF32, {static_cast<uint64_t>(n)}, encode(v, gguf::TensorType::kF32));
+  }
+  void raw_vector(const std::string& name, const std::vector<float>& v) {
+    w_.add_tensor(name, gguf::TensorType::kF32, {v.size()}, encode(v, gguf::TensorType::kF32));
+  }
+
+ private:
+  gguf::Writer& w_;
+  const ModelSpec& spec_;
+  Rng rng_;
+};
+
+// Llama 3 rope scaling as frequency factors (factor 32, low_freq_factor 1, high_freq_factor 4,
+// original context 8192), following Meta's published reference formula.
+std::vector<float> llama3_freq_factors(int32_t rope_dim, float theta) {
+  const double factor = 32, low = 1, high = 4, original = 8192;
+  const double low_wavelen = original / low, high_wavelen = original / high;
+  std::vector<float> out(rope_dim / 2);
+  for (int32_t i = 0; i < rope_dim / 2; ++i) {
+    const double freq = std::pow(theta, -2.0 * i / rope_dim);
+    const double wavelen = 2 * M_PI / freq;
+    if (wavelen < high_wavelen) {
+      out[i] = 1.0f;
+    } else if (wavelen > low_wavelen) {
+      out[i] = static_cast<float>(factor);
+    } else {
+      const double smooth = (original / wavelen - low) / (high - low);
+      out[i] = static_cast<float>(1.0 / ((1 - smooth) / factor + smooth));
+    }
+  }
+  return out;
+}
+
+Status write_tokenizer(gguf::Writer& w, ModelSpec& spec) {
+  if (spec.vocab_file.empty()) {
+    write_synthetic_bpe_vocab(w, spec.vocab_size, spec.seed);
+    return Status::ok();
+  }
+  auto file = gguf::File::open(spec.vocab_file);
+  if (!file) return file.error().with_context("--vocab");
+  auto tokens = (*file)->get_array("tokenizer.ggml.tokens", gguf::ValueType::kString);
+  if (!tokens) return tokens.error().with_context(spec.vocab_file);
+  for (const auto& [key, value] : (*file)->metadata()) {
+    if (key.starts_with("tokenizer.")) w.set(std::string(key), gguf::to_owned(value));
+  }
+  spec.vocab_size = static_cast<int32_t>((*tokens)->count);
+  return Status::ok();
+}
+
+}  // namespace
+
+Status ModelSpec::validate() const {
+  auto bad = [](std::string m) { return Status::error(std::move(m)); };
+  if (num_layers < 1 || num_layers > 256) return bad(fmt::format("layers must be in 1..256, got {}", num_layers));
+  if (dim < 8 || dim > 65536) return bad(fmt::format("dim must be in 8..65536, got {}", dim));
+  if (ffn_dim < 1 || ffn_dim > 262144) return bad(fmt::format("ffn must be in 1..262144, got {}", ffn_dim));
+  if (num_heads < 1 || num_kv_heads < 1 || num_heads % num_kv_heads != 0) {
+    return bad(fmt::format("heads ({}) must be a positive multiple of kv-heads ({})", num_heads, num_kv_heads));
+  }
+  const int32_t hd = head_dim ? head_dim : (dim % num_heads == 0 ? dim / num_heads : 0);
+  if (hd < 2 || hd % 2 != 0) return bad(fmt::format("head dim must be even and >= 2 (dim {} / heads {})", dim, num_heads));
+  if (vocab_file.empty() && (vocab_size < kSyntheticMinVocabSize || vocab_size > (1 << 22))) {
+    return bad(fmt::format("vocab must be in {}..{}, got {}", kSyntheticMinVocabSize, 1 << 22, vocab_size));
+  }
+  if (context_length < 1) return bad(fmt::format("context must be positive, got {}", context_length));
+  if (dtype == gguf::TensorType::kQ8_0) {
+    for (int32_t n : {dim, ffn_dim, num_heads * hd}) {
+      if (n % gguf::kQ8_0BlockSize != 0) {
+        return bad(fmt::format("q8_0 needs every matrix row length to be a multiple of 32; {} is not", n));
+      }
+    }
+  }
+  return Status::ok();
+}
+
+const std::vector<Preset>& model_presets() {
+  static const std::vector<Preset> kPresets = [] {
+    std::vector<Preset> p;
+    ModelSpec tiny;
+    tiny.name = "tiny";
+    p.push_back({"tiny", "2 layers, dim 64, 4 heads (2 kv), ffn 128, vocab 512 — unit tests", tiny});
+    ModelSpec small = tiny;
+    small.name = "small";
+    small.num_layers = 4, small.dim = 256, small.ffn_dim = 768, small.num_heads = 8, small.num_kv_heads = 4;
+    small.vocab_size = 4096, small.context_length = 2048;
+    p.push_back({"small", "4 layers, dim 256, 8 heads (4 kv), ffn 768, vocab 4096 — demo and quick benchmarks", small});
+    ModelSpec qwen = tiny;
+    qwen.name = "qwen2.5-0.5b", qwen.arch = Arch::kQwen2;
+    qwen.num_layers = 24, qwen.dim = 896, qwen.ffn_dim = 4864, qwen.num_heads = 14, qwen.num_kv_heads = 2;
+    qwen.vocab_size = 151936, qwen.context_length = 32768, qwen.rope_theta = 1e6f, qwen.rms_eps = 1e-6f;
+    qwen.tied_embeddings = true;
+    p.push_back({"qwen2.5-0.5b", "shape of Qwen2.5-0.5B: 24 layers, hidden 896, 14 heads (2 kv), ffn 4864, vocab 151936, tied", qwen});
+    ModelSpec qwen3 = qwen;
+    qwen3.name = "qwen3-0.6b", qwen3.arch = Arch::kQwen3;
+    qwen3.num_layers = 28, qwen3.dim = 1024, qwen3.ffn_dim = 3072, qwen3.num_heads = 16, qwen3.num_kv_heads = 8;
+    qwen3.head_dim = 128, qwen3.context_length = 40960;
+    p.push_back({"qwen3-0.6b", "shape of Qwen3-0.6B: 28 layers, hidden 1024, 16 heads (8 kv) of 128, ffn 3072, vocab 151936, tied", qwen3});
+    ModelSpec llama = tiny;
+    llama.name = "llama-3.2-1b", llama.arch = Arch::kLlama;
+    llama.num_layers = 16, llama.dim = 2048, llama.ffn_dim = 8192, llama.num_heads = 32, llama.num_kv_heads = 8;
+    llama.vocab_size = 128256, llama.context_length = 131072, llama.rope_theta = 500000.0f;
+    llama.tied_embeddings = true, llama.llama3_rope = true;
+    p.push_back({"llama-3.2-1b", "shape of Llama-3.2-1B: 16 layers, hidden 2048, 32 heads (8 kv), ffn 8192, vocab 128256, tied, llama3 rope", llama});
+    return p;
+  }();
+  return kPresets;
+}
+
+Result<ModelSpec> preset_spec(std::string_view name) {
+  std::string names;
+  for (const auto& p : model_presets()) {
+    if (p.name == name) return p.spec;
+    names += (names.empty() ? "" : ", ") + p.name;
+  }
+  return Error("unknown preset '{}' (presets: {})", name, names);
+}
+
+ModelSpec demo_model_spec() {
+  ModelSpec spec = *preset_spec("small");
+  spec.name = "sluice-demo";
+  spec.seed = 42;
+  spec.demo = true;
+  return spec;
+}
+
+Result<gguf::Writer> make_model(const ModelSpec& in) {
+  ModelSpec spec = in;
+  if (Status s = spec.validate(); !s) return Error(s);
+  gguf::Writer w;
+  const std::string a(arch_name(spec.arch));
+  const int32_t head_dim = spec.head_dim ? spec.head_dim : spec.dim / spec.num_heads;
+  w.set_string("general.architecture", a);
+  w.set_string("general.name", spec.demo ? "sluice demo model (random weights: its output is gibberish)"
+                                         : fmt::format("sluice random {}", spec.name));
+  w.set_string("general.description", "random weights made by `sluice model make`; for tests and benchmarks");
+  if (spec.demo) w.set_bool("sluice.demo", true);
+  w.set_u32("general.file_type", spec.dtype == gguf::TensorType::kF32 ? 0 : spec.dtype == gguf::TensorType::kF16 ? 1
+                                 : spec.dtype == gguf::TensorType::kQ8_0 ? 7 : 32);
+  if (Status s = write_tokenizer(w, spec); !s) return Error(s);
+  w.set_u32(a + ".block_count", spec.num_layers);
+  w.set_u32(a + ".embedding_length", spec.dim);
+  w.set_u32(a + ".feed_forward_length", spec.ffn_dim);
+  w.set_u32(a + ".attention.head_count", spec.num_heads);
+  w.set_u32(a + ".attention.head_count_kv", spec.num_kv_heads);
+  if (spec.head_dim) {
+    w.set_u32(a + ".attention.key_length", head_dim);
+    w.set_u32(a + ".attention.value_length", head_dim);
+  }
+  w.set_u32(a + ".context_length", spec.context_length);
+  w.set_f32(a + ".rope.freq_base", spec.rope_theta);
+  w.set_u32(a + ".rope.dimension_count", head_dim);
+  w.set_f32(a + ".attention.layer_norm_rms_epsilon", spec.rms_eps);
+
+  TensorMaker t(w, spec);
+  const int64_t q_dim = int64_t{spec.num_heads} * head_dim, kv_dim = int64_t{spec.num_kv_heads} * head_dim;
+  t.matrix("token_embd.weight", spec.vocab_size, spec.dim, std::sqrt(static_cast<float>(spec.dim)) / 4);
+  if (spec.llama3_rope) t.raw_vector("rope_freqs.weight", llama3_freq_factors(head_dim, spec.rope_theta));
+  for (int32_t i = 0; i < spec.num_layers; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    t.vector(p + "attn_norm.weight", spec.dim, 1.0f, 0.1f);
+    t.matrix(p + "attn_q.weight", q_dim, spec.dim, 2.0f);
+    t.matrix(p + "attn_k.weight", kv_dim, spec.dim, 2.0f);
+    t.matrix(p + "attn_v.weight", kv_dim, spec.dim);
+    t.matrix(p + "attn_output.weight", spec.dim, q_dim);
+    if (spec.arch == Arch::kQwen2) {
+      t.vector(p + "attn_q.bias", q_dim, 0.0f, 0.1f);
+      t.vector(p + "attn_k.bias", kv_dim, 0.0f, 0.1f);
+      t.vector(p + "attn_v.bias", kv_dim, 0.0f, 0.1f);
+    }
+    if (spec.arch == Arch::kQwen3) {
+      t.vector(p + "attn_q_norm.weight", head_dim, 1.0f, 0.1f);
+      t.vector(p + "attn_k_norm.weight", head_dim, 1.0f, 0.1f);
+    }
+    t.vector(p + "ffn_norm.weight", spec.dim, 1.0f, 0.1f);
+    t.matrix(p + "ffn_gate.weight", spec.ffn_dim, spec.dim);
+    t.matrix(p + "ffn_up.weight", spec.ffn_dim, spec.dim);
+    t.matrix(p + "ffn_down.weight", spec.dim, spec.ffn_dim);
+  }
+  t.vector("output_norm.weight", spec.dim, 1.0f, 0.1f);
+  if (!spec.tied_embeddings) t.matrix("output.weight", spec.vocab_size, spec.dim, 4.0f);
+  return w;
+}
+
+}  // namespace sluice

@@ -1,0 +1,113 @@
+#include "model/weights.h"
+
+#include <cstring>
+
+#include "common/half.h"
+
+namespace sluice {
+namespace {
+
+class Binder {
+ public:
+  Binder(const gguf::File& f, ModelWeights& w) : f_(f), w_(w) {}
+
+  Result<kernels::WeightView> matrix(const std::string& name, int64_t rows, int64_t cols) {
+    const gguf::TensorInfo* t = f_.find_tensor(name);
+    if (!t) return Error("missing tensor '{}'", name);
+    if (t->dims.size() != 2 || t->dims[0] != static_cast<uint64_t>(cols) ||
+        t->dims[1] != static_cast<uint64_t>(rows)) {
+      return Error("tensor '{}' has shape {}, expected [{}, {}]", name, t->shape_string(), cols, rows);
+    }
+    if (!kernels::weight_type_supported(t->type)) {
+      return Error("tensor '{}' has type {}, which sluice does not compute (supported: F32, F16, BF16, Q8_0)",
+                   name, gguf::tensor_type_name(t->type));
+    }
+    return kernels::WeightView{t->data, t->type, rows, cols};
+  }
+
+  Result<const float*> vector(const std::string& name, int64_t n) {
+    const gguf::TensorInfo* t = f_.find_tensor(name);
+    if (!t) return Error("missing tensor '{}'", name);
+    if (t->num_elements != static_cast<uint64_t>(n) || t->dims[0] != static_cast<uint64_t>(n)) {
+      return Error("tensor '{}' has shape {}, expected [{}]", name, t->shape_string(), n);
+    }
+    auto out = std::make_unique<std::vector<float>>(n);
+    switch (t->type) {
+      case gguf::TensorType::kF32:
+        // Views need 4-byte alignment; GGUF data offsets are aligned, so this holds for real files.
+        if (reinterpret_cast<uintptr_t>(t->data) % alignof(float) == 0) return reinterpret_cast<const float*>(t->data);
+        std::memcpy(out->data(), t->data, n * sizeof(float));
+        break;
+      case gguf::TensorType::kF16:
+      case gguf::TensorType::kBF16:
+        for (int64_t i = 0; i < n; ++i) {
+          uint16_t h;
+          std::memcpy(&h, t->data + 2 * i, 2);
+          (*out)[i] = t->type == gguf::TensorType::kF16 ? f16_to_f32(h) : bf16_to_f32(h);
+        }
+        break;
+      default:
+        return Error("tensor '{}' has type {}, expected F32, F16 or BF16 for a vector", name,
+                     gguf::tensor_type_name(t->type));
+    }
+    w_.owned.push_back(std::move(out));
+    return w_.owned.back()->data();
+  }
+
+  Result<const float*> optional_vector(const std::string& name, int64_t n) {
+    if (!f_.find_tensor(name)) return nullptr;
+    return vector(name, n);
+  }
+
+ private:
+  const gguf::File& f_;
+  ModelWeights& w_;
+};
+
+}  // namespace
+
+Result<ModelWeights> ModelWeights::bind(const gguf::File& f, const ModelConfig& c) {
+  ModelWeights w;
+  Binder b(f, w);
+  SLUICE_ASSIGN_OR_RETURN(w.token_embd, b.matrix("token_embd.weight", c.vocab_size, c.dim));
+  SLUICE_ASSIGN_OR_RETURN(w.output_norm, b.vector("output_norm.weight", c.dim));
+  if (c.tied_embeddings) {
+    w.output = w.token_embd;
+  } else {
+    SLUICE_ASSIGN_OR_RETURN(w.output, b.matrix("output.weight", c.vocab_size, c.dim));
+  }
+  if (c.has_rope_freq_factors) {
+    SLUICE_ASSIGN_OR_RETURN(w.rope_freq_factors, b.vector("rope_freqs.weight", c.rope_dim / 2));
+  }
+  for (int32_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    LayerWeights l;
+    SLUICE_ASSIGN_OR_RETURN(l.attn_norm, b.vector(p + "attn_norm.weight", c.dim));
+    SLUICE_ASSIGN_OR_RETURN(l.wq, b.matrix(p + "attn_q.weight", c.q_dim(), c.dim));
+    SLUICE_ASSIGN_OR_RETURN(l.wk, b.matrix(p + "attn_k.weight", c.kv_dim(), c.dim));
+    SLUICE_ASSIGN_OR_RETURN(l.wv, b.matrix(p + "attn_v.weight", c.kv_dim(), c.dim));
+    SLUICE_ASSIGN_OR_RETURN(l.wo, b.matrix(p + "attn_output.weight", c.dim, c.q_dim()));
+    if (c.arch == Arch::kQwen2) {
+      SLUICE_ASSIGN_OR_RETURN(l.bq, b.vector(p + "attn_q.bias", c.q_dim()));
+      SLUICE_ASSIGN_OR_RETURN(l.bk, b.vector(p + "attn_k.bias", c.kv_dim()));
+      SLUICE_ASSIGN_OR_RETURN(l.bv, b.vector(p + "attn_v.bias", c.kv_dim()));
+    } else {
+      // Some llama-architecture models (e.g. converted fine-tunes) carry biases too.
+      SLUICE_ASSIGN_OR_RETURN(l.bq, b.optional_vector(p + "attn_q.bias", c.q_dim()));
+      SLUICE_ASSIGN_OR_RETURN(l.bk, b.optional_vector(p + "attn_k.bias", c.kv_dim()));
+      SLUICE_ASSIGN_OR_RETURN(l.bv, b.optional_vector(p + "attn_v.bias", c.kv_dim()));
+    }
+    if (c.arch == Arch::kQwen3) {
+      SLUICE_ASSIGN_OR_RETURN(l.q_norm, b.vector(p + "attn_q_norm.weight", c.head_dim));
+      SLUICE_ASSIGN_OR_RETURN(l.k_norm, b.vector(p + "attn_k_norm.weight", c.head_dim));
+    }
+    SLUICE_ASSIGN_OR_RETURN(l.ffn_norm, b.vector(p + "ffn_norm.weight", c.dim));
+    SLUICE_ASSIGN_OR_RETURN(l.gate, b.matrix(p + "ffn_gate.weight", c.ffn_dim, c.dim));
+    SLUICE_ASSIGN_OR_RETURN(l.up, b.matrix(p + "ffn_up.weight", c.ffn_dim, c.dim));
+    SLUICE_ASSIGN_OR_RETURN(l.down, b.matrix(p + "ffn_down.weight", c.dim, c.ffn_dim));
+    w.layers.push_back(l);
+  }
+  return w;
+}
+
+}  // namespace sluice
