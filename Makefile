@@ -55,7 +55,7 @@ fuzz:
 	  afl-fuzz -V $(FUZZ_SECONDS) -i build/fuzz/corpus -o build/fuzz/out -- build/fuzz/fuzz/gguf_fuzz @@
 
 bench: build
-	$(BUILD_DIR)/bench/kernel_bench
+	$(BUILD_DIR)/bench/engine_bench $(BENCH_ARGS)
 
 clean:
 	rm -rf build

@@ -7,12 +7,11 @@
 //
 // The temperature path keeps candidates (id, p) with p = exp((z' - max z') / T) in float:
 // p <= 1, p == 1 for the most likely token, and tokens whose p underflows to 0 are dropped
-// (they could never be drawn). Walking "in probability order" sorts lazily: ensure_sorted(n)
-// sorts a head of the candidates that grows geometrically (nth_element + sort of the head
-// only), so a peaked distribution costs O(vocab) and only a flat one pays for a longer sort.
-// The comparator is a strict total order (p descending, id ascending), so the order walked
-// does not depend on the standard library's algorithms; sums are in double, taken in id order
-// or walk order, both fixed.
+// (they could never be drawn). Candidate order is p descending, ties by id: a strict total
+// order, so "the k best", "the nucleus" and "the token at cumulative mass u" are defined
+// independently of any algorithm. Top-p's cut and the draw are both found by a weighted
+// quickselect (find_crossing) instead of a sort, so a flat distribution costs expected
+// O(vocab) too. Sums are in double, in an order fixed by this file (not by std algorithms).
 #include "engine/sampler.h"
 
 #include <algorithm>
@@ -112,6 +111,63 @@ std::vector<TokenLogprob> top_n(std::span<const float> logits,
     top.push_back({b.token_id, logprob});
   }
   return top;
+}
+
+struct Crossing {
+  size_t idx;          // position of the crossing candidate after find_crossing()
+  double mass_before;  // total p of the candidates ranked before it, all in [0, idx)
+};
+
+// Inverse CDF without sorting: the candidate x of `c` at which the cumulative mass in
+// candidate order first exceeds `target` (or reaches it, if `inclusive`), by weighted
+// quickselect, expected O(n). Permutes `c` so that [0, idx) holds exactly the candidates
+// ranked before x. Pivots come from a fixed generator and partitions are written here, so
+// the permutation and every sum are the same on every standard library. If rounding leaves
+// the target beyond the total, the last candidate is taken.
+// REQUIRES: !c.empty().
+Crossing find_crossing(std::span<Sampler::Candidate> c, double target, bool inclusive) {
+  auto crosses = [&](double cum) { return inclusive ? cum >= target : cum > target; };
+  uint64_t pivot_state = 0x5eed;
+  size_t lo = 0, hi = c.size();
+  double acc = 0.0;  // mass of [0, lo), all ranked before [lo, hi)
+  while (hi - lo > 16) {
+    // Median of three pseudo-random positions, moved to hi - 1.
+    size_t pick[3];
+    for (size_t& k : pick) k = lo + Xoshiro256::splitmix64(pivot_state) % (hi - lo);
+    auto before = [&](size_t a, size_t b) { return candidate_before(c[a], c[b]); };
+    if (before(pick[1], pick[0])) std::swap(pick[0], pick[1]);
+    if (before(pick[2], pick[1])) std::swap(pick[1], pick[2]);
+    if (before(pick[1], pick[0])) std::swap(pick[0], pick[1]);
+    std::swap(c[pick[1]], c[hi - 1]);
+    const Sampler::Candidate pivot = c[hi - 1];
+    size_t mid = lo;
+    double mass = 0.0;
+    for (size_t j = lo; j + 1 < hi; ++j) {
+      if (candidate_before(c[j], pivot)) {
+        mass += c[j].p;
+        std::swap(c[mid++], c[j]);
+      }
+    }
+    std::swap(c[mid], c[hi - 1]);
+    if (crosses(acc + mass)) {
+      hi = mid;  // in the part ranked before the pivot, which c[mid] follows
+      continue;
+    }
+    acc += mass;
+    if (crosses(acc + pivot.p)) return {mid, acc};
+    acc += pivot.p;
+    lo = mid + 1;
+  }
+  std::sort(c.begin() + lo, c.begin() + hi, candidate_before);
+  for (size_t i = lo; i < hi; ++i) {
+    if (crosses(acc + c[i].p)) return {i, acc};
+    acc += c[i].p;
+  }
+  // Rounding: c[hi] (or the last candidate) follows everything in [0, hi).
+  const size_t idx = std::min(hi, c.size() - 1);
+  double mass_before = 0.0;
+  for (size_t i = 0; i < idx; ++i) mass_before += c[i].p;
+  return {idx, mass_before};
 }
 
 // NOTE: no usable logit at all (a broken model or every token masked). Rather than abort,
@@ -245,21 +301,9 @@ SampleResult Sampler::sample(std::span<const float> logits) {
   return result;
 }
 
-void Sampler::ensure_sorted(size_t n) {
-  if (n <= num_sorted_) return;
-  const auto begin = candidates_.begin();
-  const size_t size = candidates_.size();
-  const size_t head = std::min(size, std::max({n, num_sorted_ * 4, size_t{256}}));
-  if (head < size) std::nth_element(begin + num_sorted_, begin + head, candidates_.end(),
-                                    candidate_before);
-  std::sort(begin + num_sorted_, begin + head, candidate_before);
-  num_sorted_ = head;
-}
-
 // REQUIRES: max_logit is the maximum penalized logit and is not -inf.
 int32_t Sampler::sample_candidates(std::span<const float> logits, float max_logit) {
   candidates_.clear();
-  num_sorted_ = 0;
   if (max_logit == kInf) {
     for_each_logit(logits, overrides_, [&](int32_t id, float z) {
       if (z == kInf) candidates_.push_back({id, 1.0f});
@@ -271,47 +315,38 @@ int32_t Sampler::sample_candidates(std::span<const float> logits, float max_logi
       if (p > 0.0f) candidates_.push_back({id, p});
     });
   }
+  std::span<Candidate> kept(candidates_);
   const size_t top_k = static_cast<size_t>(params_.top_k);
-  if (top_k > 0 && top_k < candidates_.size()) {
-    std::nth_element(candidates_.begin(), candidates_.begin() + top_k, candidates_.end(),
-                     candidate_before);
-    candidates_.resize(top_k);
+  if (top_k > 0 && top_k < kept.size()) {
+    std::nth_element(kept.begin(), kept.begin() + top_k, kept.end(), candidate_before);
+    kept = kept.first(top_k);
+    // NOTE: nth_element leaves the head in a library-specific order; sorting it makes the
+    // summation order below, and so every rounding, the same everywhere.
+    std::sort(kept.begin(), kept.end(), candidate_before);
   }
-  if (top_k > 0) ensure_sorted(candidates_.size());
 
-  // Which head of the candidate order survives top-p and min-p, and its mass.
-  const float min_p = params_.min_p;  // p_max == 1
-  size_t num_kept = 0;
   double kept_mass = 0.0;
+  for (const Candidate& c : kept) kept_mass += c.p;
   if (params_.top_p < 1.0f) {
-    double total = 0.0;
-    for (const Candidate& c : candidates_) total += c.p;
-    const double nucleus = static_cast<double>(params_.top_p) * total;
-    while (num_kept < candidates_.size() && kept_mass < nucleus) {
-      ensure_sorted(num_kept + 1);
-      const float p = candidates_[num_kept].p;
-      if (p < min_p) break;
-      kept_mass += p;
-      ++num_kept;
-    }
-  } else {
-    for (const Candidate& c : candidates_) {
-      if (c.p < min_p) continue;
+    const double nucleus = static_cast<double>(params_.top_p) * kept_mass;
+    const Crossing cut = find_crossing(kept, nucleus, /*inclusive=*/true);
+    kept = kept.first(cut.idx + 1);
+    kept_mass = cut.mass_before + kept[cut.idx].p;
+  }
+  if (params_.min_p > 0.0f) {  // p_max == 1, so the threshold is min_p itself
+    size_t num_kept = 0;
+    kept_mass = 0.0;
+    for (const Candidate& c : kept) {
+      if (c.p < params_.min_p) continue;
+      kept[num_kept++] = c;
       kept_mass += c.p;
-      ++num_kept;
     }
+    kept = kept.first(num_kept);
   }
-  SLUICE_CHECK(num_kept > 0) << "the most likely token always survives the filters";
+  SLUICE_CHECK(!kept.empty()) << "the most likely token always survives the filters";
 
-  // Inverse CDF in candidate order.
   const double target = rng_.next_double() * kept_mass;
-  double cum = 0.0;
-  for (size_t i = 0; i < num_kept; ++i) {
-    ensure_sorted(i + 1);
-    cum += candidates_[i].p;
-    if (target < cum) return candidates_[i].token_id;
-  }
-  return candidates_[num_kept - 1].token_id;  // rounding left target just above the sum
+  return kept[find_crossing(kept, target, /*inclusive=*/false).idx].token_id;
 }
 
 }  // namespace sluice

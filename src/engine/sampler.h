@@ -11,7 +11,8 @@
 //   4. one uniform double u in [0, 1) from the request's generator, inverse CDF over the
 //      surviving candidates in the candidate order: probability descending, ties by id.
 //      Probabilities are p = exp((z' - max z') / T) in float (unnormalised, the top one is 1;
-//      underflow to 0 means never drawn), summed in double.
+//      underflow to 0 means never drawn), summed in double. No sort: the token at cumulative
+//      mass u is found by a weighted quickselect (see sampler.cc).
 //
 // Reported log-probs (SampleResult::logprob and ::top) are log_softmax of the penalized
 // logits z' at temperature 1 over the whole vocabulary, before top-k/top-p/min-p: the model's
@@ -25,8 +26,9 @@
 // uniform distribution over the vocabulary: token 0, logprob -log(vocab).
 // Every sample() with temperature > 0 consumes exactly one draw; greedy consumes none.
 //
-// Cost: greedy is O(vocab) passes with no allocation beyond small vectors; temperature
-// sampling is O(vocab) plus sorting only the head of the distribution it walks.
+// Cost: greedy is two O(vocab) passes (three with top_logprobs) with no allocation beyond
+// small vectors; temperature sampling adds an expected O(vocab) selection and never sorts
+// more than the top_k survivors.
 //
 // Thread-safety: a Sampler belongs to one request and is not thread-safe.
 #pragma once
@@ -112,7 +114,6 @@ class Sampler {
   bool penalties_active() const;
   void build_overrides(std::span<const float> logits);
   int32_t sample_candidates(std::span<const float> logits, float max_logit);
-  void ensure_sorted(size_t n);
 
   SamplingParams params_;
   Xoshiro256 rng_;
@@ -121,7 +122,6 @@ class Sampler {
   // Scratch reused across steps (allocated once per request).
   std::vector<Override> overrides_;     // [distinct context tokens in range]
   std::vector<Candidate> candidates_;   // [tokens with p > 0]
-  size_t num_sorted_ = 0;               // candidates_[0, num_sorted_) sorted, and >= the rest
 };
 
 }  // namespace sluice

@@ -104,6 +104,15 @@ std::string parse_error(std::vector<uint8_t> bytes) {
   return file ? std::string("no error") : file.error().message();
 }
 
+TEST(GgufReader, ReadsVersion2) {
+  auto bytes = sample_file();
+  bytes[4] = 2;  // v2 and v3 share the little-endian layout
+  auto file = File::from_buffer(std::move(bytes), "v2");
+  ASSERT_TRUE(file) << file.error().message();
+  EXPECT_EQ((*file)->version(), 2u);
+  EXPECT_EQ((*file)->tensors().size(), 2u);
+}
+
 TEST(GgufReader, RejectsBadMagicAndVersion) {
   auto bytes = sample_file();
   bytes[0] = 'X';

@@ -9,16 +9,20 @@
 namespace sluice::gguf {
 namespace {
 
+void put_bytes(std::vector<uint8_t>& out, const void* p, size_t n) {
+  const size_t at = out.size();
+  out.resize(at + n);
+  if (n) std::memcpy(out.data() + at, p, n);
+}
+
 template <typename T>
 void put(std::vector<uint8_t>& out, T v) {
-  uint8_t b[sizeof(T)];
-  std::memcpy(b, &v, sizeof(T));
-  out.insert(out.end(), b, b + sizeof(T));
+  put_bytes(out, &v, sizeof(T));
 }
 
 void put_string(std::vector<uint8_t>& out, std::string_view s) {
   put<uint64_t>(out, s.size());
-  out.insert(out.end(), s.begin(), s.end());
+  put_bytes(out, s.data(), s.size());
 }
 
 void put_value(std::vector<uint8_t>& out, ValueType type, const OwnedValue& v) {

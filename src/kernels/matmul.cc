@@ -1,9 +1,10 @@
 // Highway compiles this file once per SIMD target (foreach_target.h) and dispatches at run time.
 //
-// Kernel shape: the pool splits output rows into chunks. Inside a chunk, tokens go in tiles of
-// kTile; each weight row is loaded once per tile and multiplied into kTile accumulators. Within a
-// row, the dot product runs over fixed-width vectors in ascending k, one accumulator per token,
-// then a fixed lane reduction, then any scalar tail: the same order for every tile size.
+// Kernel shape: the pool splits output rows into chunks. Inside a chunk, tokens go in tiles of up
+// to kTile and rows in groups of kR; each weight vector loaded is multiplied into the
+// accumulators of every token of the tile. For one (row, token), the dot product runs over
+// fixed-width vectors in ascending k into one accumulator, then a fixed lane reduction, then any
+// scalar tail: the same order for every tile shape.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/matmul.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -59,61 +60,103 @@ struct Loader<hwy::bfloat16_t> {
   static float scalar(const uint8_t* p) { uint16_t v; std::memcpy(&v, p, 2); return bf16_to_f32(v); }
 };
 
-// Dense types: acc[t] += w[k] * x[t][k] over the row.
-template <typename T, int kN>
-HWY_INLINE void dot_dense(const uint8_t* w, const float* const* x, int64_t cols, float* out) {
+// A tile is kR weight rows times kN tokens, with one accumulator per (row, token). More
+// accumulators hide FMA latency (decode has kN = 1, so it takes kR = 4 rows); each accumulator
+// still sees the same FMAs in the same order as in any other tile shape.
+
+// Dense types: acc[r][t] += w[r][k] * x[t][k] over the row.
+template <typename T, int kR, int kN>
+HWY_INLINE void tile_dense(const uint8_t* const* w, const float* const* x, int64_t cols, float (*out)[kTile]) {
   const DF d;
   const int64_t lanes = hn::Lanes(d);
-  hn::Vec<DF> acc[kN];
-  for (int t = 0; t < kN; ++t) acc[t] = hn::Zero(d);
+  hn::Vec<DF> acc[kR][kN];
+  for (int r = 0; r < kR; ++r)
+    for (int t = 0; t < kN; ++t) acc[r][t] = hn::Zero(d);
   int64_t k = 0;
   for (; k + lanes <= cols; k += lanes) {
-    auto wv = Loader<T>::load(d, w + k * sizeof(T));
-    for (int t = 0; t < kN; ++t) acc[t] = hn::MulAdd(wv, hn::LoadU(d, x[t] + k), acc[t]);
+    hn::Vec<DF> xv[kN];
+    for (int t = 0; t < kN; ++t) xv[t] = hn::LoadU(d, x[t] + k);
+    for (int r = 0; r < kR; ++r) {
+      const auto wv = Loader<T>::load(d, w[r] + k * sizeof(T));
+      for (int t = 0; t < kN; ++t) acc[r][t] = hn::MulAdd(wv, xv[t], acc[r][t]);
+    }
   }
-  for (int t = 0; t < kN; ++t) {
-    float s = reduce(d, acc[t]);
-    for (int64_t j = k; j < cols; ++j) s += Loader<T>::scalar(w + j * sizeof(T)) * x[t][j];
-    out[t] = s;
+  for (int r = 0; r < kR; ++r) {
+    for (int t = 0; t < kN; ++t) {
+      float s = reduce(d, acc[r][t]);
+      for (int64_t j = k; j < cols; ++j) s += Loader<T>::scalar(w[r] + j * sizeof(T)) * x[t][j];
+      out[r][t] = s;
+    }
   }
 }
 
 // Q8_0: per block of 32, sum q*x in floats, then acc += d * block_sum.
-template <int kN>
-HWY_INLINE void dot_q8_0(const uint8_t* w, const float* const* x, int64_t cols, float* out) {
+template <int kR, int kN>
+HWY_INLINE void tile_q8_0(const uint8_t* const* w, const float* const* x, int64_t cols, float (*out)[kTile]) {
   const DF d;
   const hn::Rebind<int32_t, DF> di32;
   const hn::Rebind<int8_t, DF> di8;
   const int64_t lanes = hn::Lanes(d);
-  hn::Vec<DF> acc[kN];
-  for (int t = 0; t < kN; ++t) acc[t] = hn::Zero(d);
+  hn::Vec<DF> acc[kR][kN];
+  for (int r = 0; r < kR; ++r)
+    for (int t = 0; t < kN; ++t) acc[r][t] = hn::Zero(d);
   const int64_t num_blocks = cols / gguf::kQ8_0BlockSize;
   for (int64_t b = 0; b < num_blocks; ++b) {
-    const auto* block = reinterpret_cast<const gguf::BlockQ8_0*>(w + b * sizeof(gguf::BlockQ8_0));
-    uint16_t dh;
-    std::memcpy(&dh, &block->d, 2);
-    const auto scale = hn::Set(d, f16_to_f32(dh));
-    hn::Vec<DF> block_acc[kN];
-    for (int t = 0; t < kN; ++t) block_acc[t] = hn::Zero(d);
     const int64_t k0 = b * gguf::kQ8_0BlockSize;
-    for (int64_t j = 0; j < gguf::kQ8_0BlockSize; j += lanes) {
-      auto q = hn::ConvertTo(d, hn::PromoteTo(di32, hn::LoadU(di8, block->qs + j)));
-      for (int t = 0; t < kN; ++t) block_acc[t] = hn::MulAdd(q, hn::LoadU(d, x[t] + k0 + j), block_acc[t]);
+    const gguf::BlockQ8_0* block[kR];
+    hn::Vec<DF> block_acc[kR][kN];
+    for (int r = 0; r < kR; ++r) {
+      block[r] = reinterpret_cast<const gguf::BlockQ8_0*>(w[r] + b * sizeof(gguf::BlockQ8_0));
+      for (int t = 0; t < kN; ++t) block_acc[r][t] = hn::Zero(d);
     }
-    for (int t = 0; t < kN; ++t) acc[t] = hn::MulAdd(scale, block_acc[t], acc[t]);
+    for (int64_t j = 0; j < gguf::kQ8_0BlockSize; j += lanes) {
+      hn::Vec<DF> xv[kN];
+      for (int t = 0; t < kN; ++t) xv[t] = hn::LoadU(d, x[t] + k0 + j);
+      for (int r = 0; r < kR; ++r) {
+        const auto q = hn::ConvertTo(d, hn::PromoteTo(di32, hn::LoadU(di8, block[r]->qs + j)));
+        for (int t = 0; t < kN; ++t) block_acc[r][t] = hn::MulAdd(q, xv[t], block_acc[r][t]);
+      }
+    }
+    for (int r = 0; r < kR; ++r) {
+      uint16_t dh;
+      std::memcpy(&dh, &block[r]->d, 2);
+      const auto scale = hn::Set(d, f16_to_f32(dh));
+      for (int t = 0; t < kN; ++t) acc[r][t] = hn::MulAdd(scale, block_acc[r][t], acc[r][t]);
+    }
   }
-  for (int t = 0; t < kN; ++t) out[t] = reduce(d, acc[t]);
+  for (int r = 0; r < kR; ++r)
+    for (int t = 0; t < kN; ++t) out[r][t] = reduce(d, acc[r][t]);
 }
 
-template <int kN>
-HWY_INLINE void dot_rows(const WeightView& w, int64_t n, const float* const* x, float* out) {
-  const uint8_t* row = w.row(n);
+template <int kR, int kN>
+HWY_INLINE void tile(const WeightView& w, int64_t n, const float* const* x, float (*out)[kTile]) {
+  const uint8_t* rows[kR];
+  for (int r = 0; r < kR; ++r) rows[r] = w.row(n + r);
   switch (w.type) {
-    case gguf::TensorType::kF32: dot_dense<float, kN>(row, x, w.cols, out); break;
-    case gguf::TensorType::kF16: dot_dense<hwy::float16_t, kN>(row, x, w.cols, out); break;
-    case gguf::TensorType::kBF16: dot_dense<hwy::bfloat16_t, kN>(row, x, w.cols, out); break;
-    case gguf::TensorType::kQ8_0: dot_q8_0<kN>(row, x, w.cols, out); break;
+    case gguf::TensorType::kF32: tile_dense<float, kR, kN>(rows, x, w.cols, out); break;
+    case gguf::TensorType::kF16: tile_dense<hwy::float16_t, kR, kN>(rows, x, w.cols, out); break;
+    case gguf::TensorType::kBF16: tile_dense<hwy::bfloat16_t, kR, kN>(rows, x, w.cols, out); break;
+    case gguf::TensorType::kQ8_0: tile_q8_0<kR, kN>(rows, x, w.cols, out); break;
     default: break;
+  }
+}
+
+// Rows [n, row_end) for kN tokens: kR rows at a time, then single rows.
+template <int kR, int kN>
+HWY_INLINE void tile_rows(const WeightView& w, int64_t n, int64_t row_end, const float* const* x, float* y,
+                          int64_t t0) {
+  float out[kTile][kTile] = {};
+  auto store = [&](int64_t row, int num_rows) {
+    for (int r = 0; r < num_rows; ++r)
+      for (int t = 0; t < kN; ++t) y[(t0 + t) * w.rows + row + r] = out[r][t];
+  };
+  for (; n + kR <= row_end; n += kR) {
+    tile<kR, kN>(w, n, x, out);
+    store(n, kR);
+  }
+  for (; n < row_end; ++n) {
+    tile<1, kN>(w, n, x, out);
+    store(n, 1);
   }
 }
 
@@ -123,15 +166,11 @@ void MatmulRows(const WeightView& w, const float* x, int64_t num_tokens, float* 
     const int n_tile = static_cast<int>(std::min<int64_t>(kTile, num_tokens - t0));
     const float* xs[kTile];
     for (int t = 0; t < n_tile; ++t) xs[t] = x + (t0 + t) * w.cols;
-    float out[kTile];
-    for (int64_t n = row_begin; n < row_end; ++n) {
-      switch (n_tile) {
-        case 4: dot_rows<4>(w, n, xs, out); break;
-        case 3: dot_rows<3>(w, n, xs, out); break;
-        case 2: dot_rows<2>(w, n, xs, out); break;
-        default: dot_rows<1>(w, n, xs, out); break;
-      }
-      for (int t = 0; t < n_tile; ++t) y[(t0 + t) * w.rows + n] = out[t];
+    switch (n_tile) {
+      case 4: tile_rows<2, 4>(w, row_begin, row_end, xs, y, t0); break;
+      case 3: tile_rows<2, 3>(w, row_begin, row_end, xs, y, t0); break;
+      case 2: tile_rows<4, 2>(w, row_begin, row_end, xs, y, t0); break;
+      default: tile_rows<4, 1>(w, row_begin, row_end, xs, y, t0); break;
     }
   }
 }

@@ -7,6 +7,7 @@
 #include "common/half.h"
 #include "gguf/gguf_reader.h"
 #include "tokenizer/synthetic_vocab.h"
+#include "tokenizer/tokenizer_metadata.h"
 
 namespace sluice {
 namespace {
@@ -125,9 +126,7 @@ Status write_tokenizer(gguf::Writer& w, ModelSpec& spec) {
   if (!file) return file.error().with_context("--vocab");
   auto tokens = (*file)->get_array("tokenizer.ggml.tokens", gguf::ValueType::kString);
   if (!tokens) return tokens.error().with_context(spec.vocab_file);
-  for (const auto& [key, value] : (*file)->metadata()) {
-    if (key.starts_with("tokenizer.")) w.set(std::string(key), gguf::to_owned(value));
-  }
+  copy_tokenizer_metadata(**file, w);
   spec.vocab_size = static_cast<int32_t>((*tokens)->count);
   return Status::ok();
 }

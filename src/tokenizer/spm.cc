@@ -1,5 +1,6 @@
 #include "tokenizer/spm.h"
 
+#include <algorithm>
 #include <queue>
 
 #include "common/utf8.h"

@@ -1,6 +1,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -154,6 +155,25 @@ TEST(Tokenizer, PiecesOfControlByteAndOutOfRangeTokens) {
   EXPECT_EQ(llama->token_to_piece(32000), "");
   // decode() never returns broken UTF-8: a lone byte becomes U+FFFD.
   EXPECT_EQ(llama->decode(std::vector<int32_t>{15043, 3 + 0xE2}), "Hello\xEF\xBF\xBD");
+}
+
+TEST(Tokenizer, EncodesConcurrentlyFromManyThreads) {
+  SHARED_TOKENIZER_OR_SKIP(tok, "ggml-vocab-qwen2");
+  std::vector<std::vector<int32_t>> expected;
+  for (const std::string& text : kAwkwardTexts) expected.push_back(*tok->encode(text));
+  std::vector<std::thread> threads;
+  std::vector<int> num_mismatches(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 20; ++round) {
+        for (size_t i = 0; i < kAwkwardTexts.size(); ++i) {
+          num_mismatches[t] += *tok->encode(kAwkwardTexts[i]) != expected[i];
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(num_mismatches, std::vector<int>(4, 0));
 }
 
 // --- load errors name the key ------------------------------------------------------------

@@ -1,0 +1,152 @@
+// engine_bench: the forward pass against the machine's ceilings, as ratios taken in one run.
+//
+//   decode step (1 sequence)   weight bytes per step / step time, vs measured read bandwidth
+//   prefill                    matmul FLOP/s, vs measured peak FMA rate
+//   batched decode (B seqs)    tokens/s of B sequences per step, vs one sequence per step
+//
+// Usage: engine_bench [-m FILE.gguf | --preset NAME --dtype TYPE] [--threads N] [--ctx N]
+//                     [--batch B] [--prefill P] [--steps S]
+#include <chrono>
+#include <cstdio>
+#include <numeric>
+
+#include <CLI/CLI.hpp>
+
+#include "bench/peak.h"
+#include "kernels/matmul.h"
+#include "model/loader.h"
+#include "model/model_maker.h"
+
+namespace sluice::bench {
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+double weight_bytes_per_token_step(const Model& m) {
+  auto bytes = [](const kernels::WeightView& w) { return static_cast<double>(w.rows) * w.row_bytes(); };
+  double total = bytes(m.weights().output);
+  for (const auto& l : m.weights().layers) {
+    total += bytes(l.wq) + bytes(l.wk) + bytes(l.wv) + bytes(l.wo) + bytes(l.gate) + bytes(l.up) + bytes(l.down);
+  }
+  return total;
+}
+
+double matmul_params(const Model& m) {
+  auto n = [](const kernels::WeightView& w) { return static_cast<double>(w.rows) * w.cols; };
+  double total = 0;
+  for (const auto& l : m.weights().layers) {
+    total += n(l.wq) + n(l.wk) + n(l.wv) + n(l.wo) + n(l.gate) + n(l.up) + n(l.down);
+  }
+  return total;  // the output projection runs for one token per sequence only
+}
+
+// Runs B sequences: prefill `ctx` tokens each, then `steps` decode steps of one token per
+// sequence. Returns seconds per decode step.
+double decode_step_seconds(Model& m, ThreadPool& pool, int batch, int ctx, int steps) {
+  const int32_t bs = 16;
+  const int32_t blocks_per_seq = (ctx + steps + bs) / bs;
+  KvPool kv(m.config(), blocks_per_seq * batch, bs);
+  std::vector<float> logits;
+  auto seq_blocks = [&](int s) {
+    std::vector<int32_t> b(blocks_per_seq);
+    std::iota(b.begin(), b.end(), s * blocks_per_seq);
+    return b;
+  };
+  for (int s = 0; s < batch; ++s) {
+    ForwardBatch b;
+    b.block_size = bs;
+    b.max_blocks_per_seq = blocks_per_seq;
+    const int32_t row = b.add_sequence(seq_blocks(s));
+    for (int p = 0; p < ctx; ++p) b.add_token(row, (p * 7 + s) % m.config().vocab_size, p, p == ctx - 1);
+    SLUICE_CHECK(m.forward(b, kv, pool, logits).is_ok());
+  }
+  const double t0 = now();
+  for (int step = 0; step < steps; ++step) {
+    ForwardBatch b;
+    b.block_size = bs;
+    b.max_blocks_per_seq = blocks_per_seq;
+    for (int s = 0; s < batch; ++s) {
+      const int32_t row = b.add_sequence(seq_blocks(s));
+      b.add_token(row, (step * 13 + s) % m.config().vocab_size, ctx + step, true);
+    }
+    SLUICE_CHECK(m.forward(b, kv, pool, logits).is_ok());
+  }
+  return (now() - t0) / steps;
+}
+
+double prefill_seconds(Model& m, ThreadPool& pool, int tokens) {
+  const int32_t bs = 16, blocks = (tokens + bs - 1) / bs;
+  KvPool kv(m.config(), blocks, bs);
+  ForwardBatch b;
+  b.block_size = bs;
+  b.max_blocks_per_seq = blocks;
+  std::vector<int32_t> ids(blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  const int32_t row = b.add_sequence(ids);
+  for (int p = 0; p < tokens; ++p) b.add_token(row, (p * 7) % m.config().vocab_size, p, p == tokens - 1);
+  std::vector<float> logits;
+  double best = 1e30;
+  for (int rep = 0; rep < 2; ++rep) {
+    const double t0 = now();
+    SLUICE_CHECK(m.forward(b, kv, pool, logits).is_ok());
+    best = std::min(best, now() - t0);
+  }
+  return best;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"engine_bench: forward-pass speed as ratios to this machine's measured ceilings"};
+  std::string model_path, preset = "qwen2.5-0.5b", dtype = "q8_0";
+  int threads = 0, ctx = 128, batch = 8, prefill = 128, steps = 8;
+  app.add_option("-m,--model", model_path, "GGUF model (default: make --preset/--dtype in memory)");
+  app.add_option("--preset", preset, "Preset shape of the in-memory model")->capture_default_str();
+  app.add_option("--dtype", dtype, "Weight type of the in-memory model: f32, f16, bf16, q8_0")->capture_default_str();
+  app.add_option("-t,--threads", threads, "Threads; 0 = one per core")->capture_default_str();
+  app.add_option("--ctx", ctx, "Context length before the decode steps")->capture_default_str();
+  app.add_option("--batch", batch, "Sequences per step for the batched decode")->capture_default_str();
+  app.add_option("--prefill", prefill, "Prompt tokens in the prefill pass")->capture_default_str();
+  app.add_option("--steps", steps, "Decode steps measured")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  std::unique_ptr<Model> model;
+  if (model_path.empty()) {
+    auto spec = preset_spec(preset);
+    if (!spec) return std::fprintf(stderr, "%s\n", spec.error().message().c_str()), 1;
+    spec->dtype = dtype == "f32" ? gguf::TensorType::kF32 : dtype == "f16" ? gguf::TensorType::kF16
+                : dtype == "bf16" ? gguf::TensorType::kBF16 : gguf::TensorType::kQ8_0;
+    std::fprintf(stderr, "making %s %s in memory...\n", preset.c_str(), dtype.c_str());
+    auto w = make_model(*spec);
+    auto f = gguf::File::from_buffer(w->to_bytes(), preset);
+    model = std::move(*Model::load(std::move(*f)));
+    model_path = preset + " " + dtype + " (random weights)";
+  } else {
+    auto loaded = load_model(model_path);
+    if (!loaded) return std::fprintf(stderr, "%s\n", loaded.error().message().c_str()), 1;
+    model = std::move(loaded->model);
+  }
+  ThreadPool pool(threads);
+  std::printf("model: %s, threads: %d, SIMD: %s\n", model_path.c_str(), pool.num_threads(), kernels::simd_target_name());
+
+  const double bw = measure_read_bandwidth(pool);
+  const double peak = measure_peak_flops(pool);
+  std::printf("machine: read bandwidth %.1f GB/s, peak FMA %.1f GFLOP/s\n", bw / 1e9, peak / 1e9);
+
+  const double wbytes = weight_bytes_per_token_step(*model);
+  const double single = decode_step_seconds(*model, pool, 1, ctx, steps);
+  const double batched = decode_step_seconds(*model, pool, batch, ctx, steps);
+  const double pf = prefill_seconds(*model, pool, prefill);
+  const double pf_flops = 2.0 * matmul_params(*model) * prefill / pf;
+
+  std::printf("decode, 1 sequence at ctx %d:  %.2f ms/step, %.1f tok/s, weights %.0f MB/step -> %.1f GB/s = %.2f of read bandwidth\n",
+              ctx, single * 1e3, 1 / single, wbytes / 1e6, wbytes / single / 1e9, wbytes / single / bw);
+  std::printf("decode, %d sequences per step: %.2f ms/step, %.1f tok/s = %.2fx one sequence\n", batch,
+              batched * 1e3, batch / batched, (batch / batched) / (1 / single));
+  std::printf("prefill, %d tokens:            %.1f tok/s, %.1f GFLOP/s = %.2f of peak FMA\n", prefill,
+              prefill / pf, pf_flops / 1e9, pf_flops / peak);
+  return 0;
+}
+
+}  // namespace
+}  // namespace sluice::bench
+
+int main(int argc, char** argv) { return sluice::bench::run(argc, argv); }

@@ -1,0 +1,14 @@
+// Machine ceilings that benchmark figures are divided by: memory read bandwidth and the
+// peak fused-multiply-add rate of the SIMD target the kernels dispatch to.
+#pragma once
+
+#include "common/thread_pool.h"
+
+namespace sluice::bench {
+
+// Bytes per second read from a buffer much larger than the caches, all threads of the pool.
+double measure_read_bandwidth(ThreadPool& pool);
+// Floating-point operations per second (an FMA counts 2) of independent FMA chains, all threads.
+double measure_peak_flops(ThreadPool& pool);
+
+}  // namespace sluice::bench
