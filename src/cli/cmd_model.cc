@@ -7,7 +7,9 @@
 #include "cli/commands.h"
 #include "model/config.h"
 #include "model/loader.h"
+#include "model/model.h"
 #include "model/model_maker.h"
+#include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 
 namespace sluice::cli {
@@ -43,6 +45,9 @@ int run_info(const std::string& path, bool all_metadata) {
       std::printf("architecture:    %s (cannot load: %s)\n", f.get_string_or("general.architecture", "?").c_str(),
                   config.error().message().c_str());
     } else {
+      // Binding the weights checks every tensor's presence, shape and type, as loading does.
+      auto weights = ModelWeights::bind(f, *config);
+      if (!weights) std::printf("loadable:        no: %s\n", weights.error().message().c_str());
       const ModelConfig& c = *config;
       std::printf("architecture:    %s\n", c.arch_name.c_str());
       std::printf("layers:          %d\n", c.num_layers);
@@ -94,7 +99,7 @@ int run_info(const std::string& path, bool all_metadata) {
                   t.shape_string().c_str());
     }
   }
-  return kExitOk;
+  return finish_stdout();
 }
 
 struct MakeOptions {
@@ -144,10 +149,17 @@ int run_make(const MakeOptions& o) {
   auto writer = make_model(*spec);
   if (!writer) return fail(writer.error().message());
   if (Status s = writer->write_file(o.output); !s) return fail(s.message());
+  // What make writes, sluice must load: read the file back through the loader.
   auto check = gguf::File::open(o.output);
   if (!check) return fail("wrote an unreadable file: " + check.error().message());
+  const size_t num_tensors = (*check)->tensors().size();
+  const uint64_t size = (*check)->file_size();
+  if (auto model = Model::load(std::move(*check)); !model) {
+    std::remove(o.output.c_str());
+    return fail("the made model does not load, removed it: " + model.error().message());
+  }
   std::fprintf(stderr, "wrote %s: %s %s, %zu tensors, %s\n", o.output.c_str(), std::string(arch_name(spec->arch)).c_str(),
-               o.dtype.c_str(), (*check)->tensors().size(), human_bytes((*check)->file_size()).c_str());
+               o.dtype.c_str(), num_tensors, human_bytes(size).c_str());
   return kExitOk;
 }
 
@@ -166,7 +178,8 @@ Runner add_model_command(CLI::App& app) {
   auto o = std::make_shared<MakeOptions>();
   std::string presets;
   for (const auto& p : model_presets()) presets += "\n  " + p.name + ": " + p.description;
-  CLI::App* make = cmd->add_subcommand("make", "Make a random-weight model with a working tokenizer.\nPresets:" + presets);
+  CLI::App* make = cmd->add_subcommand("make", "Make a random-weight model with a working tokenizer");
+  make->footer("Presets:" + presets);
   make->add_option("--preset", o->preset, "Shape preset (listed above); the flags below override it")->capture_default_str();
   make->add_option("--arch", o->arch, "Architecture: llama, qwen2 or qwen3 (default: the preset's)");
   make->add_option("--dtype", o->dtype, "Weight type of matrices: f32, f16, bf16 or q8_0")->capture_default_str();
@@ -175,13 +188,15 @@ Runner add_model_command(CLI::App& app) {
   make->add_option("--ffn", o->ffn, "Feed-forward size");
   make->add_option("--heads", o->heads, "Attention heads");
   make->add_option("--kv-heads", o->kv_heads, "Key/value heads (grouped-query attention)");
-  make->add_option("--head-dim", o->head_dim, "Head size, when not hidden / heads (as in Qwen3)");
-  make->add_option("--vocab-size", o->vocab_size, "Size of the synthesized BPE vocabulary");
+  make->add_option("--head-dim", o->head_dim, "Head size, when not hidden / heads (as in Qwen3)")
+      ->check(CLI::Range(2, 1024));
+  auto* vocab_size = make->add_option("--vocab-size", o->vocab_size, "Size of the synthesized BPE vocabulary");
   make->add_option("--ctx", o->ctx, "Context length written to the file");
   make->add_option("--rope-theta", o->rope_theta, "RoPE base frequency");
   make->add_option("--tied", o->tied, "Tie output and embedding weights (true/false)");
   make->add_option("--seed", o->seed, "Seed of the random weights and vocabulary");
-  make->add_option("--vocab", o->vocab_file, "Copy the tokenizer of this GGUF file instead of synthesizing one");
+  make->add_option("--vocab", o->vocab_file, "Copy the tokenizer of this GGUF file instead of synthesizing one")
+      ->excludes(vocab_size);
   make->add_option("-o,--output", o->output, "Output GGUF file")->required();
 
   return [=] {

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "common/utf8.h"
 #include "model/loader.h"
 #include "tokenizer/tokenizer.h"
 
@@ -18,15 +19,29 @@ struct TokenizeOptions {
   bool special = false;
 };
 
-// Shows a piece with control characters escaped, so every token fits on one line.
+// Shows a piece on one line as valid UTF-8: control characters and bytes that are not part
+// of a complete UTF-8 character (byte-fallback tokens) are escaped as \n, \t, \xNN.
 std::string printable(const std::string& s) {
   std::string out;
-  for (unsigned char c : s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x80) {
+      Utf8Char ch = utf8_decode(std::string_view(s).substr(i));
+      if (ch.status == Utf8Status::kValid) {
+        out.append(s, i, ch.length);
+        i += ch.length;
+      } else {
+        out += fmt::format("\\x{:02x}", c);
+        ++i;
+      }
+      continue;
+    }
     if (c == '\n') out += "\\n";
     else if (c == '\t') out += "\\t";
     else if (c == '\r') out += "\\r";
     else if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
     else out += static_cast<char>(c);
+    ++i;
   }
   return out;
 }
@@ -43,13 +58,13 @@ int run(const TokenizeOptions& o) {
   if (o.pieces) {
     for (int32_t id : *ids) {
       std::printf("%d\t'%s'\t%s\n", id, printable((*tok)->token_to_piece(id, true)).c_str(),
-                  (*tok)->token_text(id).c_str());
+                  printable((*tok)->token_text(id)).c_str());
     }
   } else {
     for (size_t i = 0; i < ids->size(); ++i) std::printf("%s%d", i ? " " : "", (*ids)[i]);
     std::printf("\n");
   }
-  return kExitOk;
+  return finish_stdout();
 }
 
 }  // namespace

@@ -22,6 +22,9 @@ inline constexpr int kExitUsage = 2;      // bad command line
 // Prints "sluice: error: MESSAGE" to stderr and returns kExitError.
 int fail(const std::string& message);
 
+// Flushes stdout; an error (a full disk, a closed descriptor) is reported and gives kExitError.
+int finish_stdout();
+
 // A progress callback that redraws one line on stderr when it is a terminal, else does nothing.
 std::function<void(uint64_t, uint64_t)> terminal_progress(const std::string& what);
 

@@ -1,6 +1,8 @@
 // sluice: one binary, one subcommand per job (see DESIGN.md).
 #include <cstdio>
 #include <iostream>
+#include <string>
+#include <utility>
 #include <unistd.h>
 
 #include "cli/commands.h"
@@ -10,6 +12,11 @@ namespace sluice::cli {
 int fail(const std::string& message) {
   std::cerr << "sluice: error: " << message << std::endl;
   return kExitError;
+}
+
+int finish_stdout() {
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) return fail("cannot write to standard output");
+  return kExitOk;
 }
 
 std::function<void(uint64_t, uint64_t)> terminal_progress(const std::string& what) {
@@ -32,17 +39,34 @@ int main(int argc, char** argv) {
                "sluice"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show the help of every command");
-  Runner generate = add_generate_command(app);
-  Runner tokenize = add_tokenize_command(app);
-  Runner model = add_model_command(app);
+  app.set_version_flag("--version", "sluice " SLUICE_VERSION);
+  const std::pair<const char*, Runner> commands[] = {
+      {"generate", add_generate_command(app)},
+      {"tokenize", add_tokenize_command(app)},
+      {"model", add_model_command(app)},
+  };
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    for (const auto& [name, runner] : commands) known = known || std::string(argv[1]) == name;
+    if (!known) {
+      std::cerr << "sluice: error: unknown command '" << argv[1] << "' (commands: generate, tokenize, model; see sluice --help)\n";
+      return kExitUsage;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
     return code == 0 ? kExitOk : kExitUsage;
   }
-  if (app.got_subcommand("generate")) return generate();
-  if (app.got_subcommand("tokenize")) return tokenize();
-  if (app.got_subcommand("model")) return model();
+  // Library code reports failures as values; anything thrown here (out of memory, no threads
+  // left) still ends with a message rather than an abort.
+  try {
+    for (const auto& [name, runner] : commands) {
+      if (app.got_subcommand(name)) return runner();
+    }
+  } catch (const std::exception& e) {
+    return fail(std::string("internal error: ") + e.what());
+  }
   return kExitUsage;
 }

@@ -2,7 +2,19 @@
 
 #include <algorithm>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define SLUICE_CPU_RELAX() _mm_pause()
+#else
+#define SLUICE_CPU_RELAX() std::this_thread::yield()
+#endif
+
 namespace sluice {
+namespace {
+// About 20-50 microseconds of spinning: longer than the gap between two kernels of a step,
+// much shorter than the gap between steps.
+constexpr int kSpinIterations = 20000;
+}  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -29,16 +41,24 @@ void ThreadPool::run_chunks() {
 void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   for (;;) {
-    {
-      std::unique_lock lock(mu_);
-      work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+    bool got = false;
+    for (int i = 0; i < kSpinIterations; ++i) {
+      if (generation_.load(std::memory_order_acquire) != seen) {
+        got = true;
+        break;
+      }
+      SLUICE_CPU_RELAX();
     }
+    if (!got) {
+      std::unique_lock lock(mu_);
+      work_cv_.wait(lock, [&] { return stop_ || generation_.load(std::memory_order_acquire) != seen; });
+      if (stop_) return;
+    }
+    seen = generation_.load(std::memory_order_acquire);
     run_chunks();
-    {
-      std::lock_guard lock(mu_);
-      if (--busy_ == 0) done_cv_.notify_one();
+    if (busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard lock(mu_);  // pairs with the caller's wait on done_cv_
+      done_cv_.notify_one();
     }
   }
 }
@@ -51,21 +71,23 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     return;
   }
   // A few chunks per thread balances uneven work without much claiming overhead.
-  int64_t chunks = static_cast<int64_t>(num_threads()) * 4;
-  int64_t chunk = std::max(grain, (n + chunks - 1) / chunks);
+  const int64_t chunks = static_cast<int64_t>(num_threads()) * 4;
+  fn_ = &fn;
+  n_ = n;
+  chunk_ = std::max(grain, (n + chunks - 1) / chunks);
+  next_.store(0, std::memory_order_relaxed);
+  busy_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
   {
-    std::lock_guard lock(mu_);
-    fn_ = &fn;
-    n_ = n;
-    chunk_ = chunk;
-    next_.store(0, std::memory_order_relaxed);
-    busy_ = static_cast<int>(workers_.size());
-    ++generation_;
+    std::lock_guard lock(mu_);  // so a worker between its check and its wait cannot miss this
+    generation_.fetch_add(1, std::memory_order_release);
   }
   work_cv_.notify_all();
   run_chunks();
-  std::unique_lock lock(mu_);
-  done_cv_.wait(lock, [&] { return busy_ == 0; });
+  for (int i = 0; i < kSpinIterations && busy_.load(std::memory_order_acquire) != 0; ++i) SLUICE_CPU_RELAX();
+  if (busy_.load(std::memory_order_acquire) != 0) {
+    std::unique_lock lock(mu_);
+    done_cv_.wait(lock, [&] { return busy_.load(std::memory_order_acquire) == 0; });
+  }
   fn_ = nullptr;
 }
 

@@ -5,6 +5,10 @@
 // never changes what is computed for an index: kernels give each output element to exactly
 // one range and reduce inside it in a fixed order (DESIGN.md, invariant 1).
 //
+// A forward pass calls parallel_for a few hundred times per step, so hand-offs are cheap:
+// idle workers spin briefly on an atomic generation counter before sleeping on a condition
+// variable, and the caller spins briefly before sleeping while the last ranges finish.
+//
 // Thread-safety: parallel_for may be called from one thread at a time (the engine thread).
 // The destructor stops and joins the workers.
 #pragma once
@@ -41,14 +45,15 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
-  // The current job; written under mu_ before generation_ is bumped.
-  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;  // GUARDED_BY(mu_) for writes
+  // The current job: written by the caller before generation_ is bumped (release), read by
+  // workers after they see the new generation (acquire).
+  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;
   int64_t chunk_ = 1;
   std::atomic<int64_t> next_{0};
-  uint64_t generation_ = 0;  // GUARDED_BY(mu_)
-  int busy_ = 0;             // GUARDED_BY(mu_): workers still in the current job
-  bool stop_ = false;        // GUARDED_BY(mu_)
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> busy_{0};  // workers still in the current job
+  bool stop_ = false;         // GUARDED_BY(mu_)
 };
 
 }  // namespace sluice

@@ -29,10 +29,16 @@ Result<GenerateResult> Generator::generate(const GenerateRequest& req,
   const auto num_prompt = static_cast<int32_t>(req.prompt_tokens.size());
   if (num_prompt == 0) return Error("the prompt is empty");
   if (num_prompt >= c.context_length) {
-    return Error("prompt has {} tokens, but the model's context is {} tokens", num_prompt, c.context_length);
+    return Error("prompt has {} tokens; it must be shorter than the model's context of {} tokens", num_prompt,
+                 c.context_length);
   }
   if (req.max_tokens < 0) return Error("max tokens must be >= 0, got {}", req.max_tokens);
   if (Status s = req.sampling.validate(); !s) return Error(s);
+  for (int32_t id : req.stop_token_ids) {
+    if (id < 0 || id >= c.vocab_size) {
+      return Error("stop token id {} is outside the vocabulary (0..{})", id, c.vocab_size - 1);
+    }
+  }
   const int32_t max_new = std::min(req.max_tokens, c.context_length - num_prompt);
 
   const int32_t total = num_prompt + max_new;

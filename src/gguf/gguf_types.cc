@@ -17,6 +17,22 @@ uint32_t value_type_size(ValueType type) {
 
 bool value_type_known(uint32_t raw) { return raw <= static_cast<uint32_t>(ValueType::kF64); }
 
+bool is_integer_type(ValueType t) {
+  switch (t) {
+    case ValueType::kU8: case ValueType::kI8: case ValueType::kU16: case ValueType::kI16:
+    case ValueType::kU32: case ValueType::kI32: case ValueType::kU64: case ValueType::kI64:
+    case ValueType::kBool:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_unsigned_type(ValueType t) {
+  return t == ValueType::kU8 || t == ValueType::kU16 || t == ValueType::kU32 ||
+         t == ValueType::kU64 || t == ValueType::kBool;
+}
+
 std::string_view value_type_name(ValueType type) {
   static constexpr std::array<std::string_view, 13> kNames = {
       "u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64", "f64"};

@@ -24,6 +24,9 @@ enum class ValueType : uint32_t {
 uint32_t value_type_size(ValueType type);
 bool value_type_known(uint32_t raw);
 std::string_view value_type_name(ValueType type);
+// Integer value types (bool counts as one); the unsigned ones.
+bool is_integer_type(ValueType type);
+bool is_unsigned_type(ValueType type);
 
 enum class TensorType : uint32_t {
   kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kQ8_1 = 9,

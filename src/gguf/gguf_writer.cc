@@ -1,5 +1,8 @@
 #include "gguf/gguf_writer.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
@@ -170,8 +173,16 @@ std::vector<uint8_t> Writer::to_bytes() const {
 }
 
 Status Writer::write_file(const std::string& path) const {
+  // Only a new file or a regular file is replaced: never a device, a directory or a link.
+  struct stat st {};
+  if (lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    return Status::error(fmt::format("cannot write '{}': it exists and is not a regular file", path));
+  }
   // Streams tensor data after the header, so a large model is not copied twice in memory.
   std::string tmp = path + ".partial";
+  if (lstat(tmp.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    return Status::error(fmt::format("cannot write '{}': it exists and is not a regular file", tmp));
+  }
   FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) return Status::error(fmt::format("cannot write '{}': {}", tmp, std::strerror(errno)));
   std::vector<uint8_t> header = header_bytes();

@@ -62,7 +62,8 @@ class Writer {
   void set_alignment(uint32_t alignment);
 
   std::vector<uint8_t> to_bytes() const;
-  // Written atomically: to PATH.partial, then renamed.
+  // Written atomically: to PATH.partial, then renamed. Refuses to replace anything but a
+  // regular file (a device, a directory, a symbolic link).
   Status write_file(const std::string& path) const;
 
  private:

@@ -133,20 +133,33 @@ Status write_tokenizer(gguf::Writer& w, ModelSpec& spec) {
 
 }  // namespace
 
+// Messages name the `sluice model make` flag of each field.
 Status ModelSpec::validate() const {
   auto bad = [](std::string m) { return Status::error(std::move(m)); };
-  if (num_layers < 1 || num_layers > 256) return bad(fmt::format("layers must be in 1..256, got {}", num_layers));
-  if (dim < 8 || dim > 65536) return bad(fmt::format("dim must be in 8..65536, got {}", dim));
-  if (ffn_dim < 1 || ffn_dim > 262144) return bad(fmt::format("ffn must be in 1..262144, got {}", ffn_dim));
+  if (num_layers < 1 || num_layers > 256) return bad(fmt::format("--layers must be in 1..256, got {}", num_layers));
+  if (dim < 8 || dim > 65536) return bad(fmt::format("--dim must be in 8..65536, got {}", dim));
+  if (ffn_dim < 1 || ffn_dim > 262144) return bad(fmt::format("--ffn must be in 1..262144, got {}", ffn_dim));
   if (num_heads < 1 || num_kv_heads < 1 || num_heads % num_kv_heads != 0) {
-    return bad(fmt::format("heads ({}) must be a positive multiple of kv-heads ({})", num_heads, num_kv_heads));
+    return bad(fmt::format("--heads ({}) must be a positive multiple of --kv-heads ({})", num_heads, num_kv_heads));
   }
-  const int32_t hd = head_dim ? head_dim : (dim % num_heads == 0 ? dim / num_heads : 0);
-  if (hd < 2 || hd % 2 != 0) return bad(fmt::format("head dim must be even and >= 2 (dim {} / heads {})", dim, num_heads));
+  if (head_dim != 0) {
+    if (head_dim < 2 || head_dim % 2 != 0 || head_dim > 1024) {
+      return bad(fmt::format("--head-dim must be even and in 2..1024, got {}", head_dim));
+    }
+  } else if (dim % num_heads != 0 || (dim / num_heads) % 2 != 0) {
+    return bad(fmt::format("--dim {} / --heads {} must be a whole, even head size (or give --head-dim)", dim, num_heads));
+  }
+  const int32_t hd = head_dim ? head_dim : dim / num_heads;
   if (vocab_file.empty() && (vocab_size < kSyntheticMinVocabSize || vocab_size > (1 << 22))) {
-    return bad(fmt::format("vocab must be in {}..{}, got {}", kSyntheticMinVocabSize, 1 << 22, vocab_size));
+    return bad(fmt::format("--vocab-size must be in {}..{}, got {}", kSyntheticMinVocabSize, 1 << 22, vocab_size));
   }
-  if (context_length < 1) return bad(fmt::format("context must be positive, got {}", context_length));
+  if (context_length < 1 || context_length > (1 << 24)) {
+    return bad(fmt::format("--ctx must be in 1..{}, got {}", 1 << 24, context_length));
+  }
+  if (!(rope_theta > 1 && std::isfinite(rope_theta))) {
+    return bad(fmt::format("--rope-theta must be a finite number > 1, got {}", rope_theta));
+  }
+  if (!(rms_eps > 0 && rms_eps < 1)) return bad(fmt::format("rms epsilon must be in (0, 1), got {}", rms_eps));
   if (dtype == gguf::TensorType::kQ8_0) {
     for (int32_t n : {dim, ffn_dim, num_heads * hd}) {
       if (n % gguf::kQ8_0BlockSize != 0) {

@@ -1,5 +1,7 @@
 #include "model/model_maker.h"
 
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 #include "model/loader.h"
@@ -44,7 +46,7 @@ TEST(ModelMaker, ImpossibleShapesAreClearErrors) {
   s.num_kv_heads = 3;
   auto r = make_model(s);
   ASSERT_FALSE(r);
-  EXPECT_NE(r.error().message().find("multiple of kv-heads"), std::string::npos);
+  EXPECT_NE(r.error().message().find("multiple of --kv-heads"), std::string::npos);
   s = *preset_spec("tiny");
   s.dim = 48;
   s.dtype = gguf::TensorType::kQ8_0;
@@ -53,6 +55,16 @@ TEST(ModelMaker, ImpossibleShapesAreClearErrors) {
   r = make_model(s);
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message().find("multiple of 32"), std::string::npos);
+  s = *preset_spec("tiny");
+  s.rope_theta = std::nanf("");
+  r = make_model(s);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message().find("--rope-theta"), std::string::npos);
+  s = *preset_spec("tiny");
+  s.head_dim = 7;
+  r = make_model(s);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message().find("--head-dim must be even"), std::string::npos);
 }
 
 TEST(ModelMaker, MadeModelLoadsWithItsTokenizer) {

@@ -1,0 +1,166 @@
+// End-to-end tests of the sluice binary: run it as a user would and check what it prints.
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "common/utf8.h"
+
+namespace sluice {
+namespace {
+
+struct Output {
+  int exit_code;
+  std::string out;  // stdout (stderr too when asked)
+};
+
+// Runs sluice with `args`; captures stdout (and stderr when asked). With stdout_to, stdout goes
+// to that file instead and only stderr is captured.
+Output run(const std::string& args, bool with_stderr = false, const std::string& stdout_to = "") {
+  const std::string redirect = !stdout_to.empty() ? " 2>&1 >" + stdout_to : with_stderr ? " 2>&1" : " 2>/dev/null";
+  const std::string cmd = std::string(SLUICE_BINARY_DIR) + "/src/cli/sluice " + args + redirect;
+  FILE* p = popen(cmd.c_str(), "r");
+  Output o{-1, ""};
+  if (!p) return o;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) o.out.append(buf.data(), n);
+  int status = pclose(p);
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return o;
+}
+
+const std::string kShared = SLUICE_SHARED_DIR;
+bool have_shared() { return std::filesystem::exists(kShared + "/models/stories260K.gguf"); }
+
+TEST(Cli, HelpListsTheCommands) {
+  Output o = run("--help");
+  EXPECT_EQ(o.exit_code, 0);
+  for (const char* cmd : {"generate", "tokenize", "model"}) EXPECT_NE(o.out.find(cmd), std::string::npos) << cmd;
+}
+
+TEST(Cli, GenerateJsonOnStories260K) {
+  if (!have_shared()) GTEST_SKIP() << "no shared models";
+  Output o = run("generate -m " + kShared + "/models/stories260K.gguf -p 'Once upon a time' -n 12 --json --logprobs 3");
+  ASSERT_EQ(o.exit_code, 0);
+  auto j = nlohmann::json::parse(o.out);
+  EXPECT_EQ(j["prompt"], "Once upon a time");
+  EXPECT_EQ(j["prompt_tokens"].size(), 5u);
+  EXPECT_EQ(j["tokens"].size(), 12u);
+  EXPECT_EQ(j["finish_reason"], "length");
+  EXPECT_EQ(j["text"].get<std::string>().rfind(", there was a little girl", 0), 0u) << j["text"];
+  ASSERT_EQ(j["logprobs"].size(), 12u);
+  EXPECT_EQ(j["logprobs"][0]["top_logprobs"].size(), 3u);
+  EXPECT_EQ(j["logprobs"][0]["token"], j["tokens"][0]);
+}
+
+TEST(Cli, GenerateStreamsAndSummarizes) {
+  Output o = run("generate -p hello -n 5 --ignore-eos", true);
+  ASSERT_EQ(o.exit_code, 0);
+  EXPECT_NE(o.out.find("demo model has random weights"), std::string::npos);
+  EXPECT_NE(o.out.find("generated tokens: 5 (length)"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("decode:"), std::string::npos);
+}
+
+TEST(Cli, TokenizeVocabularyOnlyFile) {
+  if (!have_shared()) GTEST_SKIP() << "no shared tokenizers";
+  Output o = run("tokenize -m " + kShared + "/tokenizer/ggml-vocab-llama-spm.gguf --no-bos 'Hello world'");
+  ASSERT_EQ(o.exit_code, 0);
+  EXPECT_EQ(o.out, "15043 3186\n");
+  Output pieces = run("tokenize -m " + kShared + "/tokenizer/ggml-vocab-llama-spm.gguf --pieces 'Hello'");
+  EXPECT_NE(pieces.out.find("1\t'<s>'\t<s>"), std::string::npos) << pieces.out;
+}
+
+TEST(Cli, ModelMakeThenInfo) {
+  const std::string path = ::testing::TempDir() + "/cli_made.gguf";
+  Output made = run("model make --arch qwen3 --preset tiny --head-dim 32 --dtype bf16 --seed 3 -o " + path);
+  ASSERT_EQ(made.exit_code, 0);
+  Output info = run("model info " + path);
+  ASSERT_EQ(info.exit_code, 0);
+  EXPECT_NE(info.out.find("architecture:    qwen3"), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("head dim 32"), std::string::npos);
+  EXPECT_NE(info.out.find("BF16"), std::string::npos);
+  EXPECT_NE(info.out.find("tokenizer:       bpe"), std::string::npos);
+  Output gen = run("generate -m " + path + " -p abc -n 4 --ignore-eos --json");
+  ASSERT_EQ(gen.exit_code, 0);
+  EXPECT_EQ(nlohmann::json::parse(gen.out)["tokens"].size(), 4u);
+  std::filesystem::remove(path);
+}
+
+TEST(Cli, DemoInfoSaysGibberish) {
+  Output o = run("model info demo");
+  ASSERT_EQ(o.exit_code, 0);
+  EXPECT_NE(o.out.find("RANDOM weights"), std::string::npos);
+}
+
+TEST(Cli, BadInputIsAClearErrorWithExitCode) {
+  const std::string path = ::testing::TempDir() + "/not_a_model.gguf";
+  std::ofstream(path) << "hello, not a model";
+  Output o = run("model info " + path, true);
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_NE(o.out.find("not a GGUF file"), std::string::npos) << o.out;
+  Output t = run("generate -p hi --temp 9", true);
+  EXPECT_EQ(t.exit_code, 1);
+  EXPECT_NE(t.out.find("--temp must be in [0, 2], got 9"), std::string::npos) << t.out;
+  Output u = run("generate --no-such-flag", true);
+  EXPECT_EQ(u.exit_code, 2);
+  Output m = run("model make --dtype q4_0 -o /tmp/never.gguf", true);
+  EXPECT_EQ(m.exit_code, 1);
+  EXPECT_NE(m.out.find("unknown dtype 'q4_0'"), std::string::npos);
+  std::filesystem::remove(path);
+  Output cmd = run("bogus", true);
+  EXPECT_EQ(cmd.exit_code, 2);
+  EXPECT_NE(cmd.out.find("unknown command 'bogus'"), std::string::npos) << cmd.out;
+  Output stop = run("generate -p hi --stop-token 999999", true);
+  EXPECT_EQ(stop.exit_code, 1);
+  EXPECT_NE(stop.out.find("stop token id 999999 is outside the vocabulary"), std::string::npos) << stop.out;
+  Output seed = run("generate -p hi --seed -1", true);
+  EXPECT_EQ(seed.exit_code, 1);
+  EXPECT_NE(seed.out.find("--seed must be an integer"), std::string::npos) << seed.out;
+}
+
+TEST(Cli, OutputThatCannotBeWrittenIsAnError) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  Output o = run("generate -p hi -n 3", true, "/dev/full");
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_NE(o.out.find("cannot write to standard output"), std::string::npos) << o.out;
+  Output j = run("model info demo", true, "/dev/full");
+  EXPECT_EQ(j.exit_code, 1);
+}
+
+TEST(Cli, ModelMakeReplacesOnlyRegularFiles) {
+  const std::string dir = ::testing::TempDir() + "/cli_make_dir";
+  std::filesystem::create_directories(dir);
+  Output o = run("model make -o " + dir, true);
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_NE(o.out.find("is not a regular file"), std::string::npos) << o.out;
+  EXPECT_TRUE(std::filesystem::is_directory(dir));
+  const std::string target = ::testing::TempDir() + "/cli_make_target", link = ::testing::TempDir() + "/cli_make_link";
+  std::ofstream(target) << "keep";
+  std::filesystem::remove(link);
+  std::filesystem::create_symlink(target, link);
+  Output l = run("model make -o " + link, true);
+  EXPECT_EQ(l.exit_code, 1);
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  std::filesystem::remove(link);
+  std::filesystem::remove(target);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Cli, PiecesAreValidUtf8) {
+  if (!have_shared()) GTEST_SKIP() << "no shared tokenizers";
+  // U+1F642 is not in the SPM vocabulary: it falls back to four byte tokens, each shown escaped.
+  Output o = run("tokenize -m " + kShared + "/tokenizer/ggml-vocab-llama-spm.gguf --pieces \"$(printf '\\360\\237\\231\\202')\"");
+  ASSERT_EQ(o.exit_code, 0);
+  EXPECT_NE(o.out.find("'\\xf0'"), std::string::npos) << o.out;
+  EXPECT_TRUE(utf8_is_valid(o.out)) << o.out;
+}
+
+}  // namespace
+}  // namespace sluice
