@@ -15,6 +15,7 @@
 
 #include "common/half.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_q8.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace sluice::kernels {
@@ -90,44 +91,6 @@ HWY_INLINE void tile_dense(const uint8_t* const* w, const float* const* x, int64
   }
 }
 
-// Q8_0: per block of 32, sum q*x in floats, then acc += d * block_sum.
-template <int kR, int kN>
-HWY_INLINE void tile_q8_0(const uint8_t* const* w, const float* const* x, int64_t cols, float (*out)[kTile]) {
-  const DF d;
-  const hn::Rebind<int32_t, DF> di32;
-  const hn::Rebind<int8_t, DF> di8;
-  const int64_t lanes = hn::Lanes(d);
-  hn::Vec<DF> acc[kR][kN];
-  for (int r = 0; r < kR; ++r)
-    for (int t = 0; t < kN; ++t) acc[r][t] = hn::Zero(d);
-  const int64_t num_blocks = cols / gguf::kQ8_0BlockSize;
-  for (int64_t b = 0; b < num_blocks; ++b) {
-    const int64_t k0 = b * gguf::kQ8_0BlockSize;
-    const gguf::BlockQ8_0* block[kR];
-    hn::Vec<DF> block_acc[kR][kN];
-    for (int r = 0; r < kR; ++r) {
-      block[r] = reinterpret_cast<const gguf::BlockQ8_0*>(w[r] + b * sizeof(gguf::BlockQ8_0));
-      for (int t = 0; t < kN; ++t) block_acc[r][t] = hn::Zero(d);
-    }
-    for (int64_t j = 0; j < gguf::kQ8_0BlockSize; j += lanes) {
-      hn::Vec<DF> xv[kN];
-      for (int t = 0; t < kN; ++t) xv[t] = hn::LoadU(d, x[t] + k0 + j);
-      for (int r = 0; r < kR; ++r) {
-        const auto q = hn::ConvertTo(d, hn::PromoteTo(di32, hn::LoadU(di8, block[r]->qs + j)));
-        for (int t = 0; t < kN; ++t) block_acc[r][t] = hn::MulAdd(q, xv[t], block_acc[r][t]);
-      }
-    }
-    for (int r = 0; r < kR; ++r) {
-      uint16_t dh;
-      std::memcpy(&dh, &block[r]->d, 2);
-      const auto scale = hn::Set(d, f16_to_f32(dh));
-      for (int t = 0; t < kN; ++t) acc[r][t] = hn::MulAdd(scale, block_acc[r][t], acc[r][t]);
-    }
-  }
-  for (int r = 0; r < kR; ++r)
-    for (int t = 0; t < kN; ++t) out[r][t] = reduce(d, acc[r][t]);
-}
-
 template <int kR, int kN>
 HWY_INLINE void tile(const WeightView& w, int64_t n, const float* const* x, float (*out)[kTile]) {
   const uint8_t* rows[kR];
@@ -136,7 +99,6 @@ HWY_INLINE void tile(const WeightView& w, int64_t n, const float* const* x, floa
     case gguf::TensorType::kF32: tile_dense<float, kR, kN>(rows, x, w.cols, out); break;
     case gguf::TensorType::kF16: tile_dense<hwy::float16_t, kR, kN>(rows, x, w.cols, out); break;
     case gguf::TensorType::kBF16: tile_dense<hwy::bfloat16_t, kR, kN>(rows, x, w.cols, out); break;
-    case gguf::TensorType::kQ8_0: tile_q8_0<kR, kN>(rows, x, w.cols, out); break;
     default: break;
   }
 }
@@ -188,8 +150,15 @@ HWY_EXPORT(MatmulRows);
 HWY_EXPORT(TargetName);
 
 size_t WeightView::row_bytes() const {
-  auto traits = gguf::tensor_type_traits(static_cast<uint32_t>(type));
-  return static_cast<size_t>(cols / traits->block_size * traits->type_size);
+  switch (type) {  // on the hot path (row()): no table look-up
+    case gguf::TensorType::kF32: return static_cast<size_t>(cols) * 4;
+    case gguf::TensorType::kF16: case gguf::TensorType::kBF16: return static_cast<size_t>(cols) * 2;
+    case gguf::TensorType::kQ8_0: return static_cast<size_t>(cols / gguf::kQ8_0BlockSize) * sizeof(gguf::BlockQ8_0);
+    default: {
+      auto traits = gguf::tensor_type_traits(static_cast<uint32_t>(type));
+      return static_cast<size_t>(cols / traits->block_size * traits->type_size);
+    }
+  }
 }
 
 bool weight_type_supported(gguf::TensorType type) {
@@ -203,6 +172,10 @@ bool weight_type_supported(gguf::TensorType type) {
 }
 
 void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t num_tokens, float* y) {
+  if (w.type == gguf::TensorType::kQ8_0) {
+    matmul_q8_0(pool, w, x, num_tokens, y);
+    return;
+  }
   // Chunks of rows small enough that a chunk's weights stay in L2 while every token tile
   // passes over them.
   const int64_t grain = std::max<int64_t>(4, (int64_t{64} << 10) / std::max<size_t>(1, w.row_bytes()));

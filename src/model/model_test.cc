@@ -64,8 +64,10 @@ struct Case {
 
 class ModelForward : public ::testing::TestWithParam<Case> {};
 
-// The weights the kernels read are exactly the reference's (dequantized) values, so the only
-// difference is float vs double accumulation; the tolerance is stated per weight type anyway.
+// The weights the kernels read are exactly the reference's (dequantized) values. For the float
+// types the only difference is float vs double accumulation (tolerance 1e-5 of the largest
+// logit). Q8_0 also quantizes activations to 8 bits per block of 32, as ggml does, which costs
+// about 1% per matmul and compounds over the layers (tolerance 5e-2).
 TEST_P(ModelForward, MatchesNaiveReference) {
   const Case& c = GetParam();
   auto file = make_file(tiny(c.arch, c.dtype));
@@ -83,18 +85,22 @@ TEST_P(ModelForward, MatchesNaiveReference) {
       err = std::max(err, std::abs(ref[t][i] - got[t][i]));
     }
     EXPECT_LT(err, c.tolerance * scale) << "token " << t << " scale " << scale;
-    // The argmax (what greedy decoding sees) agrees too.
+    // What greedy decoding picks is the reference's best token, or within the tolerance of it.
     auto ref_best = std::max_element(ref[t].begin(), ref[t].end()) - ref[t].begin();
     auto got_best = std::max_element(got[t].begin(), got[t].end()) - got[t].begin();
-    EXPECT_EQ(ref_best, got_best) << "token " << t;
+    if (c.dtype == TensorType::kQ8_0) {
+      EXPECT_LT(ref[t][ref_best] - ref[t][got_best], 2 * c.tolerance * scale) << "token " << t;
+    } else {
+      EXPECT_EQ(ref_best, got_best) << "token " << t;
+    }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     ArchAndType, ModelForward,
     ::testing::Values(Case{Arch::kLlama, TensorType::kF32, 1e-5}, Case{Arch::kLlama, TensorType::kF16, 1e-5},
-                      Case{Arch::kLlama, TensorType::kBF16, 1e-5}, Case{Arch::kLlama, TensorType::kQ8_0, 1e-5},
-                      Case{Arch::kQwen2, TensorType::kF32, 1e-5}, Case{Arch::kQwen2, TensorType::kQ8_0, 1e-5},
+                      Case{Arch::kLlama, TensorType::kBF16, 1e-5}, Case{Arch::kLlama, TensorType::kQ8_0, 5e-2},
+                      Case{Arch::kQwen2, TensorType::kF32, 1e-5}, Case{Arch::kQwen2, TensorType::kQ8_0, 5e-2},
                       Case{Arch::kQwen3, TensorType::kF32, 1e-5}, Case{Arch::kQwen3, TensorType::kBF16, 1e-5}),
     [](const auto& info) {
       return std::string(arch_name(info.param.arch)) + "_" + std::string(gguf::tensor_type_name(info.param.dtype));
