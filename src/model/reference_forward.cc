@@ -98,24 +98,19 @@ std::vector<std::vector<double>> reference_logits(const gguf::File& f, const std
       for (size_t i = 0; i < bq.size(); ++i) q[t][i] += bq[i];
       for (size_t i = 0; i < bk.size(); ++i) k[t][i] += bk[i];
       for (size_t i = 0; i < bv.size(); ++i) v[t][i] += bv[i];
-      for (int h = 0; h < c.num_heads; ++h) {
-        double* qh = &q[t][h * hd];
-        if (!qn.empty()) {
-          std::vector<double> tmp(qh, qh + hd);
-          auto normed = rms_norm(tmp, qn.data(), c.rms_eps);
-          std::copy(normed.begin(), normed.end(), qh);
+      // Per head: the optional q/k norm (qwen3), then rope.
+      auto heads = [&](std::vector<double>& vec, int num_heads, const Mat& norm) {
+        for (int h = 0; h < num_heads; ++h) {
+          double* head = &vec[h * hd];
+          if (!norm.empty()) {
+            auto normed = rms_norm(std::vector<double>(head, head + hd), norm.data(), c.rms_eps);
+            std::copy(normed.begin(), normed.end(), head);
+          }
+          rope(head, c, factors, static_cast<int>(t));
         }
-        rope(qh, c, factors, static_cast<int>(t));
-      }
-      for (int h = 0; h < c.num_kv_heads; ++h) {
-        double* kh = &k[t][h * hd];
-        if (!kn.empty()) {
-          std::vector<double> tmp(kh, kh + hd);
-          auto normed = rms_norm(tmp, kn.data(), c.rms_eps);
-          std::copy(normed.begin(), normed.end(), kh);
-        }
-        rope(kh, c, factors, static_cast<int>(t));
-      }
+      };
+      heads(q[t], c.num_heads, qn);
+      heads(k[t], c.num_kv_heads, kn);
     }
     for (size_t t = 0; t < n; ++t) {
       std::vector<double> att(c.q_dim(), 0.0);
