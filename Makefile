@@ -51,7 +51,7 @@ fuzz:
 	cmake --preset fuzz > /dev/null
 	cmake --build --preset fuzz --target gguf_fuzz sluice
 	bash fuzz/make_corpus.sh build/fuzz/src/cli/sluice build/fuzz/corpus
-	AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_NO_UI=1 \
+	AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_NO_UI=1 AFL_AUTORESUME=1 \
 	  afl-fuzz -V $(FUZZ_SECONDS) -i build/fuzz/corpus -o build/fuzz/out -- build/fuzz/fuzz/gguf_fuzz @@
 
 bench: build
