@@ -30,11 +30,16 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::run_chunks() {
+void ThreadPool::run_chunks(Job& job) {
   for (;;) {
-    int64_t begin = next_.fetch_add(chunk_, std::memory_order_relaxed);
-    if (begin >= n_) return;
-    (*fn_)(begin, std::min(n_, begin + chunk_));
+    const int64_t begin = job.next.fetch_add(job.chunk);
+    if (begin >= job.n) return;
+    const int64_t end = std::min(job.n, begin + job.chunk);
+    (*job.fn)(begin, end);
+    if (job.done.fetch_add(end - begin) + (end - begin) == job.n) {
+      std::lock_guard lock(mu_);  // pairs with the caller's wait on done_cv_
+      done_cv_.notify_one();
+    }
   }
 }
 
@@ -42,24 +47,21 @@ void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   for (;;) {
     bool got = false;
-    for (int i = 0; i < kSpinIterations; ++i) {
-      if (generation_.load(std::memory_order_acquire) != seen) {
-        got = true;
-        break;
-      }
-      SLUICE_CPU_RELAX();
+    for (int i = 0; i < kSpinIterations && !got; ++i) {
+      got = generation_.load() != seen;
+      if (!got) SLUICE_CPU_RELAX();
     }
     if (!got) {
       std::unique_lock lock(mu_);
-      work_cv_.wait(lock, [&] { return stop_ || generation_.load(std::memory_order_acquire) != seen; });
+      work_cv_.wait(lock, [&] { return stop_ || generation_.load() != seen; });
       if (stop_) return;
     }
-    seen = generation_.load(std::memory_order_acquire);
-    run_chunks();
-    if (busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      std::lock_guard lock(mu_);  // pairs with the caller's wait on done_cv_
-      done_cv_.notify_one();
-    }
+    seen = generation_.load();
+    // NOTE: in_job_ is raised before job_ is read. The caller clears job_ and then waits for
+    // in_job_ to drop to zero, so a worker either sees null or is waited for (seq_cst order).
+    in_job_.fetch_add(1);
+    if (Job* job = job_.load()) run_chunks(*job);
+    in_job_.fetch_sub(1);
   }
 }
 
@@ -72,23 +74,22 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   }
   // A few chunks per thread balances uneven work without much claiming overhead.
   const int64_t chunks = static_cast<int64_t>(num_threads()) * 4;
-  fn_ = &fn;
-  n_ = n;
-  chunk_ = std::max(grain, (n + chunks - 1) / chunks);
-  next_.store(0, std::memory_order_relaxed);
-  busy_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+  Job job{&fn, n, std::max(grain, (n + chunks - 1) / chunks)};
+  job_.store(&job);
   {
     std::lock_guard lock(mu_);  // so a worker between its check and its wait cannot miss this
-    generation_.fetch_add(1, std::memory_order_release);
+    generation_.fetch_add(1);
   }
   work_cv_.notify_all();
-  run_chunks();
-  for (int i = 0; i < kSpinIterations && busy_.load(std::memory_order_acquire) != 0; ++i) SLUICE_CPU_RELAX();
-  if (busy_.load(std::memory_order_acquire) != 0) {
+  run_chunks(job);
+  // Ranges claimed by workers may still be running.
+  for (int i = 0; i < kSpinIterations && job.done.load() != n; ++i) SLUICE_CPU_RELAX();
+  if (job.done.load() != n) {
     std::unique_lock lock(mu_);
-    done_cv_.wait(lock, [&] { return busy_.load(std::memory_order_acquire) == 0; });
+    done_cv_.wait(lock, [&] { return job.done.load() == n; });
   }
-  fn_ = nullptr;
+  job_.store(nullptr);
+  while (in_job_.load() != 0) std::this_thread::yield();
 }
 
 }  // namespace sluice

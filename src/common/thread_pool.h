@@ -7,7 +7,9 @@
 //
 // A forward pass calls parallel_for a few hundred times per step, so hand-offs are cheap:
 // idle workers spin briefly on an atomic generation counter before sleeping on a condition
-// variable, and the caller spins briefly before sleeping while the last ranges finish.
+// variable. Ranges are claimed from a shared counter and the caller takes ranges too, so it
+// never waits for a worker that has not started (one descheduled by a busy machine): it waits
+// only for ranges already claimed, then for workers that are between claiming and leaving.
 //
 // Thread-safety: parallel_for may be called from one thread at a time (the engine thread).
 // The destructor stops and joins the workers.
@@ -38,22 +40,26 @@ class ThreadPool {
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 1);
 
  private:
+  // One parallel_for call; lives on the caller's stack.
+  struct Job {
+    const std::function<void(int64_t, int64_t)>* fn;
+    int64_t n;
+    int64_t chunk;
+    std::atomic<int64_t> next{0};  // first unclaimed index
+    std::atomic<int64_t> done{0};  // indices completed
+  };
+
   void worker_loop();
-  void run_chunks();
+  void run_chunks(Job& job);
 
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
-  // The current job: written by the caller before generation_ is bumped (release), read by
-  // workers after they see the new generation (acquire).
-  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
-  int64_t n_ = 0;
-  int64_t chunk_ = 1;
-  std::atomic<int64_t> next_{0};
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> busy_{0};  // workers still in the current job
-  bool stop_ = false;         // GUARDED_BY(mu_)
+  std::atomic<Job*> job_{nullptr};       // the current job, null between calls
+  std::atomic<uint64_t> generation_{0};  // bumped for each job
+  std::atomic<int> in_job_{0};           // workers that may be looking at job_
+  bool stop_ = false;                    // GUARDED_BY(mu_)
 };
 
 }  // namespace sluice
