@@ -27,7 +27,8 @@ namespace sluice::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-constexpr int kTile = 4;
+constexpr int kTile = 4;     // tokens per tile (kN)
+constexpr int kMaxRows = 8;  // rows per tile (kR)
 constexpr int kBlock = gguf::kQ8_0BlockSize;
 // Each row is read this many blocks ahead (~1 KiB), keeping more memory requests in flight.
 constexpr int kPrefetchBlocks = 32;
@@ -109,8 +110,8 @@ HWY_INLINE void tile(const uint8_t* const* w, const QuantizedActivations& xq, co
 template <int kR, int kN>
 HWY_INLINE void tile_rows(const WeightView& w, int64_t n, int64_t row_end, const QuantizedActivations& xq,
                           const int64_t* tokens, float* y) {
-  float out[kTile][kTile] = {};
-  const uint8_t* rows[kTile];
+  float out[kMaxRows][kTile] = {};
+  const uint8_t* rows[kMaxRows];
   auto store = [&](int64_t row, int num_rows) {
     for (int r = 0; r < num_rows; ++r)
       for (int t = 0; t < kN; ++t) y[tokens[t] * w.rows + row + r] = out[r][t];
@@ -139,7 +140,7 @@ void MatmulQ8Rows(const WeightView& w, const QuantizedActivations& xq, int64_t n
       case 4: tile_rows<2, 4>(w, row_begin, row_end, xq, tokens, y); break;
       case 3: tile_rows<3, 3>(w, row_begin, row_end, xq, tokens, y); break;
       case 2: tile_rows<4, 2>(w, row_begin, row_end, xq, tokens, y); break;
-      default: tile_rows<4, 1>(w, row_begin, row_end, xq, tokens, y); break;
+      default: tile_rows<8, 1>(w, row_begin, row_end, xq, tokens, y); break;
     }
   }
 }
