@@ -1,17 +1,25 @@
 // Causal attention over a paged KV cache.
 //
 // Keys and values of one layer live in slots: slot = block_id * block_size + offset, each
-// slot holding n_kv_heads * head_dim floats. A token at position p of sequence s attends to
-// positions 0..p of s, found through s's block table. Scores are reduced over keys in
-// ascending position, so a token's output does not depend on the rest of the batch, on how
-// its sequence's prompt was chunked, or on which physical blocks hold its keys.
+// slot holding n_kv_heads * head_dim elements, f32 or f16 (KvType). A token at position p of
+// sequence s attends to positions 0..p of s, found through s's block table. Scores are
+// reduced over keys in ascending position, so a token's output does not depend on the rest of
+// the batch, on how its sequence's prompt was chunked, or on which physical blocks hold its keys.
+//
+// Work is split over (token, kv head) pairs: the heads of one GQA group share each key and
+// value row, which is loaded (and widened from f16) once for all of them.
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "common/thread_pool.h"
 
 namespace sluice::kernels {
+
+enum class KvType { kF32, kF16 };
+std::string_view kv_type_name(KvType t);
+size_t kv_type_size(KvType t);
 
 struct AttentionShape {
   int32_t num_heads = 0;
@@ -21,9 +29,10 @@ struct AttentionShape {
 };
 
 struct PagedKv {
-  const float* k = nullptr;  // [num_slots, num_kv_heads * head_dim]
-  const float* v = nullptr;  // [num_slots, num_kv_heads * head_dim]
+  const void* k = nullptr;  // [num_slots, num_kv_heads * head_dim] of `type`
+  const void* v = nullptr;  // [num_slots, num_kv_heads * head_dim] of `type`
   int32_t block_size = 0;
+  KvType type = KvType::kF32;
 };
 
 struct AttentionBatch {
@@ -39,5 +48,8 @@ struct AttentionBatch {
 // REQUIRES: the keys/values of every attended position are already written.
 void paged_attention(ThreadPool& pool, const AttentionShape& shape, const AttentionBatch& batch,
                      const PagedKv& kv, float* out);
+
+// Writes n floats to dst as `type` (f16: round to nearest even, as F16C does).
+void store_kv(KvType type, const float* src, int64_t n, void* dst);
 
 }  // namespace sluice::kernels

@@ -79,8 +79,9 @@ void Model::attention_block(int32_t layer, const ForwardBatch& b, KvPool& kv, Th
   kernels::matmul(pool, w.wq, xn_.data(), n, q_.data());
   kernels::matmul(pool, w.wk, xn_.data(), n, k_.data());
   kernels::matmul(pool, w.wv, xn_.data(), n, v_.data());
-  float* k_cache = kv.k(layer);
-  float* v_cache = kv.v(layer);
+  auto* k_cache = static_cast<uint8_t*>(kv.k(layer));
+  auto* v_cache = static_cast<uint8_t*>(kv.v(layer));
+  const size_t row_bytes = kv.row_bytes();
   for (int64_t t = 0; t < n; ++t) {
     float* q = &q_[t * c.q_dim()];
     float* k = &k_[t * c.kv_dim()];
@@ -101,14 +102,14 @@ void Model::attention_block(int32_t layer, const ForwardBatch& b, KvPool& kv, Th
       if (w.k_norm) kernels::rms_norm(kh, w.k_norm, c.head_dim, c.rms_eps, kh);
       kernels::rope(kh, c.rope_dim, cs, c.rope_neox);
     }
-    std::memcpy(k_cache + int64_t{b.slots[t]} * c.kv_dim(), k, c.kv_dim() * sizeof(float));
-    std::memcpy(v_cache + int64_t{b.slots[t]} * c.kv_dim(), v, c.kv_dim() * sizeof(float));
+    kernels::store_kv(kv.type(), k, c.kv_dim(), k_cache + b.slots[t] * row_bytes);
+    kernels::store_kv(kv.type(), v, c.kv_dim(), v_cache + b.slots[t] * row_bytes);
   }
   kernels::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim,
                                 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
   kernels::AttentionBatch ab{q_.data(), b.positions.data(), b.seq_idx.data(), b.block_table.data(),
                              b.max_blocks_per_seq, n};
-  kernels::paged_attention(pool, shape, ab, {k_cache, v_cache, kv.block_size()}, att_.data());
+  kernels::paged_attention(pool, shape, ab, {k_cache, v_cache, kv.block_size(), kv.type()}, att_.data());
   kernels::matmul(pool, w.wo, att_.data(), n, proj_.data());
   kernels::add_inplace(x_.data(), proj_.data(), n * c.dim);
 }

@@ -36,8 +36,8 @@ ModelSpec tiny(Arch arch, TensorType dtype) {
 // of every token, [num_tokens][vocab].
 std::vector<std::vector<float>> run_chunked(Model& m, const std::vector<int32_t>& tokens,
                                             const std::vector<int>& chunks, const std::vector<int32_t>& blocks,
-                                            ThreadPool& pool) {
-  KvPool kv(m.config(), 16, 4);
+                                            ThreadPool& pool, KvType kv_type = KvType::kF32) {
+  KvPool kv(m.config(), 16, 4, kv_type);
   std::vector<std::vector<float>> out;
   size_t pos = 0;
   for (size_t c = 0; pos < tokens.size(); ++c) {
@@ -60,6 +60,7 @@ struct Case {
   Arch arch;
   TensorType dtype;
   double tolerance;  // max |logit - reference| relative to the largest reference logit
+  KvType kv_type = KvType::kF32;
 };
 
 class ModelForward : public ::testing::TestWithParam<Case> {};
@@ -76,7 +77,7 @@ TEST_P(ModelForward, MatchesNaiveReference) {
   auto model = Model::load(std::move(file));
   ASSERT_TRUE(model) << model.error().message();
   ThreadPool pool(2);
-  auto got = run_chunked(**model, tokens, {static_cast<int>(tokens.size())}, {0, 1, 2}, pool);
+  auto got = run_chunked(**model, tokens, {static_cast<int>(tokens.size())}, {0, 1, 2}, pool, c.kv_type);
   ASSERT_EQ(got.size(), tokens.size());
   for (size_t t = 0; t < tokens.size(); ++t) {
     double scale = 0, err = 0;
@@ -88,7 +89,7 @@ TEST_P(ModelForward, MatchesNaiveReference) {
     // What greedy decoding picks is the reference's best token, or within the tolerance of it.
     auto ref_best = std::max_element(ref[t].begin(), ref[t].end()) - ref[t].begin();
     auto got_best = std::max_element(got[t].begin(), got[t].end()) - got[t].begin();
-    if (c.dtype == TensorType::kQ8_0) {
+    if (c.dtype == TensorType::kQ8_0 || c.kv_type == KvType::kF16) {
       EXPECT_LT(ref[t][ref_best] - ref[t][got_best], 2 * c.tolerance * scale) << "token " << t;
     } else {
       EXPECT_EQ(ref_best, got_best) << "token " << t;
@@ -101,9 +102,13 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{Arch::kLlama, TensorType::kF32, 1e-5}, Case{Arch::kLlama, TensorType::kF16, 1e-5},
                       Case{Arch::kLlama, TensorType::kBF16, 1e-5}, Case{Arch::kLlama, TensorType::kQ8_0, 5e-2},
                       Case{Arch::kQwen2, TensorType::kF32, 1e-5}, Case{Arch::kQwen2, TensorType::kQ8_0, 5e-2},
-                      Case{Arch::kQwen3, TensorType::kF32, 1e-5}, Case{Arch::kQwen3, TensorType::kBF16, 1e-5}),
+                      Case{Arch::kQwen3, TensorType::kF32, 1e-5}, Case{Arch::kQwen3, TensorType::kBF16, 1e-5},
+                      // An f16 KV cache rounds keys and values to 11 significant bits.
+                      Case{Arch::kLlama, TensorType::kF32, 5e-3, KvType::kF16},
+                      Case{Arch::kQwen3, TensorType::kF32, 5e-3, KvType::kF16}),
     [](const auto& info) {
-      return std::string(arch_name(info.param.arch)) + "_" + std::string(gguf::tensor_type_name(info.param.dtype));
+      return std::string(arch_name(info.param.arch)) + "_" + std::string(gguf::tensor_type_name(info.param.dtype)) +
+             (info.param.kv_type == KvType::kF16 ? "_kv_f16" : "");
     });
 
 TEST(ModelForward, Llama3RopeScalingMatchesReference) {
@@ -121,22 +126,23 @@ TEST(ModelForward, Llama3RopeScalingMatchesReference) {
   for (size_t i = 0; i < ref[6].size(); ++i) EXPECT_NEAR(got[6][i], ref[6][i], 1e-4);
 }
 
-class BatchInvariance : public ::testing::TestWithParam<TensorType> {};
+class BatchInvariance : public ::testing::TestWithParam<std::tuple<TensorType, KvType>> {};
 
 // DESIGN.md invariant 1: a token's logits are bit-identical however the prompt is chunked,
 // whichever physical blocks hold its keys, how many threads run, and whatever else is in the batch.
 TEST_P(BatchInvariance, LogitsAreBitIdenticalAcrossChunkingBlocksThreadsAndNeighbours) {
-  auto model = Model::load(make_file(tiny(Arch::kQwen2, GetParam())));
+  const auto [dtype, kv_type] = GetParam();
+  auto model = Model::load(make_file(tiny(Arch::kQwen2, dtype)));
   ASSERT_TRUE(model);
   Model& m = **model;
   std::vector<int32_t> tokens(23);
   std::iota(tokens.begin(), tokens.end(), 100);
   ThreadPool pool1(1), pool3(3);
-  const auto alone = run_chunked(m, tokens, {23}, {0, 1, 2, 3, 4, 5}, pool1);
+  const auto alone = run_chunked(m, tokens, {23}, {0, 1, 2, 3, 4, 5}, pool1, kv_type);
   const std::vector<std::vector<int>> chunkings = {{1}, {3}, {5, 1, 7}, {16, 7}};
   for (const auto& chunks : chunkings) {
     for (ThreadPool* pool : {&pool1, &pool3}) {
-      auto got = run_chunked(m, tokens, chunks, {9, 3, 12, 0, 7, 15}, *pool);
+      auto got = run_chunked(m, tokens, chunks, {9, 3, 12, 0, 7, 15}, *pool, kv_type);
       ASSERT_EQ(got.size(), alone.size());
       for (size_t t = 0; t < got.size(); ++t) {
         ASSERT_EQ(0, std::memcmp(got[t].data(), alone[t].data(), got[t].size() * sizeof(float)))
@@ -145,7 +151,7 @@ TEST_P(BatchInvariance, LogitsAreBitIdenticalAcrossChunkingBlocksThreadsAndNeigh
     }
   }
   // Interleaved with two other sequences in every step.
-  KvPool kv(m.config(), 32, 4);
+  KvPool kv(m.config(), 32, 4, kv_type);
   ForwardBatch b;
   b.block_size = 4;
   b.max_blocks_per_seq = 8;
@@ -171,8 +177,13 @@ TEST_P(BatchInvariance, LogitsAreBitIdenticalAcrossChunkingBlocksThreadsAndNeigh
   EXPECT_EQ(found, 23);
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, BatchInvariance, ::testing::Values(TensorType::kF32, TensorType::kQ8_0),
-                         [](const auto& info) { return std::string(gguf::tensor_type_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Types, BatchInvariance,
+                         ::testing::Combine(::testing::Values(TensorType::kF32, TensorType::kQ8_0),
+                                            ::testing::Values(KvType::kF32, KvType::kF16)),
+                         [](const auto& info) {
+                           return std::string(gguf::tensor_type_name(std::get<0>(info.param))) + "_kv_" +
+                                  std::string(kernels::kv_type_name(std::get<1>(info.param)));
+                         });
 
 TEST(ModelErrors, BadBatchIsRefusedNotComputed) {
   auto model = Model::load(make_file(tiny(Arch::kLlama, TensorType::kF32)));
