@@ -1,6 +1,12 @@
-// sluice generate: one-shot generation from the command line, on the same model code as the server.
+// sluice generate: generation from the command line on the serving engine: one prompt streamed
+// to stdout, or many prompts (a file, or copies of one) run concurrently with continuous batching.
+#include <unistd.h>
+
 #include <charconv>
+#include <chrono>
 #include <cstdio>
+#include <deque>
+#include <fstream>
 #include <iostream>
 #include <memory>
 
@@ -8,7 +14,8 @@
 
 #include "cli/commands.h"
 #include "common/thread_pool.h"
-#include "engine/generator.h"
+#include "cli/engine_options.h"
+#include "engine/engine.h"
 #include "model/loader.h"
 
 namespace sluice::cli {
@@ -27,12 +34,14 @@ struct GenerateOptions {
   bool json = false;
   int32_t logprobs = 0;
   int threads = 0;
-  int32_t prefill_chunk = 512;
   bool no_bos = false;
   bool special = false;
+  std::string prompts_file;
+  int32_t parallel = 0;
+  EngineOptions engine;
 };
 
-nlohmann::json sample_json(const Tokenizer& tok, const SampleResult& s) {
+nlohmann::json token_json(const Tokenizer& tok, const TokenOutput& s) {
   nlohmann::json top = nlohmann::json::array();
   for (const auto& t : s.top) {
     top.push_back({{"token", t.token_id}, {"text", tok.token_to_piece(t.token_id, true)}, {"logprob", t.logprob}});
@@ -66,16 +75,174 @@ Result<uint64_t> parse_seed(const std::string& s) {
   return v;
 }
 
+// Prompts of a --prompts file: one per line; a line starting with '"' is a JSON string (for
+// prompts with newlines). Empty lines are skipped.
+Result<std::vector<std::string>> read_prompts(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Error("cannot read prompts file '{}': {}", path, std::strerror(errno));
+  std::vector<std::string> prompts;
+  std::string line;
+  for (int line_no = 1; std::getline(in, line); ++line_no) {
+    if (line.empty()) continue;
+    if (line[0] == '"') {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded() || !j.is_string()) {
+        return Error("prompts file '{}' line {}: a line starting with '\"' must be one JSON string", path, line_no);
+      }
+      prompts.push_back(j.get<std::string>());
+    } else {
+      prompts.push_back(line);
+    }
+  }
+  if (prompts.empty()) return Error("prompts file '{}' has no prompt", path);
+  return prompts;
+}
+
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+nlohmann::json result_json(const GenerateOptions& o, const Tokenizer& tok, const std::string& prompt,
+                           const Request& req, const StreamOutput& r) {
+  std::vector<int32_t> ids;
+  for (const auto& t : r.tokens) ids.push_back(t.token_id);
+  const RequestMetrics& m = r.metrics;
+  nlohmann::json j = {{"model", o.model},
+                      {"prompt", prompt},
+                      {"prompt_tokens", req.prompt_tokens},
+                      {"tokens", ids},
+                      {"text", r.text},
+                      {"finish_reason", finish_reason_name(r.finish_reason)},
+                      {"timings", {{"queue_seconds", m.queue_seconds},
+                                   {"time_to_first_token_seconds", m.ttft_seconds},
+                                   {"time_per_output_token_seconds", m.tpot_seconds},
+                                   {"total_seconds", m.e2e_seconds}}}};
+  if (!r.stop_matched.empty()) j["stop"] = r.stop_matched;
+  if (!r.error.empty()) j["error"] = r.error;
+  if (o.logprobs > 0) {
+    nlohmann::json lp = nlohmann::json::array();
+    for (const auto& t : r.tokens) lp.push_back(token_json(tok, t));
+    j["logprobs"] = lp;
+  }
+  return j;
+}
+
+int write_stdout(const std::string& s) {
+  std::fwrite(s.data(), 1, s.size(), stdout);
+  return std::ferror(stdout) ? kExitError : kExitOk;
+}
+
+// One prompt, streamed as it is generated.
+int run_one(const GenerateOptions& o, Engine& engine, const Tokenizer& tok, const std::string& prompt, Request req) {
+  auto h = engine.submit(req);
+  if (!h) return fail(h.error().message());
+  StreamOutput all;
+  for (;;) {
+    StreamOutput part = h->next();
+    if (!o.json) {
+      std::fwrite(part.text.data(), 1, part.text.size(), stdout);
+      std::fflush(stdout);
+    }
+    all.tokens.insert(all.tokens.end(), part.tokens.begin(), part.tokens.end());
+    all.text += part.text;
+    if (part.finished) {
+      part.tokens = std::move(all.tokens);
+      part.text = std::move(all.text);
+      all = std::move(part);
+      break;
+    }
+  }
+  if (all.finish_reason == FinishReason::kError) return fail(all.error);
+  const RequestMetrics& m = all.metrics;
+  const double prefill_tps = m.ttft_seconds > 0 ? m.num_prompt_tokens / m.ttft_seconds : 0;
+  const double decode_tps = m.tpot_seconds > 0 ? 1.0 / m.tpot_seconds : 0;
+  if (o.json) {
+    write_stdout(result_json(o, tok, prompt, req, all).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+                 "\n");
+  } else {
+    std::printf("\n");
+    std::fflush(stdout);
+    std::fprintf(stderr, "prompt tokens: %d, generated tokens: %d (%s), prefill: %.1f tok/s, decode: %.1f tok/s\n",
+                 m.num_prompt_tokens, m.num_output_tokens, std::string(finish_reason_name(all.finish_reason)).c_str(),
+                 prefill_tps, decode_tps);
+  }
+  return finish_stdout();
+}
+
+// Many prompts, at most `parallel` in flight; results printed in input order.
+int run_many(const GenerateOptions& o, Engine& engine, const Tokenizer& tok, const std::vector<std::string>& prompts,
+             const std::vector<Request>& reqs, size_t parallel) {
+  const bool tty = isatty(STDERR_FILENO);
+  const double start = seconds_now();
+  std::deque<std::pair<size_t, RequestHandle>> in_flight;
+  std::vector<StreamOutput> results(reqs.size());
+  size_t next = 0, done = 0, failed = 0;
+  int64_t out_tokens = 0;
+  double sum_ttft = 0, sum_tpot = 0;
+  int num_tpot = 0;
+  auto print = [&](size_t i) {
+    const StreamOutput& r = results[i];
+    if (o.json) {
+      return write_stdout(result_json(o, tok, prompts[i], reqs[i], r).dump(-1, ' ', false,
+                                                                          nlohmann::json::error_handler_t::replace) +
+                          "\n");
+    }
+    std::string s = fmt::format("--- [{}] {} tokens ({}){}\n{}\n", i, r.tokens.size(), finish_reason_name(r.finish_reason),
+                                r.error.empty() ? "" : ": " + r.error, r.text);
+    return write_stdout(s);
+  };
+  while (done < reqs.size()) {
+    while (next < reqs.size() && in_flight.size() < parallel) {
+      auto h = engine.submit(reqs[next]);
+      if (!h) return fail(fmt::format("request {}: {}", next, h.error().message()));
+      in_flight.emplace_back(next++, std::move(*h));
+    }
+    auto [i, h] = std::move(in_flight.front());
+    in_flight.pop_front();
+    results[i] = h.wait();
+    ++done;
+    const RequestMetrics& m = results[i].metrics;
+    out_tokens += m.num_output_tokens;
+    sum_ttft += m.ttft_seconds;
+    if (m.num_output_tokens > 1) sum_tpot += m.tpot_seconds, ++num_tpot;
+    failed += results[i].finish_reason == FinishReason::kError;
+    if (print(i) != kExitOk) return finish_stdout();
+    if (tty) {
+      std::fprintf(stderr, "\r%zu/%zu requests, %lld tokens, %.1f tok/s", done, reqs.size(),
+                   static_cast<long long>(out_tokens), out_tokens / std::max(1e-9, seconds_now() - start));
+      std::fflush(stderr);
+    }
+  }
+  const double wall = seconds_now() - start;
+  EngineMetrics em = engine.wait_until_idle();
+  if (tty) std::fprintf(stderr, "\n");
+  std::fprintf(stderr,
+               "requests: %zu (%zu failed), output tokens: %lld in %.2f s = %.1f tok/s; mean time to first token: "
+               "%.1f ms, mean time per output token: %.1f ms; mean sequences per step: %.1f; preemptions: %lld; "
+               "coalesced: %lld\n",
+               reqs.size(), failed, static_cast<long long>(out_tokens), wall, out_tokens / std::max(wall, 1e-9),
+               1000 * sum_ttft / reqs.size(), num_tpot ? 1000 * sum_tpot / num_tpot : 0.0,
+               em.num_steps ? em.seqs_per_step.sum() / em.num_steps : 0.0, static_cast<long long>(em.num_preemptions),
+               static_cast<long long>(em.num_requests_coalesced));
+  const int rc = finish_stdout();
+  return failed ? kExitError : rc;
+}
+
 int run(const GenerateOptions& o) {
   SamplingParams sampling = o.sampling;
   sampling.top_logprobs = o.logprobs;
   auto seed = parse_seed(o.seed);
   if (!seed) return fail(seed.error().message());
-  sampling.seed = *seed;
   if (Status s = sampling.validate(); !s) return fail(with_flag_names(s.message()));
-  std::string prompt = o.prompt;
-  if (o.prompt_from_stdin) {
-    prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  std::vector<std::string> prompts;
+  if (!o.prompts_file.empty()) {
+    auto p = read_prompts(o.prompts_file);
+    if (!p) return fail(p.error().message());
+    prompts = std::move(*p);
+  } else {
+    std::string prompt = o.prompt;
+    if (o.prompt_from_stdin) prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    prompts.assign(std::max(1, o.parallel), prompt);
   }
   auto loaded = load_model(o.model, terminal_progress("loading " + o.model));
   if (!loaded) return fail(loaded.error().message());
@@ -83,68 +250,42 @@ int run(const GenerateOptions& o) {
     std::cerr << "note: the demo model has random weights; its output is gibberish. Pass -m FILE.gguf for a real model.\n";
   }
   const Tokenizer& tok = *loaded->tokenizer;
-  auto tokens = tok.encode(prompt, {.add_bos = !o.no_bos, .parse_special = o.special});
-  if (!tokens) return fail("prompt: " + tokens.error().message());
-
-  GenerateRequest req;
-  req.prompt_tokens = *tokens;
-  req.sampling = sampling;
-  req.max_tokens = o.max_tokens;
-  req.stop_strings = o.stop;
-  req.stop_token_ids = o.stop_ids;
-  req.ignore_eos = o.ignore_eos;
-
-  ThreadPool pool(o.threads);
-  Generator gen(*loaded->model, tok, pool, o.prefill_chunk);
-  auto on_text = [&](std::string_view text) {
-    if (o.json) return;
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
-  };
-  auto result = gen.generate(req, on_text);
-  if (!result) return fail(result.error().message());
-
-  const auto num_out = static_cast<int64_t>(result->output_tokens.size());
-  const double prefill_tps = result->prefill_seconds > 0 ? req.prompt_tokens.size() / result->prefill_seconds : 0;
-  const double decode_tps = result->decode_seconds > 0 ? num_out / result->decode_seconds : 0;
-  if (o.json) {
-    nlohmann::json j = {{"model", o.model},
-                        {"prompt", prompt},
-                        {"prompt_tokens", req.prompt_tokens},
-                        {"tokens", result->output_tokens},
-                        {"text", result->text},
-                        {"finish_reason", finish_reason_name(result->finish_reason)},
-                        {"timings", {{"prefill_seconds", result->prefill_seconds},
-                                     {"decode_seconds", result->decode_seconds},
-                                     {"prefill_tokens_per_second", prefill_tps},
-                                     {"decode_tokens_per_second", decode_tps}}}};
-    if (!result->stop_matched.empty()) j["stop"] = result->stop_matched;
-    if (o.logprobs > 0) {
-      nlohmann::json lp = nlohmann::json::array();
-      for (const auto& s : result->samples) lp.push_back(sample_json(tok, s));
-      j["logprobs"] = lp;
-    }
-    const std::string out = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-    std::fwrite(out.data(), 1, out.size(), stdout);
-  } else {
-    std::printf("\n");
-    std::fflush(stdout);
-    std::fprintf(stderr, "prompt tokens: %zu, generated tokens: %lld (%s), prefill: %.1f tok/s, decode: %.1f tok/s\n",
-                 req.prompt_tokens.size(), static_cast<long long>(num_out),
-                 std::string(finish_reason_name(result->finish_reason)).c_str(), prefill_tps, decode_tps);
+  const ModelConfig& mc = loaded->model->config();
+  std::vector<Request> reqs;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto tokens = tok.encode(prompts[i], {.add_bos = !o.no_bos, .parse_special = o.special});
+    if (!tokens) return fail(fmt::format("prompt{}: {}", prompts.size() > 1 ? fmt::format(" {}", i) : "", tokens.error().message()));
+    Request r;
+    r.prompt_tokens = std::move(*tokens);
+    r.sampling = sampling;
+    r.seed = *seed + (o.prompts_file.empty() ? i : 0);  // copies of one prompt: one sample per seed
+    r.max_tokens = o.max_tokens;
+    r.stop_strings = o.stop;
+    r.stop_token_ids = o.stop_ids;
+    r.ignore_eos = o.ignore_eos;
+    r.logprobs = o.logprobs > 0;
+    reqs.push_back(std::move(r));
   }
-  return finish_stdout();
+  auto config = o.engine.to_config(mc);
+  if (!config) return fail(config.error().message());
+  ThreadPool pool(o.threads);
+  auto engine = Engine::create(*loaded->model, tok, pool, *config);
+  if (!engine) return fail(engine.error().message());
+  if (!o.json) std::cerr << describe_kv_cache(**engine, mc) << "\n";
+  if (reqs.size() == 1) return run_one(o, **engine, tok, prompts[0], std::move(reqs[0]));
+  const size_t parallel = o.prompts_file.empty() || o.parallel == 0 ? reqs.size() : static_cast<size_t>(o.parallel);
+  return run_many(o, **engine, tok, prompts, reqs, parallel);
 }
 
 }  // namespace
 
-Runner add_generate_command(CLI::App& app) {
+CommandFn add_generate_command(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt (streams to stdout, summary on stderr)");
   cmd->add_option("-m,--model", o->model, "GGUF model file, or 'demo' for the built-in random-weight demo model")
       ->capture_default_str();
   auto* prompt = cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
-  cmd->add_flag("--stdin", o->prompt_from_stdin, "Read the prompt from standard input")->excludes(prompt);
+  auto* stdin_flag = cmd->add_flag("--stdin", o->prompt_from_stdin, "Read the prompt from standard input")->excludes(prompt);
   cmd->add_option("-n,--max-tokens", o->max_tokens, "Maximum number of tokens to generate")
       ->capture_default_str()->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--temp,--temperature", o->sampling.temperature, "Sampling temperature in [0, 2]; 0 = greedy")
@@ -173,13 +314,22 @@ Runner add_generate_command(CLI::App& app) {
       ->check(CLI::Range(0, 20))->needs(json);
   cmd->add_option("-t,--threads", o->threads, "Compute threads (0..256); 0 = one per core")
       ->capture_default_str()->check(CLI::Range(0, 256));
-  cmd->add_option("--prefill-chunk", o->prefill_chunk, "Prompt tokens per forward pass")
-      ->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  auto* prompts = cmd->add_option("--prompts", o->prompts_file,
+                                  "File of prompts, one per line (a line starting with '\"' is a JSON string); "
+                                  "all run concurrently, results printed in order")
+                      ->excludes(prompt)
+                      ->excludes(stdin_flag);
+  cmd->add_option("--parallel", o->parallel,
+                  "With -p: run N copies of the prompt at once (seeds SEED, SEED+1, ...). With --prompts: at most N "
+                  "requests in flight (0 = all)")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 16));
+  o->engine.add_to(*cmd);
   cmd->add_flag("--no-bos", o->no_bos, "Do not add the BOS token the vocabulary asks for");
   cmd->add_flag("--special", o->special, "Parse special tokens such as <|im_start|> in the prompt");
-  return [o, prompt] {
-    if (prompt->count() == 0 && !o->prompt_from_stdin) {
-      std::cerr << "sluice generate: error: give a prompt with -p TEXT or --stdin (see sluice generate --help)\n";
+  return [o, prompt, prompts] {
+    if (prompt->count() == 0 && !o->prompt_from_stdin && prompts->count() == 0) {
+      std::cerr << "sluice generate: error: give a prompt with -p TEXT, --stdin or --prompts FILE (see sluice "
+                   "generate --help)\n";
       return kExitUsage;
     }
     return run(*o);

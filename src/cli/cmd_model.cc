@@ -165,7 +165,7 @@ int run_make(const MakeOptions& o) {
 
 }  // namespace
 
-Runner add_model_command(CLI::App& app) {
+CommandFn add_model_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("model", "Inspect GGUF files and make random-weight models");
   cmd->require_subcommand(1);
 

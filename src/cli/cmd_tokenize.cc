@@ -69,7 +69,7 @@ int run(const TokenizeOptions& o) {
 
 }  // namespace
 
-Runner add_tokenize_command(CLI::App& app) {
+CommandFn add_tokenize_command(CLI::App& app) {
   auto o = std::make_shared<TokenizeOptions>();
   CLI::App* cmd = app.add_subcommand("tokenize", "Print the token ids of a text (works on vocabulary-only GGUF files)");
   cmd->add_option("-m,--model", o->model, "GGUF file with a tokenizer, or 'demo'")->capture_default_str();

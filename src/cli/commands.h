@@ -8,11 +8,11 @@
 
 namespace sluice::cli {
 
-using Runner = std::function<int()>;
+using CommandFn = std::function<int()>;
 
-Runner add_generate_command(CLI::App& app);
-Runner add_tokenize_command(CLI::App& app);
-Runner add_model_command(CLI::App& app);
+CommandFn add_generate_command(CLI::App& app);
+CommandFn add_tokenize_command(CLI::App& app);
+CommandFn add_model_command(CLI::App& app);
 
 // Exit codes shared by all commands.
 inline constexpr int kExitOk = 0;

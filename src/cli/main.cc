@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show the help of every command");
   app.set_version_flag("--version", "sluice " SLUICE_VERSION);
-  const std::pair<const char*, Runner> commands[] = {
+  const std::pair<const char*, CommandFn> commands[] = {
       {"generate", add_generate_command(app)},
       {"tokenize", add_tokenize_command(app)},
       {"model", add_model_command(app)},

@@ -12,26 +12,38 @@
 
 namespace sluice {
 
+// What kind of failure, for callers that answer differently (an HTTP status, a retry).
+enum class StatusCode {
+  kOk,
+  kError,        // anything a caller cannot act on by kind: a corrupt file, an internal failure
+  kInvalid,      // the request itself is wrong (a bad parameter, a prompt over the context)
+  kOverloaded,   // refused for now because a bounded queue is full; retrying later may work
+  kUnavailable,  // refused because the component is shutting down
+};
+
 class Status {
  public:
   Status() = default;
   static Status ok() { return Status(); }
-  static Status error(std::string message) { return Status(std::move(message), true); }
+  static Status error(std::string message, StatusCode code = StatusCode::kError) {
+    return Status(std::move(message), code);
+  }
 
-  bool is_ok() const { return !failed_; }
+  bool is_ok() const { return code_ == StatusCode::kOk; }
   explicit operator bool() const { return is_ok(); }
+  StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
 
   // Returns this status with `context: ` put in front of its message.
   Status with_context(std::string_view context) const {
     if (is_ok()) return *this;
-    return Status(fmt::format("{}: {}", context, message_), true);
+    return Status(fmt::format("{}: {}", context, message_), code_);
   }
 
  private:
-  Status(std::string message, bool failed) : message_(std::move(message)), failed_(failed) {}
+  Status(std::string message, StatusCode code) : message_(std::move(message)), code_(code) {}
   std::string message_;
-  bool failed_ = false;
+  StatusCode code_ = StatusCode::kOk;
 };
 
 template <typename T>
@@ -43,6 +55,11 @@ std::unexpected<Status> Error(fmt::format_string<Args...> format, Args&&... args
   return std::unexpected(Status::error(fmt::format(format, std::forward<Args>(args)...)));
 }
 inline std::unexpected<Status> Error(Status status) { return std::unexpected(std::move(status)); }
+// The same with a code other than kError.
+template <typename... Args>
+std::unexpected<Status> Error(StatusCode code, fmt::format_string<Args...> format, Args&&... args) {
+  return std::unexpected(Status::error(fmt::format(format, std::forward<Args>(args)...), code));
+}
 
 }  // namespace sluice
 

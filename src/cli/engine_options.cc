@@ -1,0 +1,123 @@
+#include "cli/engine_options.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include <fmt/format.h>
+
+namespace sluice::cli {
+
+void EngineOptions::add_to(CLI::App& cmd) {
+  cmd.add_option("--max-num-seqs", max_num_seqs, "Most sequences in one forward pass (the batch size)")
+      ->capture_default_str()->check(CLI::Range(1, 4096));
+  cmd.add_option("--max-batch-tokens", max_batch_tokens,
+                 "Most tokens in one forward pass, summed over sequences; long prompts are split into chunks")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  cmd.add_option("--max-queued-requests", max_queued_requests,
+                 "Requests that may wait for their first step; more are refused as overloaded")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  cmd.add_option("--block-size", block_size, "Tokens per KV cache block")
+      ->capture_default_str()->check(CLI::Range(1, 1024));
+  cmd.add_option("--kv-cache-memory", kv_cache_memory,
+                 "KV cache size: bytes (e.g. 512MiB, 2G, 1.5GB), a fraction of available memory (e.g. 0.4), or "
+                 "'auto': room for max-num-seqs full contexts, at most 40% of available memory")
+      ->capture_default_str();
+  cmd.add_option("--kv-cache-dtype", kv_cache_dtype, "KV cache element type: f16 (half the memory) or f32")
+      ->capture_default_str()->check(CLI::IsMember({"f16", "f32"}));
+  cmd.add_flag("--no-coalesce", no_coalesce,
+               "Compute identical concurrent requests separately instead of once (for comparisons)");
+}
+
+Result<int64_t> parse_memory_size(const std::string& text, int64_t available_bytes) {
+  auto bad = [&] {
+    return Error(StatusCode::kInvalid,
+                 "--kv-cache-memory must be 'auto', a size such as 512MiB, 2G or 1.5GB, or a fraction of available "
+                 "memory such as 0.4; got '{}'",
+                 text);
+  };
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  if (i == 0) return bad();
+  double value = 0;
+  try {
+    size_t used = 0;
+    value = std::stod(text.substr(0, i), &used);
+    if (used != i) return bad();
+  } catch (...) {
+    return bad();
+  }
+  std::string unit = text.substr(i);
+  for (char& ch : unit) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  const bool has_point = text.substr(0, i).find('.') != std::string::npos;
+  if (unit.empty() && has_point) {
+    if (!(value > 0 && value <= 1)) return bad();
+    if (available_bytes <= 0) return Error(StatusCode::kInvalid, "cannot read the available memory; give a size");
+    return static_cast<int64_t>(value * static_cast<double>(available_bytes));
+  }
+  double scale = 0;
+  static const char kPrefixes[] = "KMGT";
+  if (unit.empty()) {
+    scale = 1;
+  } else if (unit == "B") {
+    scale = 1;
+  } else {
+    const char* p = std::strchr(kPrefixes, unit[0]);
+    if (p == nullptr || *p == '\0') return bad();
+    const int power = static_cast<int>(p - kPrefixes) + 1;
+    const std::string rest = unit.substr(1);
+    if (rest.empty() || rest == "IB") {
+      scale = std::pow(1024.0, power);
+    } else if (rest == "B") {
+      scale = std::pow(1000.0, power);
+    } else {
+      return bad();
+    }
+  }
+  const double bytes = value * scale;
+  if (!(bytes >= 1) || bytes > 1e15) return bad();
+  return static_cast<int64_t>(bytes);
+}
+
+int64_t available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
+Result<EngineConfig> EngineOptions::to_config(const ModelConfig& model) const {
+  EngineConfig c;
+  c.max_num_seqs = max_num_seqs;
+  c.max_batch_tokens = max_batch_tokens;
+  c.max_queued_requests = max_queued_requests;
+  c.block_size = block_size;
+  c.kv_type = kv_cache_dtype == "f32" ? KvType::kF32 : KvType::kF16;
+  c.coalesce = !no_coalesce;
+  const int64_t available = available_memory_bytes();
+  if (kv_cache_memory == "auto") {
+    const int64_t per_token = static_cast<int64_t>(KvPool::bytes_per_token(model, c.kv_type));
+    const int64_t blocks_per_seq = (model.context_length + block_size - 1) / block_size;
+    int64_t want = int64_t{max_num_seqs} * blocks_per_seq * block_size * per_token;
+    if (available > 0) want = std::min(want, available * 2 / 5);
+    c.kv_cache_bytes = std::max<int64_t>(want, per_token * block_size);
+  } else {
+    SLUICE_ASSIGN_OR_RETURN(c.kv_cache_bytes, parse_memory_size(kv_cache_memory, available));
+  }
+  return c;
+}
+
+std::string describe_kv_cache(const Engine& engine, const ModelConfig& model) {
+  const KvType type = engine.config().kv_type;
+  return fmt::format("KV cache: {:.1f} MiB {}, {} blocks of {} = {} tokens ({} bytes per token)",
+                     static_cast<double>(engine.kv_cache_bytes()) / (1024.0 * 1024.0), kernels::kv_type_name(type),
+                     engine.num_kv_blocks(), engine.config().block_size, engine.kv_capacity_tokens(),
+                     KvPool::bytes_per_token(model, type));
+}
+
+}  // namespace sluice::cli

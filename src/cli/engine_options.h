@@ -1,0 +1,39 @@
+// Engine flags shared by the commands that run the engine (generate; serve later), in the
+// vocabulary of vLLM where the meaning is the same.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "common/status.h"
+#include "engine/engine.h"
+
+namespace sluice::cli {
+
+struct EngineOptions {
+  int32_t max_num_seqs = 32;
+  int32_t max_batch_tokens = 512;
+  int32_t max_queued_requests = 256;
+  int32_t block_size = 16;
+  std::string kv_cache_memory = "auto";
+  std::string kv_cache_dtype = "f16";
+  bool no_coalesce = false;
+
+  void add_to(CLI::App& cmd);
+  // Resolves sizes against the model and this machine's available memory.
+  Result<EngineConfig> to_config(const ModelConfig& model) const;
+};
+
+// "123", "512MiB", "2G", "1.5GB" (K/M/G/T: powers of 1024 with or without "iB", powers of
+// 1000 with "B") -> bytes; "0.4" (a number below or equal to 1 with a decimal point) -> that
+// fraction of the available memory. Errors name the accepted forms.
+Result<int64_t> parse_memory_size(const std::string& text, int64_t available_bytes);
+
+// MemAvailable of /proc/meminfo in bytes (0 when unknown).
+int64_t available_memory_bytes();
+
+// One line for stderr: "KV cache: 3.0 GiB f16, 12288 blocks of 16 = 196608 tokens (12288 bytes per token)".
+std::string describe_kv_cache(const Engine& engine, const ModelConfig& model);
+
+}  // namespace sluice::cli

@@ -1,0 +1,548 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <random>
+
+#include "common/check.h"
+#include "engine/stop_matcher.h"
+#include "tokenizer/stream_decoder.h"
+
+namespace sluice {
+
+std::string_view finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+  }
+  return "?";
+}
+
+// ---- Streams and the inbox: the only state shared with caller threads. ----
+
+struct StreamState {
+  explicit StreamState(uint64_t request_id) : id(request_id) {}
+  const uint64_t id;
+  std::mutex mu;
+  std::condition_variable cv;
+  StreamOutput pending;       // GUARDED_BY(mu) output not yet read
+  bool has_pending = false;   // GUARDED_BY(mu)
+  bool final_read = false;    // GUARDED_BY(mu) the finished output was handed out
+  StreamOutput final_copy;    // GUARDED_BY(mu) finish fields, repeated after the end
+  std::atomic<bool> finished{false};  // the engine pushed the finished output
+
+  // Engine thread: appends output and wakes the reader.
+  void push(const std::vector<TokenOutput>& tokens, const std::string& text, const StreamOutput* final) {
+    {
+      std::lock_guard lock(mu);
+      pending.tokens.insert(pending.tokens.end(), tokens.begin(), tokens.end());
+      pending.text += text;
+      if (final) {
+        pending.finished = true;
+        pending.finish_reason = final->finish_reason;
+        pending.stop_matched = final->stop_matched;
+        pending.error = final->error;
+        pending.metrics = final->metrics;
+        final_copy = pending;
+        final_copy.tokens.clear();
+        final_copy.text.clear();
+        finished = true;
+      }
+      has_pending = true;
+    }
+    cv.notify_all();
+  }
+
+  // REQUIRES: mu held and has_pending || final_read.
+  StreamOutput take() {
+    if (!has_pending) return final_copy;
+    StreamOutput out = std::move(pending);
+    pending = StreamOutput{};
+    has_pending = false;
+    if (out.finished) final_read = true;
+    return out;
+  }
+};
+
+struct Command {
+  enum Kind { kSubmit, kCancel } kind;
+  std::shared_ptr<StreamState> stream;  // kSubmit
+  Request request;                      // kSubmit
+  double submit_time = 0;               // kSubmit
+  uint64_t request_id = 0;              // kCancel
+};
+
+struct Inbox {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Command> commands;  // GUARDED_BY(mu)
+  int32_t num_submits = 0;       // GUARDED_BY(mu) kSubmit commands in `commands`
+  int32_t num_waiting = 0;       // GUARDED_BY(mu) scheduler's waiting count, after the last step
+  bool closed = false;           // GUARDED_BY(mu)
+
+  void cancel(uint64_t request_id) {
+    {
+      std::lock_guard lock(mu);
+      if (closed) return;
+      commands.push_back({Command::kCancel, nullptr, {}, 0, request_id});
+    }
+    cv.notify_all();
+  }
+};
+
+// ---- RequestHandle ----
+
+RequestHandle::RequestHandle(std::shared_ptr<StreamState> state, std::shared_ptr<Inbox> inbox)
+    : state_(std::move(state)), inbox_(std::move(inbox)) {}
+RequestHandle::RequestHandle(RequestHandle&&) noexcept = default;
+RequestHandle& RequestHandle::operator=(RequestHandle&& other) noexcept {
+  if (this != &other) {
+    if (state_ && !state_->finished) inbox_->cancel(state_->id);
+    state_ = std::move(other.state_);
+    inbox_ = std::move(other.inbox_);
+  }
+  return *this;
+}
+RequestHandle::~RequestHandle() {
+  if (state_ && !state_->finished) inbox_->cancel(state_->id);
+}
+
+uint64_t RequestHandle::id() const { return state_->id; }
+void RequestHandle::cancel() { inbox_->cancel(state_->id); }
+
+StreamOutput RequestHandle::next() {
+  std::unique_lock lock(state_->mu);
+  state_->cv.wait(lock, [&] { return state_->has_pending || state_->final_read; });
+  return state_->take();
+}
+
+std::optional<StreamOutput> RequestHandle::next_for(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(state_->mu);
+  if (!state_->cv.wait_for(lock, timeout, [&] { return state_->has_pending || state_->final_read; })) {
+    return std::nullopt;
+  }
+  return state_->take();
+}
+
+StreamOutput RequestHandle::wait() {
+  StreamOutput all;
+  for (;;) {
+    StreamOutput o = next();
+    all.tokens.insert(all.tokens.end(), o.tokens.begin(), o.tokens.end());
+    all.text += o.text;
+    if (o.finished) {
+      o.tokens = std::move(all.tokens);
+      o.text = std::move(all.text);
+      return o;
+    }
+  }
+}
+
+// ---- Engine ----
+
+struct Engine::Subscriber {
+  std::shared_ptr<StreamState> stream;
+  double submit_time = 0;
+  double first_token_time = -1;
+  bool coalesced = false;
+};
+
+struct Engine::Computation {
+  Computation(SeqId seq_id, Request r, const Tokenizer& tokenizer)
+      : id(seq_id), request(std::move(r)), decoder(tokenizer), stops(request.stop_strings) {}
+  SeqId id;
+  Request request;
+  std::string coalesce_key;  // empty: not coalescable
+  StreamDecoder decoder;
+  StopMatcher stops;
+  int32_t max_new = 0;
+  int32_t num_output = 0;
+  std::string stop_matched;
+  std::vector<TokenOutput> history_tokens;  // for late subscribers (coalescable only)
+  std::string history_text;
+  std::vector<Subscriber> subs;
+  double scheduled_time = -1;
+  int32_t num_preemptions = 0;
+};
+
+namespace {
+
+// The bytes that make two requests produce the same output, or "" if the output is not
+// deterministic (sampling without an explicit seed).
+std::string coalesce_key(const Request& r) {
+  if (r.sampling.temperature > 0 && !r.seed) return {};
+  std::string key;
+  auto put = [&](const auto& v) { key.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  auto put_ints = [&](const std::vector<int32_t>& v) {
+    put(v.size());
+    key.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int32_t));
+  };
+  put_ints(r.prompt_tokens);
+  const SamplingParams& s = r.sampling;
+  put(s.temperature), put(s.top_k), put(s.top_p), put(s.min_p), put(s.repetition_penalty);
+  put(s.presence_penalty), put(s.frequency_penalty), put(s.top_logprobs);
+  put(r.sampling.temperature > 0 ? *r.seed : uint64_t{0});
+  put(r.max_tokens), put(r.ignore_eos), put(r.logprobs);
+  put_ints(r.stop_token_ids);
+  put(r.stop_strings.size());
+  for (const std::string& st : r.stop_strings) put(st.size()), key += st;
+  return key;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& tokenizer, ThreadPool& pool,
+                                               EngineConfig config) {
+  const ModelConfig& mc = model.config();
+  if (config.max_num_seqs < 1) return Error(StatusCode::kInvalid, "max-num-seqs must be >= 1, got {}", config.max_num_seqs);
+  if (config.max_batch_tokens < 1) {
+    return Error(StatusCode::kInvalid, "max-batch-tokens must be >= 1, got {}", config.max_batch_tokens);
+  }
+  if (config.max_queued_requests < 1) {
+    return Error(StatusCode::kInvalid, "max-queued-requests must be >= 1, got {}", config.max_queued_requests);
+  }
+  if (config.block_size < 1 || config.block_size > 1024) {
+    return Error(StatusCode::kInvalid, "block size must be in [1, 1024], got {}", config.block_size);
+  }
+  const size_t block_bytes = KvPool::bytes_per_token(mc, config.kv_type) * config.block_size;
+  if (config.kv_cache_bytes < 0) return Error(StatusCode::kInvalid, "KV cache size must be >= 0");
+  int64_t num_blocks = 0;
+  if (config.kv_cache_bytes == 0) {
+    num_blocks = int64_t{config.max_num_seqs} * ((mc.context_length + config.block_size - 1) / config.block_size);
+  } else {
+    num_blocks = config.kv_cache_bytes / static_cast<int64_t>(block_bytes);
+  }
+  if (num_blocks < 1) {
+    return Error(StatusCode::kInvalid, "a KV cache of {} bytes holds no block: one block of {} tokens takes {} bytes",
+                 config.kv_cache_bytes, config.block_size, block_bytes);
+  }
+  if (num_blocks > INT32_MAX / config.block_size) {
+    return Error(StatusCode::kInvalid, "a KV cache of {} blocks is too large", num_blocks);
+  }
+  if (!config.clock) {
+    config.clock = [] {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    };
+  }
+  return std::unique_ptr<Engine>(new Engine(model, tokenizer, pool, std::move(config), static_cast<int32_t>(num_blocks)));
+}
+
+Engine::Engine(Model& model, const Tokenizer& tokenizer, ThreadPool& pool, EngineConfig config, int32_t num_blocks)
+    : model_(model),
+      tokenizer_(tokenizer),
+      pool_(pool),
+      config_(std::move(config)),
+      num_blocks_(num_blocks),
+      kv_(std::make_unique<KvPool>(model.config(), num_blocks, config_.block_size, config_.kv_type)),
+      blocks_(num_blocks),
+      scheduler_(SchedulerConfig{config_.max_num_seqs, config_.max_batch_tokens, config_.block_size}, blocks_),
+      runner_(model, *kv_, pool),
+      inbox_(std::make_shared<Inbox>()),
+      seed_state_(std::random_device{}()) {
+  metrics_.kv_blocks_total = num_blocks;
+  metrics_.kv_blocks_free = num_blocks;
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard lock(inbox_->mu);
+    inbox_->closed = true;
+  }
+  inbox_->cv.notify_all();
+  thread_.join();
+}
+
+int32_t Engine::max_sequence_tokens() const {
+  return static_cast<int32_t>(std::min<int64_t>(model_.config().context_length, kv_capacity_tokens()));
+}
+
+Status Engine::validate(const Request& r) const {
+  const ModelConfig& c = model_.config();
+  auto invalid = [](std::string m) { return Status::error(std::move(m), StatusCode::kInvalid); };
+  const auto num_prompt = static_cast<int64_t>(r.prompt_tokens.size());
+  if (num_prompt == 0) return invalid("the prompt is empty");
+  for (int64_t i = 0; i < num_prompt; ++i) {
+    if (r.prompt_tokens[i] < 0 || r.prompt_tokens[i] >= c.vocab_size) {
+      return invalid(fmt::format("prompt token {} (at index {}) is outside the vocabulary (0..{})", r.prompt_tokens[i],
+                                 i, c.vocab_size - 1));
+    }
+  }
+  if (num_prompt >= c.context_length) {
+    return invalid(fmt::format("the prompt has {} tokens; it must be shorter than the model's context of {} tokens",
+                               num_prompt, c.context_length));
+  }
+  if (num_prompt >= kv_capacity_tokens()) {
+    return invalid(fmt::format("the prompt has {} tokens; the KV cache holds only {} tokens (raise --kv-cache-memory)",
+                               num_prompt, kv_capacity_tokens()));
+  }
+  if (r.max_tokens < 0) return invalid(fmt::format("max tokens must be >= 0, got {}", r.max_tokens));
+  if (Status s = r.sampling.validate(); !s) return invalid(s.message());
+  for (int32_t id : r.stop_token_ids) {
+    if (id < 0 || id >= c.vocab_size) {
+      return invalid(fmt::format("stop token id {} is outside the vocabulary (0..{})", id, c.vocab_size - 1));
+    }
+  }
+  return Status::ok();
+}
+
+Result<RequestHandle> Engine::submit(Request request) {
+  if (Status s = validate(request); !s) {
+    std::lock_guard lock(metrics_mu_);
+    ++metrics_.num_requests_rejected;
+    return Error(s);
+  }
+  auto stream = std::make_shared<StreamState>(next_request_id_++);
+  {
+    std::lock_guard lock(inbox_->mu);
+    if (inbox_->closed) return Error(StatusCode::kUnavailable, "the engine is shutting down");
+    if (inbox_->num_submits + inbox_->num_waiting >= config_.max_queued_requests) {
+      std::lock_guard mlock(metrics_mu_);
+      ++metrics_.num_requests_rejected;
+      ++metrics_.num_requests_overloaded;
+      return Error(StatusCode::kOverloaded, "overloaded: {} requests are already waiting (--max-queued-requests {})",
+                   inbox_->num_submits + inbox_->num_waiting, config_.max_queued_requests);
+    }
+    inbox_->commands.push_back({Command::kSubmit, stream, std::move(request), now(), 0});
+    ++inbox_->num_submits;
+    std::lock_guard mlock(metrics_mu_);
+    ++metrics_.num_requests_submitted;
+    idle_ = false;
+  }
+  inbox_->cv.notify_all();
+  return RequestHandle(std::move(stream), inbox_);
+}
+
+EngineMetrics Engine::metrics() const {
+  std::lock_guard lock(metrics_mu_);
+  return metrics_;
+}
+
+EngineMetrics Engine::wait_until_idle() const {
+  std::unique_lock lock(metrics_mu_);
+  idle_cv_.wait(lock, [&] { return idle_; });
+  return metrics_;
+}
+
+void Engine::loop() {
+  for (;;) {
+    std::deque<Command> commands;
+    {
+      std::unique_lock lock(inbox_->mu);
+      inbox_->cv.wait(lock, [&] { return inbox_->closed || !inbox_->commands.empty() || !computations_.empty(); });
+      if (inbox_->closed) break;
+      commands.swap(inbox_->commands);
+      inbox_->num_submits = 0;
+      // Until the step below runs, these requests count as waiting.
+      for (const Command& c : commands) inbox_->num_waiting += c.kind == Command::kSubmit;
+    }
+    for (Command& c : commands) {
+      if (c.kind == Command::kSubmit) {
+        Subscriber sub{std::move(c.stream), c.submit_time};
+        handle_submit(std::move(sub), std::move(c.request));
+      } else {
+        handle_cancel(c.request_id);
+      }
+    }
+    if (!computations_.empty()) step();
+    update_gauges();
+  }
+  // Shutting down: everything outstanding ends now.
+  std::deque<Command> left;
+  {
+    std::lock_guard lock(inbox_->mu);
+    left.swap(inbox_->commands);
+  }
+  for (Command& c : left) {
+    if (c.kind != Command::kSubmit) continue;
+    StreamOutput final;
+    final.finish_reason = FinishReason::kCancelled;
+    final.error = "engine shut down";
+    c.stream->push({}, {}, &final);
+  }
+  while (!computations_.empty()) finish(*computations_.begin()->second, FinishReason::kCancelled, "engine shut down");
+  std::lock_guard lock(metrics_mu_);
+  idle_ = true;
+  idle_cv_.notify_all();
+}
+
+void Engine::handle_submit(Subscriber sub, Request request) {
+  const auto num_prompt = static_cast<int32_t>(request.prompt_tokens.size());
+  const int32_t max_new = std::min(request.max_tokens, max_sequence_tokens() - num_prompt);
+  std::string key = config_.coalesce ? coalesce_key(request) : std::string();
+  if (!key.empty()) {
+    if (auto it = by_coalesce_key_.find(key); it != by_coalesce_key_.end()) {
+      Computation& c = *computations_.at(it->second);
+      sub.coalesced = true;
+      if (!c.history_tokens.empty()) sub.first_token_time = now();
+      sub.stream->push(c.history_tokens, c.history_text, nullptr);
+      request_to_seq_[sub.stream->id] = c.id;
+      c.subs.push_back(std::move(sub));
+      std::lock_guard lock(metrics_mu_);
+      ++metrics_.num_requests_coalesced;
+      return;
+    }
+  }
+  const SeqId id = next_seq_id_++;
+  if (!request.seed) request.seed = Xoshiro256::splitmix64(seed_state_);
+  request.sampling.seed = *request.seed;
+  auto c = std::make_unique<Computation>(id, std::move(request), tokenizer_);
+  c->max_new = max_new;
+  request_to_seq_[sub.stream->id] = id;
+  c->subs.push_back(std::move(sub));
+  if (max_new == 0) {  // nothing to compute
+    computations_.emplace(id, std::move(c));
+    finish(*computations_.at(id), FinishReason::kLength);
+    return;
+  }
+  c->coalesce_key = std::move(key);
+  if (!c->coalesce_key.empty()) by_coalesce_key_.emplace(c->coalesce_key, id);
+  scheduler_.add(id, c->request.prompt_tokens, c->request.priority);
+  runner_.add_sequence(id, c->request.sampling, c->request.prompt_tokens);
+  computations_.emplace(id, std::move(c));
+}
+
+void Engine::handle_cancel(uint64_t request_id) {
+  auto it = request_to_seq_.find(request_id);
+  if (it == request_to_seq_.end()) return;  // finished already
+  Computation& c = *computations_.at(it->second);
+  auto sub = std::find_if(c.subs.begin(), c.subs.end(), [&](const Subscriber& s) { return s.stream->id == request_id; });
+  SLUICE_CHECK(sub != c.subs.end());
+  if (c.subs.size() == 1) {
+    finish(c, FinishReason::kCancelled);  // the last one: the computation stops
+    return;
+  }
+  finish_subscriber(c, *sub, FinishReason::kCancelled, {});
+  c.subs.erase(sub);
+}
+
+void Engine::step() {
+  ScheduleOutput out = scheduler_.schedule();
+  for (SeqId id : out.preempted) ++computations_.at(id)->num_preemptions;
+  // Every sequence fits the pool alone (validate() and the max_new clamp), so a step with
+  // sequences present always schedules something.
+  SLUICE_CHECK(!out.empty()) << "no sequence could be scheduled: " << scheduler_.num_running() << " running, "
+                             << scheduler_.num_waiting() << " waiting";
+  const double t = now();
+  for (const ScheduledSeq& s : out.seqs) {
+    Computation& c = *computations_.at(s.seq_id);
+    if (c.scheduled_time < 0) c.scheduled_time = t;
+  }
+  Result<RunnerOutput> result = runner_.run(out);
+  if (!result) {
+    for (const ScheduledSeq& s : out.seqs) finish(*computations_.at(s.seq_id), FinishReason::kError, result.error().message());
+    return;
+  }
+  scheduler_.update(out, result->sampled);
+  if (config_.on_step) config_.on_step(out);
+  for (size_t i = 0; i < result->sampled.size(); ++i) {
+    process_sample(*computations_.at(result->sampled[i].seq_id), result->samples[i]);  // may finish it
+  }
+  std::lock_guard lock(metrics_mu_);
+  ++metrics_.num_steps;
+  metrics_.num_scheduled_tokens += out.num_tokens;
+  metrics_.num_preemptions += static_cast<int64_t>(out.preempted.size());
+  metrics_.last_step_tokens = out.num_tokens;
+  metrics_.last_step_seqs = static_cast<int32_t>(out.seqs.size());
+  metrics_.tokens_per_step.observe(out.num_tokens);
+  metrics_.seqs_per_step.observe(static_cast<double>(out.seqs.size()));
+}
+
+void Engine::process_sample(Computation& c, const SampleResult& sample) {
+  ++c.num_output;
+  TokenOutput token{sample.token_id, 0, {}};
+  if (c.request.logprobs) {
+    token.logprob = sample.logprob;
+    token.top = sample.top;
+  }
+  const Request& r = c.request;
+  const bool stop_token =
+      std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), sample.token_id) != r.stop_token_ids.end() ||
+      (!r.ignore_eos && tokenizer_.is_end_of_generation(sample.token_id));
+  std::string text;
+  bool stopped = stop_token;
+  if (!stop_token) {  // a stop token's own text is not part of the output
+    StopMatcher::Step s = c.stops.push(c.decoder.push(sample.token_id));
+    text = std::move(s.emit);
+    stopped = s.stopped;
+    c.stop_matched = s.matched;
+  }
+  const bool done = stopped || c.num_output == c.max_new;
+  if (done && !c.stops.stopped()) {
+    // Release what the decoder and the matcher hold back (the rest of a stop string may never
+    // come); an incomplete character becomes U+FFFD.
+    StopMatcher::Step s = c.stops.push(c.decoder.flush());
+    text += s.emit;
+    if (s.stopped) {
+      stopped = true;
+      c.stop_matched = s.matched;
+    } else {
+      text += c.stops.flush();
+    }
+  }
+  publish(c, {std::move(token)}, std::move(text));
+  if (done) finish(c, stopped ? FinishReason::kStop : FinishReason::kLength);
+}
+
+void Engine::publish(Computation& c, std::vector<TokenOutput> tokens, std::string text) {
+  const double t = now();
+  for (Subscriber& sub : c.subs) {
+    if (!tokens.empty() && sub.first_token_time < 0) sub.first_token_time = t;
+    sub.stream->push(tokens, text, nullptr);
+  }
+  if (!c.coalesce_key.empty()) {
+    c.history_tokens.insert(c.history_tokens.end(), tokens.begin(), tokens.end());
+    c.history_text += text;
+  }
+}
+
+void Engine::finish_subscriber(Computation& c, Subscriber& sub, FinishReason reason, const std::string& error) {
+  const double t = now();
+  StreamOutput final;
+  final.finished = true;
+  final.finish_reason = reason;
+  final.error = error;
+  final.stop_matched = reason == FinishReason::kStop ? c.stop_matched : std::string();
+  RequestMetrics& m = final.metrics;
+  m.num_prompt_tokens = static_cast<int32_t>(c.request.prompt_tokens.size());
+  m.num_output_tokens = c.num_output;
+  m.queue_seconds = std::max(0.0, (c.scheduled_time < 0 ? t : c.scheduled_time) - sub.submit_time);
+  m.ttft_seconds = sub.first_token_time < 0 ? 0 : sub.first_token_time - sub.submit_time;
+  m.e2e_seconds = t - sub.submit_time;
+  if (c.num_output > 1 && sub.first_token_time >= 0) m.tpot_seconds = (t - sub.first_token_time) / (c.num_output - 1);
+  m.num_preemptions = c.num_preemptions;
+  m.coalesced = sub.coalesced;
+  request_to_seq_.erase(sub.stream->id);
+  sub.stream->push({}, {}, &final);
+  std::lock_guard lock(metrics_mu_);
+  ++metrics_.num_requests_finished[static_cast<size_t>(reason)];
+  metrics_.num_prompt_tokens += m.num_prompt_tokens;
+  metrics_.num_generation_tokens += m.num_output_tokens;
+  metrics_.queue_seconds.observe(m.queue_seconds);
+  metrics_.e2e_seconds.observe(m.e2e_seconds);
+  if (sub.first_token_time >= 0) metrics_.ttft_seconds.observe(m.ttft_seconds);
+  if (c.num_output > 1 && sub.first_token_time >= 0) metrics_.tpot_seconds.observe(m.tpot_seconds);
+}
+
+void Engine::finish(Computation& c, FinishReason reason, std::string error) {
+  for (Subscriber& sub : c.subs) finish_subscriber(c, sub, reason, error);
+  scheduler_.finish(c.id);
+  runner_.remove_sequence(c.id);
+  if (!c.coalesce_key.empty()) by_coalesce_key_.erase(c.coalesce_key);
+  computations_.erase(c.id);  // destroys c
+}
+
+void Engine::update_gauges() {
+  std::lock_guard lock(inbox_->mu);  // submit() takes inbox then metrics: same order here
+  inbox_->num_waiting = scheduler_.num_waiting();
+  std::lock_guard mlock(metrics_mu_);
+  metrics_.num_running = scheduler_.num_running();
+  metrics_.num_waiting = scheduler_.num_waiting();
+  metrics_.kv_blocks_used = blocks_.num_used();
+  metrics_.kv_blocks_free = blocks_.num_free();
+  idle_ = computations_.empty() && inbox_->commands.empty();
+  if (idle_) idle_cv_.notify_all();
+}
+
+}  // namespace sluice

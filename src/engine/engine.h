@@ -1,0 +1,157 @@
+// Engine: many requests share each forward pass (continuous batching over a paged KV cache).
+//
+//   caller threads                         engine thread
+//   submit(Request) --validate--> inbox --> Computation + Scheduler::add + Runner::add_sequence
+//   RequestHandle::next() <-- stream  <--  step: schedule -> Runner::run -> update -> outputs
+//   cancel()/~RequestHandle --> inbox --> drop the subscriber; the last one frees the blocks
+//
+// One engine thread owns the scheduler, the KV cache and every computation; caller threads
+// only touch the inbox (a mutex-guarded queue) and their own stream (DESIGN.md). Each
+// accepted request ends with exactly one finished output: stop, length, cancelled, or error.
+//
+// Coalescing: a request identical to one queued or running (same prompt tokens, sampling,
+// limits, stops; deterministic: greedy or an explicit seed) subscribes to that computation
+// and receives the whole output from its first token, as if it had run alone.
+//
+// Overload: submit() refuses a request at once (StatusCode::kOverloaded) when the requests
+// waiting for a first step (inbox plus scheduler queue) reach max_queued_requests.
+//
+// Thread-safety: submit(), metrics() and the handles may be used from any thread. Destroying
+// the engine finishes every outstanding request (kCancelled, "engine shut down").
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "common/status.h"
+#include "common/thread_pool.h"
+#include "engine/block_pool.h"
+#include "engine/metrics.h"
+#include "engine/request.h"
+#include "engine/runner.h"
+#include "engine/scheduler.h"
+#include "model/kv_pool.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace sluice {
+
+struct EngineConfig {
+  int32_t max_num_seqs = 32;          // sequences in one step
+  int32_t max_batch_tokens = 512;     // tokens in one step
+  int32_t max_queued_requests = 256;  // requests waiting for their first step
+  int32_t block_size = 16;            // tokens per KV block
+  KvType kv_type = KvType::kF16;
+  int64_t kv_cache_bytes = 0;         // KV pool size; 0: enough for max_num_seqs full contexts
+  bool coalesce = true;               // serve identical concurrent requests from one computation
+  std::function<double()> clock;      // seconds; default: steady_clock
+  // Called on the engine thread after each step, before outputs are published (tests, tracing).
+  std::function<void(const ScheduleOutput&)> on_step;
+};
+
+class Engine;
+struct StreamState;
+struct Inbox;
+
+// A submitted request's output stream. Move-only; destroying an unfinished handle cancels it.
+class RequestHandle {
+ public:
+  RequestHandle(RequestHandle&&) noexcept;
+  RequestHandle& operator=(RequestHandle&&) noexcept;
+  ~RequestHandle();
+
+  uint64_t id() const;
+  // Blocks until there is output the caller has not seen; the last has finished == true.
+  // After the end, returns an empty finished output again.
+  StreamOutput next();
+  // As next(), waiting at most `timeout`; nullopt if nothing came.
+  std::optional<StreamOutput> next_for(std::chrono::milliseconds timeout);
+  // Reads to the end; returns everything (tokens, text) with the final status.
+  StreamOutput wait();
+  // Asks the engine to stop this request; it ends with kCancelled (unless it finished first).
+  void cancel();
+
+ private:
+  friend class Engine;
+  RequestHandle(std::shared_ptr<StreamState> state, std::shared_ptr<Inbox> inbox);
+  std::shared_ptr<StreamState> state_;
+  std::shared_ptr<Inbox> inbox_;
+};
+
+class Engine {
+ public:
+  // Sizes the KV pool and starts the engine thread. Errors for an impossible configuration.
+  static Result<std::unique_ptr<Engine>> create(Model& model, const Tokenizer& tokenizer, ThreadPool& pool,
+                                                EngineConfig config);
+  ~Engine();
+
+  // Validates and queues a request. Errors: kInvalid (empty prompt, unknown token, prompt
+  // over the context or the KV pool, bad sampling parameters), kOverloaded (queue full),
+  // kUnavailable (shutting down).
+  Result<RequestHandle> submit(Request request);
+
+  EngineMetrics metrics() const;
+  // Blocks until no request is queued or running; returns the metrics of that moment.
+  EngineMetrics wait_until_idle() const;
+  const EngineConfig& config() const { return config_; }
+  int32_t num_kv_blocks() const { return num_blocks_; }
+  int64_t kv_capacity_tokens() const { return int64_t{num_blocks_} * config_.block_size; }
+  size_t kv_cache_bytes() const { return kv_->bytes(); }
+  // Longest prompt + output one request can have (the context, or the pool if smaller).
+  int32_t max_sequence_tokens() const;
+
+ private:
+  struct Subscriber;
+  struct Computation;
+
+  Engine(Model& model, const Tokenizer& tokenizer, ThreadPool& pool, EngineConfig config, int32_t num_blocks);
+  Status validate(const Request& r) const;
+  double now() const { return config_.clock(); }
+
+  void loop();
+  void handle_submit(Subscriber sub, Request request);
+  void handle_cancel(uint64_t request_id);
+  void step();
+  void process_sample(Computation& c, const SampleResult& sample);
+  void publish(Computation& c, std::vector<TokenOutput> tokens, std::string text);
+  void finish(Computation& c, FinishReason reason, std::string error = {});
+  void finish_subscriber(Computation& c, Subscriber& sub, FinishReason reason, const std::string& error);
+  void update_gauges();
+
+  Model& model_;
+  const Tokenizer& tokenizer_;
+  ThreadPool& pool_;
+  EngineConfig config_;
+  int32_t num_blocks_;
+  std::unique_ptr<KvPool> kv_;
+  BlockPool blocks_;
+  Scheduler scheduler_;
+  Runner runner_;
+  std::shared_ptr<Inbox> inbox_;
+  std::atomic<uint64_t> next_request_id_{1};
+
+  // Engine-thread state.
+  std::unordered_map<SeqId, std::unique_ptr<Computation>> computations_;
+  std::unordered_map<uint64_t, SeqId> request_to_seq_;      // subscriber id -> its computation
+  std::unordered_map<std::string, SeqId> by_coalesce_key_;  // deterministic computations
+  SeqId next_seq_id_ = 1;
+  uint64_t seed_state_;
+
+  mutable std::mutex metrics_mu_;
+  mutable std::condition_variable idle_cv_;
+  EngineMetrics metrics_;  // GUARDED_BY(metrics_mu_)
+  bool idle_ = true;       // GUARDED_BY(metrics_mu_) no computation and nothing in the inbox
+
+  std::thread thread_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,67 @@
+// Engine metrics: what `sluice serve` exports on /metrics and `sluice generate` summarizes.
+//
+// Histograms keep Prometheus-style buckets (upper bounds; counts per bucket plus one overflow
+// bucket), a sum and a count, so the exporter writes them as they are.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "engine/request.h"
+
+namespace sluice {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> upper_bounds);
+  void observe(double value);
+
+  const std::vector<double>& upper_bounds() const { return bounds_; }
+  // [upper_bounds.size() + 1]: values <= bound i (and > bound i-1); the last is the overflow.
+  const std::vector<int64_t>& bucket_counts() const { return counts_; }
+  int64_t count() const { return count_; }
+  double sum() const { return sum_; }
+  double mean() const { return count_ ? sum_ / static_cast<double>(count_) : 0.0; }
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<int64_t> counts_;
+  int64_t count_ = 0;
+  double sum_ = 0;
+};
+
+// Bucket bounds used by the engine.
+std::vector<double> latency_buckets();   // seconds, 1 ms .. 120 s
+std::vector<double> count_buckets(int64_t max);  // 1, 2, 4, ... up to max
+
+struct EngineMetrics {
+  // Gauges, as of the last step.
+  int32_t num_running = 0;
+  int32_t num_waiting = 0;
+  int32_t kv_blocks_total = 0;
+  int32_t kv_blocks_used = 0;
+  int32_t kv_blocks_free = 0;
+  int32_t last_step_tokens = 0;
+  int32_t last_step_seqs = 0;
+  // Counters.
+  int64_t num_steps = 0;
+  int64_t num_preemptions = 0;
+  int64_t num_requests_submitted = 0;     // accepted by submit()
+  int64_t num_requests_rejected = 0;      // refused by submit() (invalid or overloaded)
+  int64_t num_requests_overloaded = 0;    // of those, refused because the queue was full
+  int64_t num_requests_coalesced = 0;     // served by an identical request's computation
+  std::array<int64_t, 4> num_requests_finished{};  // by FinishReason
+  int64_t num_prompt_tokens = 0;          // of finished requests
+  int64_t num_generation_tokens = 0;      // of finished requests
+  int64_t num_scheduled_tokens = 0;       // summed over steps (recomputation included)
+  // Distributions.
+  Histogram tokens_per_step{count_buckets(8192)};
+  Histogram seqs_per_step{count_buckets(1024)};
+  Histogram queue_seconds{latency_buckets()};
+  Histogram ttft_seconds{latency_buckets()};
+  Histogram tpot_seconds{latency_buckets()};
+  Histogram e2e_seconds{latency_buckets()};
+};
+
+}  // namespace sluice

@@ -1,0 +1,61 @@
+// What a caller hands the engine (Request) and what it reads back (StreamOutput).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/sampler.h"
+
+namespace sluice {
+
+struct Request {
+  std::vector<int32_t> prompt_tokens;
+  SamplingParams sampling;               // sampling.seed is ignored: see `seed`
+  std::optional<uint64_t> seed;          // none: a fresh seed per request (not reproducible)
+  int32_t max_tokens = 128;              // clamped to what the context and the KV pool allow
+  std::vector<int32_t> stop_token_ids;   // in addition to the vocabulary's end-of-generation tokens
+  std::vector<std::string> stop_strings; // never part of the output text
+  bool ignore_eos = false;
+  bool logprobs = false;                 // report each token's logprob (and sampling.top_logprobs)
+  int32_t priority = 0;                  // lower values are served first (as vLLM)
+  std::string session;                   // optional session key (routing, metrics)
+};
+
+enum class FinishReason { kStop, kLength, kCancelled, kError };
+std::string_view finish_reason_name(FinishReason r);
+
+struct TokenOutput {
+  int32_t token_id = 0;
+  float logprob = 0;               // when Request::logprobs
+  std::vector<TokenLogprob> top;   // when Request::logprobs and sampling.top_logprobs > 0
+};
+
+// Per-request figures, in seconds, final with the last output.
+struct RequestMetrics {
+  int32_t num_prompt_tokens = 0;
+  int32_t num_output_tokens = 0;
+  int32_t cached_tokens = 0;       // prompt tokens whose KV came from the prefix cache
+  double queue_seconds = 0;        // submit -> first scheduled
+  double ttft_seconds = 0;         // submit -> first token
+  double tpot_seconds = 0;         // mean time per output token after the first
+  double e2e_seconds = 0;          // submit -> finished
+  int32_t num_preemptions = 0;
+  bool coalesced = false;          // served by an identical request's computation
+};
+
+// Output since the previous read. Token and text deltas need not line up: text is held back
+// until it is valid UTF-8 and cannot be the start of a stop string.
+struct StreamOutput {
+  std::vector<TokenOutput> tokens;
+  std::string text;
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kLength;
+  std::string stop_matched;        // the stop string that ended the output, if any
+  std::string error;               // when finish_reason == kError or kCancelled by shutdown
+  RequestMetrics metrics;          // when finished
+};
+
+}  // namespace sluice

@@ -1,0 +1,50 @@
+// Runner: turns a ScheduleOutput into one forward pass over the batch and samples the next
+// token of every sequence whose chunk reached its last known token.
+//
+// It owns each sequence's Sampler (penalty history and random state survive preemption: a
+// recomputed sequence samples exactly what it would have). Sampling of different sequences
+// runs in parallel on the thread pool; each Sampler is used by one thread at a time.
+//
+// Thread-safety: owned by the engine thread.
+#pragma once
+
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "common/thread_pool.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "model/kv_pool.h"
+#include "model/model.h"
+
+namespace sluice {
+
+struct RunnerOutput {
+  std::vector<SampledToken> sampled;   // [num_sampled] in ScheduleOutput order
+  std::vector<SampleResult> samples;   // [num_sampled] logprobs of each
+};
+
+class Runner {
+ public:
+  Runner(Model& model, KvPool& kv, ThreadPool& pool);
+
+  // REQUIRES: params.validate() is ok.
+  void add_sequence(SeqId seq_id, const SamplingParams& params, std::span<const int32_t> prompt);
+  void remove_sequence(SeqId seq_id);
+  size_t num_sequences() const { return samplers_.size(); }
+
+  // Errors come from the model (nothing was computed); samplers are unchanged then.
+  Result<RunnerOutput> run(const ScheduleOutput& out);
+
+ private:
+  Model& model_;
+  KvPool& kv_;
+  ThreadPool& pool_;
+  std::unordered_map<SeqId, Sampler> samplers_;
+  ForwardBatch batch_;
+  std::vector<float> logits_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,132 @@
+// Scheduler: continuous batching of many sequences under a sequence budget and a token budget.
+//
+// Every sequence has `tokens` (prompt, then the outputs so far) and `num_computed` (how many of
+// them have their keys/values in the KV cache). A step hands each chosen sequence the next
+// tokens to compute; there are no prefill and decode modes: a new prompt, a prompt chunk, a
+// decode token and a recompute after preemption are all "the next num_new tokens". When a
+// chunk reaches the last known token, the runner samples the next one.
+//
+// schedule(), in named phases:
+//   1. running sequences, in priority order (lower `priority` value first, then arrival):
+//      each gets min(remaining, budget) tokens, except that a chunk of a prompt leaves one
+//      token of the budget for every running decode behind it, so chunked prefill never stalls
+//      decodes. A sequence whose tokens need a block when none is free preempts the running
+//      sequence of lowest priority that arrived last (possibly itself): its blocks are freed
+//      and it waits, first in line of its priority, to be recomputed. A prompt chunk shrinks to
+//      the blocks that are free before it preempts anyone.
+//   2. waiting sequences, in priority order (FCFS within a priority), while fewer than
+//      max_num_seqs run and budget and free blocks remain; skipped in a step that preempted,
+//      so a preempted sequence is not immediately re-admitted at another's expense.
+//
+// The scheduler never sees a tensor or a token's text; finishing a sequence (end of text, stop
+// string, length, cancel) is the engine's call: finish().
+//
+// Invariants: no step schedules more than max_num_seqs sequences or max_batch_tokens tokens;
+// a running sequence holds exactly ceil(num_computed' / block_size) blocks after the step it
+// was scheduled in (num_computed' = num_computed + num_new); waiting sequences hold none.
+// REQUIRES of the caller: every sequence fits the whole pool alone (tokens it will ever hold
+// <= num_blocks * block_size), so a sequence running alone is never preempted.
+//
+// Thread-safety: owned by the engine thread; not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/block_pool.h"
+
+namespace sluice {
+
+using SeqId = uint64_t;
+
+struct SchedulerConfig {
+  int32_t max_num_seqs = 32;        // sequences in one step (the batch size)
+  int32_t max_batch_tokens = 512;   // tokens in one step, summed over sequences
+  int32_t block_size = 16;          // tokens per KV block
+};
+
+// One sequence's share of a step.
+struct ScheduledSeq {
+  SeqId seq_id = 0;
+  int32_t start = 0;                  // position of the first token computed in this step
+  std::vector<int32_t> token_ids;     // [num_new] tokens at positions start..start+num_new-1
+  std::vector<int32_t> block_table;   // [blocks held] physical blocks, in position order
+  bool sample = false;                // the chunk ends at the last known token: sample the next
+};
+
+struct ScheduleOutput {
+  std::vector<ScheduledSeq> seqs;   // [num_seqs]
+  std::vector<SeqId> preempted;     // sequences preempted in this step
+  int32_t num_tokens = 0;           // sum of token_ids sizes
+
+  bool empty() const { return seqs.empty(); }
+};
+
+// One sampled token, for a ScheduledSeq with sample == true.
+struct SampledToken {
+  SeqId seq_id = 0;
+  int32_t token_id = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& config, BlockPool& blocks);
+
+  // Queues a new sequence. REQUIRES: an unused id, a non-empty prompt.
+  void add(SeqId seq_id, std::vector<int32_t> prompt, int32_t priority);
+
+  ScheduleOutput schedule();
+
+  // Closes a step: advances num_computed of every scheduled sequence and appends the sampled
+  // tokens. REQUIRES: `out` is the last schedule() result and no sequence of it was finished.
+  void update(const ScheduleOutput& out, std::span<const SampledToken> sampled);
+
+  // Removes a waiting or running sequence and frees its blocks. No-op for an unknown id.
+  void finish(SeqId seq_id);
+
+  bool has(SeqId seq_id) const { return seqs_.contains(seq_id); }
+  int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+  int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
+  int64_t num_preemptions() const { return num_preemptions_; }
+  // Output tokens so far (all tokens minus the prompt). REQUIRES: has(seq_id).
+  int32_t num_output(SeqId seq_id) const;
+  const SchedulerConfig& config() const { return config_; }
+
+ private:
+  struct Seq {
+    SeqId id = 0;
+    int32_t priority = 0;
+    uint64_t arrival = 0;
+    std::vector<int32_t> tokens;  // prompt + outputs
+    int32_t num_prompt = 0;
+    int32_t num_computed = 0;
+    std::vector<int32_t> blocks;
+    bool running = false;
+  };
+  // Priority order: lower priority value first, then earlier arrival.
+  using Key = std::pair<int32_t, uint64_t>;
+  static Key key(const Seq& s) { return {s.priority, s.arrival}; }
+
+  void schedule_running(ScheduleOutput& out, int32_t& budget);
+  void schedule_waiting(ScheduleOutput& out, int32_t& budget);
+  // Tokens of `s` (up to `want`) that fit in its blocks plus the free ones.
+  int32_t fitting_tokens(const Seq& s, int32_t want) const;
+  void grow(Seq& s, int32_t num_new);
+  void preempt(Seq& s, ScheduleOutput& out);
+  void release_blocks(Seq& s);
+  void emit(Seq& s, int32_t num_new, ScheduleOutput& out, int32_t& budget);
+
+  SchedulerConfig config_;
+  BlockPool& blocks_;
+  std::unordered_map<SeqId, Seq> seqs_;
+  std::map<Key, SeqId> running_;
+  std::map<Key, SeqId> waiting_;
+  uint64_t next_arrival_ = 0;
+  int64_t num_preemptions_ = 0;
+};
+
+}  // namespace sluice
