@@ -99,6 +99,62 @@ TEST(Cli, DemoInfoSaysGibberish) {
   EXPECT_NE(o.out.find("RANDOM weights"), std::string::npos);
 }
 
+TEST(Cli, GenerateRunsAPromptsFileConcurrently) {
+  const std::string path = ::testing::TempDir() + "/prompts.txt";
+  std::ofstream(path) << "hello\n\nworld\n\"a json\\nstring\"\n";
+  Output o = run("generate --prompts " + path + " -n 4 --ignore-eos --json --max-num-seqs 2");
+  ASSERT_EQ(o.exit_code, 0) << o.out;
+  std::vector<nlohmann::json> lines;
+  size_t pos = 0;
+  for (size_t nl; (nl = o.out.find('\n', pos)) != std::string::npos; pos = nl + 1) {
+    lines.push_back(nlohmann::json::parse(o.out.substr(pos, nl - pos)));
+  }
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0]["prompt"], "hello");
+  EXPECT_EQ(lines[1]["prompt"], "world");
+  EXPECT_EQ(lines[2]["prompt"], "a json\nstring");
+  for (const auto& j : lines) EXPECT_EQ(j["tokens"].size(), 4u);
+  // Each result equals running its prompt alone.
+  Output alone = run("generate -p world -n 4 --ignore-eos --json");
+  EXPECT_EQ(nlohmann::json::parse(alone.out)["tokens"], lines[1]["tokens"]);
+  std::filesystem::remove(path);
+}
+
+TEST(Cli, GenerateParallelCopiesSummarizeTheRun) {
+  Output o = run("generate -p hello -n 6 --ignore-eos --parallel 4 --temp 0.8 --kv-cache-memory 4MiB", true);
+  ASSERT_EQ(o.exit_code, 0) << o.out;
+  EXPECT_NE(o.out.find("KV cache: 4.0 MiB f16, 128 blocks of 16 = 2048 tokens (2048 bytes per token)"),
+            std::string::npos)
+      << o.out;
+  EXPECT_NE(o.out.find("requests: 4 (0 failed), output tokens: 24"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("--- [3] 6 tokens (length)"), std::string::npos) << o.out;
+  // Greedy copies are one computation.
+  Output g = run("generate -p hello -n 6 --ignore-eos --parallel 4", true);
+  EXPECT_NE(g.out.find("coalesced: 3"), std::string::npos) << g.out;
+}
+
+TEST(Cli, EngineFlagsAreCheckedWithClearErrors) {
+  Output a = run("generate -p hi --kv-cache-memory lots", true);
+  EXPECT_EQ(a.exit_code, 1);
+  EXPECT_NE(a.out.find("--kv-cache-memory must be 'auto', a size such as 512MiB"), std::string::npos) << a.out;
+  Output b = run("generate -p hi --kv-cache-memory 100", true);
+  EXPECT_EQ(b.exit_code, 1);
+  EXPECT_NE(b.out.find("a KV cache of 100 bytes holds no block"), std::string::npos) << b.out;
+  Output c = run("generate -p hi --max-num-seqs 0", true);
+  EXPECT_EQ(c.exit_code, 2);
+  Output d = run("generate -p hi --kv-cache-dtype q8", true);
+  EXPECT_EQ(d.exit_code, 2);
+  Output e = run("generate --prompts /no/such/file", true);
+  EXPECT_EQ(e.exit_code, 1);
+  EXPECT_NE(e.out.find("cannot read prompts file '/no/such/file'"), std::string::npos) << e.out;
+  // A prompt longer than the KV cache is refused, naming both sizes.
+  Output f = run("generate -p 'one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+                 "fifteen sixteen seventeen' --kv-cache-memory 32KiB --block-size 4",
+                 true);
+  EXPECT_EQ(f.exit_code, 1);
+  EXPECT_NE(f.out.find("the KV cache holds only 16 tokens"), std::string::npos) << f.out;
+}
+
 TEST(Cli, BadInputIsAClearErrorWithExitCode) {
   const std::string path = ::testing::TempDir() + "/not_a_model.gguf";
   std::ofstream(path) << "hello, not a model";

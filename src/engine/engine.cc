@@ -199,6 +199,12 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
   if (config.max_batch_tokens < 1) {
     return Error(StatusCode::kInvalid, "max-batch-tokens must be >= 1, got {}", config.max_batch_tokens);
   }
+  if (config.max_batch_tokens < config.max_num_seqs) {
+    return Error(StatusCode::kInvalid,
+                 "max-batch-tokens ({}) must be at least max-num-seqs ({}): every running sequence needs a token "
+                 "in each step",
+                 config.max_batch_tokens, config.max_num_seqs);
+  }
   if (config.max_queued_requests < 1) {
     return Error(StatusCode::kInvalid, "max-queued-requests must be >= 1, got {}", config.max_queued_requests);
   }
@@ -424,6 +430,11 @@ void Engine::step() {
   // sequences present always schedules something.
   SLUICE_CHECK(!out.empty()) << "no sequence could be scheduled: " << scheduler_.num_running() << " running, "
                              << scheduler_.num_waiting() << " waiting";
+  {
+    // Admitted requests stop counting against the queue bound before the forward pass runs.
+    std::lock_guard lock(inbox_->mu);
+    inbox_->num_waiting = scheduler_.num_waiting();
+  }
   const double t = now();
   for (const ScheduledSeq& s : out.seqs) {
     Computation& c = *computations_.at(s.seq_id);

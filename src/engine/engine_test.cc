@@ -31,6 +31,12 @@ struct Fixture {
     SLUICE_CHECK(e.has_value()) << e.error().message();
     engine = std::move(*e);
   }
+  // After every test, every KV block is free again.
+  ~Fixture() {
+    if (check_blocks_on_exit) {
+      EXPECT_EQ(engine->wait_until_idle().kv_blocks_used, 0);
+    }
+  }
   int64_t block_bytes(const EngineConfig& c) const {
     return static_cast<int64_t>(KvPool::bytes_per_token(m.model->config(), c.kv_type)) * c.block_size;
   }
@@ -49,6 +55,7 @@ struct Fixture {
   LoadedModel m;
   ThreadPool pool;
   std::unique_ptr<Engine> engine;
+  bool check_blocks_on_exit = true;
 };
 
 std::vector<int32_t> token_ids(const StreamOutput& o) {
@@ -69,7 +76,7 @@ void expect_same_output(const StreamOutput& a, const StreamOutput& b, const std:
 
 TEST(Engine, GreedyOutputDoesNotDependOnPromptChunking) {
   Fixture whole(EngineConfig{.max_batch_tokens = 512});
-  Fixture chunked(EngineConfig{.max_batch_tokens = 3});
+  Fixture chunked(EngineConfig{.max_num_seqs = 2, .max_batch_tokens = 3});
   Request r = whole.request("the quick brown fox jumps over the lazy dog", 12);
   r.logprobs = true;
   StreamOutput a = whole.run(r), b = chunked.run(r);
@@ -277,12 +284,14 @@ INSTANTIATE_TEST_SUITE_P(Types, EngineInvariance, ::testing::Values(gguf::Tensor
                          [](const auto& info) { return std::string(gguf::tensor_type_name(info.param)); });
 
 TEST(Engine, CancelMidPromptAndMidDecodeFreesEveryBlock) {
-  std::atomic<int> steps{0};
+  std::latch submitted(1);
+  int steps = 0;
   std::optional<RequestHandle> prompt_req, decode_req;
   EngineConfig config{.max_num_seqs = 4, .max_batch_tokens = 8};
   config.on_step = [&](const ScheduleOutput&) {
     // Engine thread, after step n: cancel requests at known points of their lives.
-    if (++steps == 3) prompt_req->cancel();   // its 200-token prompt needs 25 steps of 8
+    if (++steps == 1) submitted.wait();      // both handles are in place
+    if (steps == 3) prompt_req->cancel();   // its 200-token prompt needs 25 steps of 8
     if (steps == 6) decode_req->cancel();
   };
   Fixture f(config);
@@ -291,6 +300,7 @@ TEST(Engine, CancelMidPromptAndMidDecodeFreesEveryBlock) {
   Request short_prompt = f.request("hello", 400);
   decode_req = std::move(*f.engine->submit(short_prompt));
   prompt_req = std::move(*f.engine->submit(long_prompt));
+  submitted.count_down();
   StreamOutput a = prompt_req->wait();
   StreamOutput b = decode_req->wait();
   EXPECT_EQ(a.finish_reason, FinishReason::kCancelled);
@@ -421,6 +431,7 @@ TEST(Engine, ShutdownEndsEveryOutstandingRequest) {
   std::optional<RequestHandle> h1, h2;
   {
     Fixture f(EngineConfig{.max_num_seqs = 1});
+    f.check_blocks_on_exit = false;  // the point is to leave with requests outstanding
     h1 = std::move(*f.engine->submit(f.request("one", 400)));
     h2 = std::move(*f.engine->submit(f.request("two", 400)));
     h1->next();
@@ -429,6 +440,21 @@ TEST(Engine, ShutdownEndsEveryOutstandingRequest) {
   EXPECT_EQ(a.finish_reason, FinishReason::kCancelled);
   EXPECT_EQ(a.error, "engine shut down");
   EXPECT_EQ(b.finish_reason, FinishReason::kCancelled);
+}
+
+TEST(Engine, ImpossibleConfigurationsAreRefused) {
+  LoadedModel m = tiny_model();
+  ThreadPool pool(1);
+  auto expect_error = [&](EngineConfig c, std::string_view needle) {
+    auto e = Engine::create(*m.model, *m.tokenizer, pool, std::move(c));
+    ASSERT_FALSE(e);
+    EXPECT_NE(e.error().message().find(needle), std::string::npos) << e.error().message();
+  };
+  expect_error({.max_num_seqs = 0}, "max-num-seqs must be >= 1, got 0");
+  expect_error({.max_num_seqs = 8, .max_batch_tokens = 4}, "max-batch-tokens (4) must be at least max-num-seqs (8)");
+  expect_error({.max_queued_requests = 0}, "max-queued-requests must be >= 1");
+  expect_error({.block_size = 0}, "block size must be in [1, 1024], got 0");
+  expect_error({.kv_cache_bytes = 100}, "a KV cache of 100 bytes holds no block");
 }
 
 TEST(Engine, MetricsCountTokensStepsAndTimes) {

@@ -1,0 +1,30 @@
+#include "cli/engine_options.h"
+
+#include <gtest/gtest.h>
+
+namespace sluice::cli {
+namespace {
+
+TEST(ParseMemorySize, AcceptsBytesUnitsAndFractions) {
+  const int64_t avail = 10'000'000'000;
+  EXPECT_EQ(*parse_memory_size("4096", avail), 4096);
+  EXPECT_EQ(*parse_memory_size("512MiB", avail), 512ll << 20);
+  EXPECT_EQ(*parse_memory_size("512m", avail), 512ll << 20);
+  EXPECT_EQ(*parse_memory_size("2G", avail), 2ll << 30);
+  EXPECT_EQ(*parse_memory_size("1.5GB", avail), 1'500'000'000);
+  EXPECT_EQ(*parse_memory_size("3KB", avail), 3000);
+  EXPECT_EQ(*parse_memory_size("0.4", avail), 4'000'000'000);
+  EXPECT_EQ(*parse_memory_size("1.0", avail), avail);
+}
+
+TEST(ParseMemorySize, RefusesWhatItCannotRead) {
+  for (const char* bad : {"", "lots", "-1", "1.5", "0.0", "2X", "2GiBs", "1e9", "5..1", "G"}) {
+    auto r = parse_memory_size(bad, 1000);
+    ASSERT_FALSE(r) << bad;
+    EXPECT_NE(r.error().message().find("--kv-cache-memory must be"), std::string::npos) << bad;
+  }
+  EXPECT_FALSE(parse_memory_size("0.5", 0));  // fraction of an unknown amount
+}
+
+}  // namespace
+}  // namespace sluice::cli
