@@ -133,6 +133,33 @@ TEST(Cli, GenerateParallelCopiesSummarizeTheRun) {
   EXPECT_NE(g.out.find("coalesced: 3"), std::string::npos) << g.out;
 }
 
+TEST(Cli, GenerateSharesPromptPrefixesUnlessTold) {
+  const std::string path = ::testing::TempDir() + "/shared_prompts.txt";
+  {
+    std::ofstream out(path);
+    const std::string system = "You are a helpful assistant. Answer briefly and truthfully, and say so when unsure.";
+    for (int i = 0; i < 6; ++i) out << system << " Question " << i << "?\n";
+  }
+  // One at a time, so each request finds the earlier ones' blocks.
+  Output on = run("generate --prompts " + path + " -n 2 --parallel 1 --block-size 4", true);
+  ASSERT_EQ(on.exit_code, 0) << on.out;
+  const auto pos = on.out.find("cached prompt tokens: ");
+  ASSERT_NE(pos, std::string::npos) << on.out;
+  EXPECT_NE(on.out.substr(pos, 24), "cached prompt tokens: 0 ") << on.out;
+  Output off = run("generate --prompts " + path + " -n 2 --parallel 1 --block-size 4 --no-prefix-cache", true);
+  ASSERT_EQ(off.exit_code, 0) << off.out;
+  EXPECT_NE(off.out.find("cached prompt tokens: 0 of"), std::string::npos) << off.out;
+  // Same outputs either way.
+  auto strip = [](const std::string& s) { return s.substr(s.find("--- [0]")); };
+  EXPECT_EQ(strip(on.out).substr(0, 200), strip(off.out).substr(0, 200));
+  Output pin = run("generate -p hi --pin-prefix 'You are'", true);
+  EXPECT_EQ(pin.exit_code, 1);
+  EXPECT_NE(pin.out.find("--pin-prefix needs --kv-eviction pinned"), std::string::npos) << pin.out;
+  Output pinned = run("generate -p 'You are a bot' -n 2 --kv-eviction pinned --pin-prefix 'You are'", true);
+  EXPECT_EQ(pinned.exit_code, 0) << pinned.out;
+  std::filesystem::remove(path);
+}
+
 TEST(Cli, EngineFlagsAreCheckedWithClearErrors) {
   Output a = run("generate -p hi --kv-cache-memory lots", true);
   EXPECT_EQ(a.exit_code, 1);

@@ -113,6 +113,7 @@ nlohmann::json result_json(const GenerateOptions& o, const Tokenizer& tok, const
                       {"tokens", ids},
                       {"text", r.text},
                       {"finish_reason", finish_reason_name(r.finish_reason)},
+                      {"cached_tokens", m.cached_tokens},
                       {"timings", {{"queue_seconds", m.queue_seconds},
                                    {"time_to_first_token_seconds", m.ttft_seconds},
                                    {"time_per_output_token_seconds", m.tpot_seconds},
@@ -219,11 +220,12 @@ int run_many(const GenerateOptions& o, Engine& engine, const Tokenizer& tok, con
   std::fprintf(stderr,
                "requests: %zu (%zu failed), output tokens: %lld in %.2f s = %.1f tok/s; mean time to first token: "
                "%.1f ms, mean time per output token: %.1f ms; mean sequences per step: %.1f; preemptions: %lld; "
-               "coalesced: %lld\n",
+               "coalesced: %lld; cached prompt tokens: %lld of %lld\n",
                reqs.size(), failed, static_cast<long long>(out_tokens), wall, out_tokens / std::max(wall, 1e-9),
                1000 * sum_ttft / reqs.size(), num_tpot ? 1000 * sum_tpot / num_tpot : 0.0,
                em.num_steps ? em.seqs_per_step.sum() / em.num_steps : 0.0, static_cast<long long>(em.num_preemptions),
-               static_cast<long long>(em.num_requests_coalesced));
+               static_cast<long long>(em.num_requests_coalesced), static_cast<long long>(em.prefix_cache_hit_tokens),
+               static_cast<long long>(em.prefix_cache_query_tokens));
   const int rc = finish_stdout();
   return failed ? kExitError : rc;
 }
@@ -266,7 +268,7 @@ int run(const GenerateOptions& o) {
     r.logprobs = o.logprobs > 0;
     reqs.push_back(std::move(r));
   }
-  auto config = o.engine.to_config(mc);
+  auto config = o.engine.to_config(mc, tok);
   if (!config) return fail(config.error().message());
   ThreadPool pool(o.threads);
   auto engine = Engine::create(*loaded->model, tok, pool, *config);

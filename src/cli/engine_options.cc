@@ -28,6 +28,14 @@ void EngineOptions::add_to(CLI::App& cmd) {
       ->capture_default_str()->check(CLI::IsMember({"f16", "f32"}));
   cmd.add_flag("--no-coalesce", no_coalesce,
                "Compute identical concurrent requests separately instead of once (for comparisons)");
+  cmd.add_flag("--no-prefix-cache", no_prefix_cache,
+               "Do not share KV blocks of common prompt prefixes between requests (for comparisons)");
+  cmd.add_option("--kv-eviction", kv_eviction,
+                 "Which cached KV blocks give way when the cache is full: lru (least recently used), lfu (least "
+                 "frequently used), pinned (lru, but --pin-prefix prefixes never leave)")
+      ->capture_default_str()->check(CLI::IsMember({"lru", "lfu", "pinned"}));
+  cmd.add_option("--pin-prefix", pin_prefixes,
+                 "Prompt prefix (text, e.g. a system prompt) the pinned policy keeps cached once computed; repeatable");
 }
 
 Result<int64_t> parse_memory_size(const std::string& text, int64_t available_bytes) {
@@ -91,7 +99,7 @@ int64_t available_memory_bytes() {
   return 0;
 }
 
-Result<EngineConfig> EngineOptions::to_config(const ModelConfig& model) const {
+Result<EngineConfig> EngineOptions::to_config(const ModelConfig& model, const Tokenizer& tokenizer) const {
   EngineConfig c;
   c.max_num_seqs = max_num_seqs;
   c.max_batch_tokens = max_batch_tokens;
@@ -99,6 +107,17 @@ Result<EngineConfig> EngineOptions::to_config(const ModelConfig& model) const {
   c.block_size = block_size;
   c.kv_type = kv_cache_dtype == "f32" ? KvType::kF32 : KvType::kF16;
   c.coalesce = !no_coalesce;
+  c.prefix_caching = !no_prefix_cache;
+  c.kv_eviction = kv_eviction;
+  if (!pin_prefixes.empty() && kv_eviction != "pinned") {
+    return Error(StatusCode::kInvalid, "--pin-prefix needs --kv-eviction pinned");
+  }
+  if (pin_prefixes.size() > 64) return Error(StatusCode::kInvalid, "at most 64 --pin-prefix prefixes");
+  for (const std::string& text : pin_prefixes) {
+    auto tokens = tokenizer.encode(text);
+    if (!tokens) return Error(StatusCode::kInvalid, "--pin-prefix: {}", tokens.error().message());
+    c.pinned_prefixes.push_back(std::move(*tokens));
+  }
   const int64_t available = available_memory_bytes();
   if (kv_cache_memory == "auto") {
     const int64_t per_token = static_cast<int64_t>(KvPool::bytes_per_token(model, c.kv_type));

@@ -19,10 +19,14 @@ struct EngineOptions {
   std::string kv_cache_memory = "auto";
   std::string kv_cache_dtype = "f16";
   bool no_coalesce = false;
+  bool no_prefix_cache = false;
+  std::string kv_eviction = "lru";
+  std::vector<std::string> pin_prefixes;
 
   void add_to(CLI::App& cmd);
-  // Resolves sizes against the model and this machine's available memory.
-  Result<EngineConfig> to_config(const ModelConfig& model) const;
+  // Resolves sizes against the model and this machine's available memory; tokenizes the
+  // pinned prefixes as prompts are (with the BOS token the vocabulary asks for).
+  Result<EngineConfig> to_config(const ModelConfig& model, const Tokenizer& tokenizer) const;
 };
 
 // "123", "512MiB", "2G", "1.5GB" (K/M/G/T: powers of 1024 with or without "iB", powers of

@@ -205,6 +205,8 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
                  "in each step",
                  config.max_batch_tokens, config.max_num_seqs);
   }
+  if (auto policy = make_eviction_policy(config.kv_eviction, 1); !policy) return Error(policy.error());
+  if (config.pinned_prefixes.size() > 64) return Error(StatusCode::kInvalid, "at most 64 pinned prefixes");
   if (config.max_queued_requests < 1) {
     return Error(StatusCode::kInvalid, "max-queued-requests must be >= 1, got {}", config.max_queued_requests);
   }
@@ -241,8 +243,10 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, ThreadPool& pool, Engin
       config_(std::move(config)),
       num_blocks_(num_blocks),
       kv_(std::make_unique<KvPool>(model.config(), num_blocks, config_.block_size, config_.kv_type)),
-      blocks_(num_blocks),
-      scheduler_(SchedulerConfig{config_.max_num_seqs, config_.max_batch_tokens, config_.block_size}, blocks_),
+      cache_(KvCacheConfig{num_blocks, config_.block_size, config_.prefix_caching, config_.kv_eviction,
+                           config_.pinned_prefixes},
+             config_.clock),
+      scheduler_(SchedulerConfig{config_.max_num_seqs, config_.max_batch_tokens, config_.block_size}, cache_),
       runner_(model, *kv_, pool),
       inbox_(std::make_shared<Inbox>()),
       seed_state_(std::random_device{}()) {
@@ -524,6 +528,7 @@ void Engine::finish_subscriber(Computation& c, Subscriber& sub, FinishReason rea
   if (c.num_output > 1 && sub.first_token_time >= 0) m.tpot_seconds = (t - sub.first_token_time) / (c.num_output - 1);
   m.num_preemptions = c.num_preemptions;
   m.coalesced = sub.coalesced;
+  m.cached_tokens = scheduler_.has(c.id) ? scheduler_.num_cached_tokens(c.id) : 0;
   request_to_seq_.erase(sub.stream->id);
   sub.stream->push({}, {}, &final);
   std::lock_guard lock(metrics_mu_);
@@ -550,8 +555,15 @@ void Engine::update_gauges() {
   std::lock_guard mlock(metrics_mu_);
   metrics_.num_running = scheduler_.num_running();
   metrics_.num_waiting = scheduler_.num_waiting();
-  metrics_.kv_blocks_used = blocks_.num_used();
-  metrics_.kv_blocks_free = blocks_.num_free();
+  metrics_.kv_blocks_used = cache_.num_held();
+  metrics_.kv_blocks_free = cache_.num_free();
+  metrics_.kv_blocks_cached = cache_.num_cached();
+  metrics_.num_kv_evictions = cache_.num_evictions();
+  const Scheduler::CacheStats& cs = scheduler_.cache_stats();
+  metrics_.prefix_cache_query_tokens = cs.query_tokens;
+  metrics_.prefix_cache_hit_tokens = cs.hit_tokens;
+  metrics_.prefix_cache_query_requests = cs.query_requests;
+  metrics_.prefix_cache_hit_requests = cs.hit_requests;
   idle_ = computations_.empty() && inbox_->commands.empty();
   if (idle_) idle_cv_.notify_all();
 }

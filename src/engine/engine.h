@@ -34,7 +34,7 @@
 
 #include "common/status.h"
 #include "common/thread_pool.h"
-#include "engine/block_pool.h"
+#include "engine/kv_cache.h"
 #include "engine/metrics.h"
 #include "engine/request.h"
 #include "engine/runner.h"
@@ -53,6 +53,9 @@ struct EngineConfig {
   KvType kv_type = KvType::kF16;
   int64_t kv_cache_bytes = 0;         // KV pool size; 0: enough for max_num_seqs full contexts
   bool coalesce = true;               // serve identical concurrent requests from one computation
+  bool prefix_caching = true;         // share the KV blocks of common prompt prefixes
+  std::string kv_eviction = "lru";    // lru, lfu, pinned (see eviction.h)
+  std::vector<std::vector<int32_t>> pinned_prefixes;  // kept by the "pinned" policy
   std::function<double()> clock;      // seconds; default: steady_clock
   // Called on the engine thread after each step, before outputs are published (tests, tracing).
   std::function<void(const ScheduleOutput&)> on_step;
@@ -133,7 +136,7 @@ class Engine {
   EngineConfig config_;
   int32_t num_blocks_;
   std::unique_ptr<KvPool> kv_;
-  BlockPool blocks_;
+  KvCache cache_;
   Scheduler scheduler_;
   Runner runner_;
   std::shared_ptr<Inbox> inbox_;

@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <latch>
+#include <numeric>
 #include <random>
 #include <thread>
 
@@ -277,7 +278,7 @@ TEST_P(EngineInvariance, PreemptionUnderATinyPoolLosesNothing) {
   EngineMetrics m = tight.engine->wait_until_idle();
   EXPECT_GT(m.num_preemptions, 10);
   EXPECT_EQ(m.kv_blocks_used, 0);
-  EXPECT_EQ(m.kv_blocks_free, 24);
+  EXPECT_EQ(m.kv_blocks_free + m.kv_blocks_cached, 24);  // what is not free stays cached
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, EngineInvariance, ::testing::Values(gguf::TensorType::kF32, gguf::TensorType::kQ8_0),
@@ -442,6 +443,77 @@ TEST(Engine, ShutdownEndsEveryOutstandingRequest) {
   EXPECT_EQ(b.finish_reason, FinishReason::kCancelled);
 }
 
+// Requests built from a few shared system prompts and chat histories, some sharing whole
+// prompts, greedy and seeded.
+std::vector<Request> shared_prefix_requests(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::vector<int32_t>> systems(3);
+  for (auto& sys : systems) {
+    sys.resize(20 + rng() % 40);
+    for (auto& t : sys) t = static_cast<int32_t>(rng() % 512);
+  }
+  std::vector<Request> reqs;
+  for (int i = 0; i < n; ++i) {
+    Request r;
+    r.prompt_tokens = systems[rng() % systems.size()];
+    const int question = static_cast<int>(rng() % 12);
+    for (int j = 0; j < question; ++j) r.prompt_tokens.push_back(static_cast<int32_t>(rng() % 512));
+    r.max_tokens = 1 + static_cast<int32_t>(rng() % 24);
+    r.ignore_eos = true;
+    r.logprobs = true;
+    if (i % 3 == 0) {
+      r.sampling.temperature = 0.7f;
+      r.seed = rng();
+    }
+    reqs.push_back(std::move(r));
+  }
+  return reqs;
+}
+
+TEST(EnginePrefixCache, OutputsAreBitIdenticalWithTheCacheOnAndOff) {
+  EngineConfig on{.max_num_seqs = 8, .max_batch_tokens = 32, .block_size = 4, .coalesce = false};
+  EngineConfig off = on;
+  off.prefix_caching = false;
+  auto reqs = shared_prefix_requests(40, 9);
+  Fixture cache_off(off), cache_on(on), sequential(on);
+  std::vector<StreamOutput> expected;
+  for (const Request& r : reqs) expected.push_back(cache_off.run(r));
+  auto concurrent = run_concurrently(*cache_on.engine, reqs, 3);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    expect_same_output(concurrent[i], expected[i], fmt::format("concurrent {}", i));
+    expect_same_output(sequential.run(reqs[i]), expected[i], fmt::format("sequential {}", i));
+  }
+  EngineMetrics m = cache_on.engine->wait_until_idle();
+  EXPECT_GT(m.prefix_cache_hit_tokens, m.prefix_cache_query_tokens / 3) << "the workload should hit the cache";
+  EngineMetrics s = sequential.engine->wait_until_idle();
+  EXPECT_GT(s.prefix_cache_hit_requests, 30);
+  EXPECT_EQ(cache_off.engine->wait_until_idle().prefix_cache_hit_tokens, 0);
+}
+
+// 10 requests share a 100-token prefix, block size 16: after the first, each finds the 6 full
+// blocks of the prefix (96 tokens) in the cache.
+TEST(EnginePrefixCache, HitAccountingIsExact) {
+  Fixture f(EngineConfig{.block_size = 16});
+  std::vector<int32_t> prefix(100);
+  std::iota(prefix.begin(), prefix.end(), 1);
+  std::vector<int32_t> cached;
+  for (int i = 0; i < 10; ++i) {
+    Request r = f.request("", 3);
+    r.prompt_tokens = prefix;
+    for (int j = 0; j < 5; ++j) r.prompt_tokens.push_back(300 + 10 * i + j);
+    cached.push_back(f.run(r).metrics.cached_tokens);
+  }
+  EXPECT_EQ(cached, (std::vector<int32_t>{0, 96, 96, 96, 96, 96, 96, 96, 96, 96}));
+  EngineMetrics m = f.engine->wait_until_idle();
+  EXPECT_EQ(m.prefix_cache_query_tokens, 1050);
+  EXPECT_EQ(m.prefix_cache_hit_tokens, 864);
+  EXPECT_EQ(m.prefix_cache_query_requests, 10);
+  EXPECT_EQ(m.prefix_cache_hit_requests, 9);
+  // Each request's seventh block (4 prefix tokens, its question, 2 computed outputs: 11 of 16)
+  // never filled, so only the prefix's 6 blocks stay cached.
+  EXPECT_EQ(m.kv_blocks_cached, 6);
+}
+
 TEST(Engine, ImpossibleConfigurationsAreRefused) {
   LoadedModel m = tiny_model();
   ThreadPool pool(1);
@@ -455,6 +527,7 @@ TEST(Engine, ImpossibleConfigurationsAreRefused) {
   expect_error({.max_queued_requests = 0}, "max-queued-requests must be >= 1");
   expect_error({.block_size = 0}, "block size must be in [1, 1024], got 0");
   expect_error({.kv_cache_bytes = 100}, "a KV cache of 100 bytes holds no block");
+  expect_error({.kv_eviction = "fifo"}, "unknown KV eviction policy 'fifo' (choices: lru, lfu, pinned)");
 }
 
 TEST(Engine, MetricsCountTokensStepsAndTimes) {

@@ -40,8 +40,9 @@ struct EngineMetrics {
   int32_t num_running = 0;
   int32_t num_waiting = 0;
   int32_t kv_blocks_total = 0;
-  int32_t kv_blocks_used = 0;
-  int32_t kv_blocks_free = 0;
+  int32_t kv_blocks_used = 0;    // held by running sequences
+  int32_t kv_blocks_free = 0;    // holding nothing
+  int32_t kv_blocks_cached = 0;  // held by nobody, kept for the prefix cache until evicted
   int32_t last_step_tokens = 0;
   int32_t last_step_seqs = 0;
   // Counters.
@@ -55,6 +56,14 @@ struct EngineMetrics {
   int64_t num_prompt_tokens = 0;          // of finished requests
   int64_t num_generation_tokens = 0;      // of finished requests
   int64_t num_scheduled_tokens = 0;       // summed over steps (recomputation included)
+  int64_t num_kv_evictions = 0;           // cached blocks evicted for new ones
+  // Warm cache hit rate, over admitted requests (a preempted request counts once):
+  //   per token   = prefix_cache_hit_tokens / prefix_cache_query_tokens
+  //   per request = prefix_cache_hit_requests / prefix_cache_query_requests
+  int64_t prefix_cache_query_tokens = 0;
+  int64_t prefix_cache_hit_tokens = 0;
+  int64_t prefix_cache_query_requests = 0;
+  int64_t prefix_cache_hit_requests = 0;
   // Distributions.
   Histogram tokens_per_step{count_buckets(8192)};
   Histogram seqs_per_step{count_buckets(1024)};

@@ -6,8 +6,8 @@
 
 namespace sluice {
 
-Scheduler::Scheduler(const SchedulerConfig& config, BlockPool& blocks) : config_(config), blocks_(blocks) {
-  SLUICE_CHECK(config.max_num_seqs > 0 && config.max_batch_tokens > 0 && config.block_size > 0);
+Scheduler::Scheduler(const SchedulerConfig& config, KvCache& cache) : config_(config), cache_(cache) {
+  SLUICE_CHECK(config.max_num_seqs > 0 && config.max_batch_tokens > 0 && config.block_size == cache.block_size());
 }
 
 void Scheduler::add(SeqId seq_id, std::vector<int32_t> prompt, int32_t priority) {
@@ -23,6 +23,8 @@ void Scheduler::add(SeqId seq_id, std::vector<int32_t> prompt, int32_t priority)
   waiting_.emplace(key(it->second), seq_id);
 }
 
+int32_t Scheduler::num_cached_tokens(SeqId seq_id) const { return std::max(0, seqs_.at(seq_id).num_cached); }
+
 int32_t Scheduler::num_output(SeqId seq_id) const {
   const Seq& s = seqs_.at(seq_id);
   return static_cast<int32_t>(s.tokens.size()) - s.num_prompt;
@@ -37,18 +39,19 @@ ScheduleOutput Scheduler::schedule() {
 }
 
 int32_t Scheduler::fitting_tokens(const Seq& s, int32_t want) const {
-  const int64_t capacity = (int64_t(s.blocks.size()) + blocks_.num_free()) * config_.block_size - s.num_computed;
+  const int64_t capacity = (int64_t(s.blocks.size()) + cache_.num_allocatable()) * config_.block_size - s.num_computed;
   return static_cast<int32_t>(std::clamp<int64_t>(capacity, 0, want));
 }
 
 void Scheduler::grow(Seq& s, int32_t num_new) {
   const size_t needed = (s.num_computed + num_new + config_.block_size - 1) / config_.block_size;
-  while (s.blocks.size() < needed) s.blocks.push_back(blocks_.allocate());
+  while (s.blocks.size() < needed) s.blocks.push_back(cache_.allocate());
 }
 
 void Scheduler::release_blocks(Seq& s) {
-  for (int32_t b : s.blocks) blocks_.unref(b);
+  for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it) cache_.release(*it);  // children first
   s.blocks.clear();
+  s.num_indexed = 0;
 }
 
 void Scheduler::preempt(Seq& s, ScheduleOutput& out) {
@@ -108,17 +111,77 @@ void Scheduler::schedule_running(ScheduleOutput& out, int32_t& budget) {
   }
 }
 
+std::optional<Scheduler::BlockId> Scheduler::pending_block(const Seq& s) const {
+  const int32_t bs = config_.block_size;
+  const int32_t b = s.num_indexed;
+  if (!cache_.prefix_caching() || b * bs != s.num_computed - s.num_computed % bs) return std::nullopt;
+  if (int64_t{b + 1} * bs > static_cast<int64_t>(s.tokens.size())) return std::nullopt;
+  return BlockId{b == 0 ? -1 : s.blocks[b - 1], std::span(s.tokens).subspan(int64_t{b} * bs, bs)};
+}
+
+bool Scheduler::is_being_computed(const BlockId& b, const std::vector<BlockId>& pending) const {
+  return std::any_of(pending.begin(), pending.end(), [&](const BlockId& p) {
+    return p.parent == b.parent && std::equal(p.tokens.begin(), p.tokens.end(), b.tokens.begin(), b.tokens.end());
+  });
+}
+
 void Scheduler::schedule_waiting(ScheduleOutput& out, int32_t& budget) {
   if (!out.preempted.empty()) return;
+  const int32_t bs = config_.block_size;
+  // Blocks that running sequences are computing now (or next), for the burst rule.
+  std::vector<BlockId> pending;
+  for (const auto& [k, id] : running_) {
+    if (auto p = pending_block(seqs_.at(id))) pending.push_back(*p);
+  }
   auto it = waiting_.begin();
   while (it != waiting_.end() && budget > 0 && num_running() < config_.max_num_seqs) {
     Seq& s = seqs_.at(it->second);
-    const int32_t n = fitting_tokens(s, std::min(static_cast<int32_t>(s.tokens.size()), budget));
-    if (n == 0) break;  // FCFS: nobody behind it jumps the queue
+    const auto num_tokens = static_cast<int32_t>(s.tokens.size());
+    const std::vector<int32_t> hit = cache_.match(s.tokens, num_tokens - 1);
+    const auto num_hit = static_cast<int32_t>(hit.size()) * bs;
+    if (num_hit + bs <= num_tokens - 1 && !pending.empty()) {
+      const BlockId next{hit.empty() ? -1 : hit.back(), std::span(s.tokens).subspan(num_hit, bs)};
+      if (is_being_computed(next, pending)) {
+        ++it;  // another sequence is computing this prefix: share it when it is done
+        continue;
+      }
+    }
+    const int64_t free_after_hit = cache_.num_allocatable() - cache_.count_unheld(hit);
+    const int32_t n = static_cast<int32_t>(std::min<int64_t>({num_tokens - num_hit, budget, free_after_hit * bs}));
+    if (n <= 0) break;  // FCFS: nobody behind it jumps the queue
     it = waiting_.erase(it);
     running_.emplace(key(s), s.id);
     s.running = true;
+    cache_.acquire(hit);
+    s.blocks = hit;
+    s.num_indexed = static_cast<int32_t>(hit.size());
+    s.num_computed = num_hit;
+    if (s.num_cached < 0) {
+      s.num_cached = num_hit;
+      cache_stats_.query_tokens += s.num_prompt;
+      cache_stats_.hit_tokens += num_hit;
+      ++cache_stats_.query_requests;
+      cache_stats_.hit_requests += num_hit > 0;
+    }
     emit(s, n, out, budget);
+    if (auto p = pending_block(s)) pending.push_back(*p);
+  }
+}
+
+void Scheduler::index_full_blocks(Seq& s) {
+  if (!cache_.prefix_caching()) return;
+  const int32_t bs = config_.block_size;
+  while (int64_t{s.num_indexed + 1} * bs <= s.num_computed) {
+    const int32_t b = s.num_indexed;
+    const int32_t parent = b == 0 ? -1 : s.blocks[b - 1];
+    const int32_t cached = cache_.commit(s.blocks[b], parent, std::span(s.tokens).subspan(int64_t{b} * bs, bs));
+    if (cached != s.blocks[b]) {
+      // Indexed meanwhile by another sequence, with bit-identical keys and values: share it.
+      cache_.acquire(std::span(&cached, 1));
+      cache_.release(s.blocks[b]);
+      s.blocks[b] = cached;
+    }
+    ++s.num_indexed;
   }
 }
 
@@ -127,6 +190,7 @@ void Scheduler::update(const ScheduleOutput& out, std::span<const SampledToken> 
     Seq& s = seqs_.at(ss.seq_id);
     SLUICE_CHECK(s.running && s.num_computed == ss.start) << "sequence " << ss.seq_id << " changed within a step";
     s.num_computed += static_cast<int32_t>(ss.token_ids.size());
+    index_full_blocks(s);
   }
   for (const SampledToken& t : sampled) {
     Seq& s = seqs_.at(t.seq_id);

@@ -16,7 +16,17 @@
 //      the blocks that are free before it preempts anyone.
 //   2. waiting sequences, in priority order (FCFS within a priority), while fewer than
 //      max_num_seqs run and budget and free blocks remain; skipped in a step that preempted,
-//      so a preempted sequence is not immediately re-admitted at another's expense.
+//      so a preempted sequence is not immediately re-admitted at another's expense. An admitted
+//      sequence first takes the longest cached prefix of its tokens (KvCache::match) and
+//      computes only the rest. NOTE: when every token hits, the last one is still computed,
+//      to get the logits that sample the next token. A sequence whose next block is being
+//      computed right now by a running sequence (a burst of requests with one new system
+//      prompt) waits for it instead of computing it again.
+//
+// After each step, blocks that became full are indexed in the prefix cache (KvCache::commit),
+// outputs included, so the next turn of a conversation finds its history. If the same prefix
+// was indexed meanwhile by another sequence, the sequence switches to that block (the keys and
+// values are bit-identical: batch invariance) and frees its own.
 //
 // The scheduler never sees a tensor or a token's text; finishing a sequence (end of text, stop
 // string, length, cancel) is the engine's call: finish().
@@ -24,6 +34,7 @@
 // Invariants: no step schedules more than max_num_seqs sequences or max_batch_tokens tokens;
 // a running sequence holds exactly ceil(num_computed' / block_size) blocks after the step it
 // was scheduled in (num_computed' = num_computed + num_new); waiting sequences hold none.
+// Blocks are released children first, so a cached prefix is evicted from its end.
 // REQUIRES of the caller: every sequence fits the whole pool alone (tokens it will ever hold
 // <= num_blocks * block_size), so a sequence running alone is never preempted.
 //
@@ -32,12 +43,13 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <span>
 #include <unordered_map>
 #include <vector>
 
-#include "engine/block_pool.h"
+#include "engine/kv_cache.h"
 
 namespace sluice {
 
@@ -74,7 +86,7 @@ struct SampledToken {
 
 class Scheduler {
  public:
-  Scheduler(const SchedulerConfig& config, BlockPool& blocks);
+  Scheduler(const SchedulerConfig& config, KvCache& cache);
 
   // Queues a new sequence. REQUIRES: an unused id, a non-empty prompt.
   void add(SeqId seq_id, std::vector<int32_t> prompt, int32_t priority);
@@ -92,6 +104,18 @@ class Scheduler {
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   int64_t num_preemptions() const { return num_preemptions_; }
+  // Prompt tokens that came from the prefix cache when the sequence was first admitted
+  // (0 before). REQUIRES: has(seq_id).
+  int32_t num_cached_tokens(SeqId seq_id) const;
+
+  // Prefix cache accounting over first admissions (vLLM's prefix_cache_queries / _hits).
+  struct CacheStats {
+    int64_t query_tokens = 0;      // prompt tokens looked up
+    int64_t hit_tokens = 0;        // of those, found cached
+    int64_t query_requests = 0;    // sequences admitted
+    int64_t hit_requests = 0;      // of those, with at least one cached block
+  };
+  const CacheStats& cache_stats() const { return cache_stats_; }
   // Output tokens so far (all tokens minus the prompt). REQUIRES: has(seq_id).
   int32_t num_output(SeqId seq_id) const;
   const SchedulerConfig& config() const { return config_; }
@@ -105,6 +129,8 @@ class Scheduler {
     int32_t num_prompt = 0;
     int32_t num_computed = 0;
     std::vector<int32_t> blocks;
+    int32_t num_indexed = 0;      // leading blocks indexed in the prefix cache
+    int32_t num_cached = -1;      // prompt tokens from the cache at first admission (-1: not yet)
     bool running = false;
   };
   // Priority order: lower priority value first, then earlier arrival.
@@ -119,9 +145,18 @@ class Scheduler {
   void preempt(Seq& s, ScheduleOutput& out);
   void release_blocks(Seq& s);
   void emit(Seq& s, int32_t num_new, ScheduleOutput& out, int32_t& budget);
+  void index_full_blocks(Seq& s);
+  // Identity of the next block `s` will compute, if it is a full block of known tokens.
+  struct BlockId {
+    int32_t parent;                   // -1: the first block
+    std::span<const int32_t> tokens;  // block_size tokens
+  };
+  std::optional<BlockId> pending_block(const Seq& s) const;
+  bool is_being_computed(const BlockId& b, const std::vector<BlockId>& pending) const;
 
   SchedulerConfig config_;
-  BlockPool& blocks_;
+  KvCache& cache_;
+  CacheStats cache_stats_;
   std::unordered_map<SeqId, Seq> seqs_;
   std::map<Key, SeqId> running_;
   std::map<Key, SeqId> waiting_;

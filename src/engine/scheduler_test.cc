@@ -1,6 +1,8 @@
 #include "engine/scheduler.h"
 
+#include <functional>
 #include <map>
+#include <numeric>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -12,12 +14,18 @@ namespace {
 // output does not depend on when or with whom it ran, nor on preemption (as with a real model).
 struct FakeRunner {
   std::map<SeqId, std::vector<int32_t>> kv;  // tokens whose KV "exists", per sequence
+  std::function<std::vector<int32_t>(SeqId)> all_tokens;  // prompt + outputs so far
 
   std::vector<SampledToken> run(const ScheduleOutput& out, int32_t block_size) {
     std::vector<SampledToken> sampled;
     for (SeqId id : out.preempted) kv.erase(id);
     for (const ScheduledSeq& s : out.seqs) {
       auto& seq_kv = kv[s.seq_id];
+      if (seq_kv.empty() && s.start > 0) {  // admitted with a cached prefix
+        EXPECT_EQ(s.start % block_size, 0);
+        const auto all = all_tokens(s.seq_id);
+        seq_kv.assign(all.begin(), all.begin() + s.start);
+      }
       EXPECT_EQ(static_cast<int32_t>(seq_kv.size()), s.start) << "sequence " << s.seq_id << " skipped positions";
       EXPECT_GE(static_cast<int64_t>(s.block_table.size()) * block_size,
                 s.start + static_cast<int64_t>(s.token_ids.size()));
@@ -41,16 +49,29 @@ struct Workload {
 
 struct Trace {
   std::map<SeqId, std::vector<int32_t>> outputs;
+  std::map<SeqId, int32_t> cached_tokens;
   std::vector<ScheduleOutput> steps;
   int64_t preemptions = 0;
+  Scheduler::CacheStats cache_stats;
 };
 
+KvCache make_cache(int32_t num_blocks, int32_t block_size, bool prefix_caching) {
+  return KvCache({.num_blocks = num_blocks, .block_size = block_size, .prefix_caching = prefix_caching},
+                 [] { return 0.0; });
+}
+
 // Drives the scheduler to completion the way the engine does; checks the budgets every step.
-Trace drive(const SchedulerConfig& config, int32_t num_blocks, const std::vector<Workload>& work) {
-  BlockPool blocks(num_blocks);
-  Scheduler sched(config, blocks);
+Trace drive(const SchedulerConfig& config, int32_t num_blocks, const std::vector<Workload>& work,
+            bool prefix_caching = false) {
+  KvCache cache = make_cache(num_blocks, config.block_size, prefix_caching);
+  Scheduler sched(config, cache);
   FakeRunner runner;
   Trace trace;
+  runner.all_tokens = [&](SeqId id) {
+    std::vector<int32_t> all = work[id].prompt;
+    all.insert(all.end(), trace.outputs[id].begin(), trace.outputs[id].end());
+    return all;
+  };
   size_t next = 0;
   for (int32_t step = 0; step < 100000; ++step) {
     for (; next < work.size() && work[next].arrive_step <= step; ++next) {
@@ -66,6 +87,7 @@ Trace drive(const SchedulerConfig& config, int32_t num_blocks, const std::vector
     for (const SampledToken& t : sampled) {
       trace.outputs[t.seq_id].push_back(t.token_id);
       if (sched.num_output(t.seq_id) == work[t.seq_id].max_output) {
+        trace.cached_tokens[t.seq_id] = sched.num_cached_tokens(t.seq_id);
         sched.finish(t.seq_id);
         runner.kv.erase(t.seq_id);
       }
@@ -73,7 +95,9 @@ Trace drive(const SchedulerConfig& config, int32_t num_blocks, const std::vector
     trace.steps.push_back(std::move(out));
   }
   trace.preemptions = sched.num_preemptions();
-  EXPECT_EQ(blocks.num_free(), num_blocks) << "blocks leaked";
+  trace.cache_stats = sched.cache_stats();
+  EXPECT_EQ(cache.num_held(), 0) << "blocks leaked";
+  EXPECT_EQ(cache.num_free() + cache.num_cached(), num_blocks);
   return trace;
 }
 
@@ -139,13 +163,17 @@ TEST(Scheduler, PreemptsLowestPriorityLatestArrivalAndLosesNothing) {
   const Trace tight = drive(config, 16, work);
   EXPECT_GT(tight.preemptions, 10);
   EXPECT_EQ(tight.outputs, roomy.outputs);
+  // With the prefix cache, a preempted sequence finds its own blocks again when they survived.
+  const Trace cached = drive(config, 16, work, true);
+  EXPECT_GT(cached.preemptions, 10);
+  EXPECT_EQ(cached.outputs, roomy.outputs);
 }
 
 TEST(Scheduler, VictimIsTheLowestPriorityThenLatestArrival) {
   // Pool of 3 blocks of 4. a (priority 0) and b (priority 1) and c (priority 0, later) each
   // hold one block after their 4-token prompts; the next decode of a needs a fourth block.
   const SchedulerConfig config{.max_num_seqs = 8, .max_batch_tokens = 64, .block_size = 4};
-  BlockPool blocks(3);
+  KvCache blocks = make_cache(3, 4, false);
   Scheduler sched(config, blocks);
   sched.add(10, {1, 2, 3, 4}, 0);
   sched.add(11, {1, 2, 3, 4}, 1);
@@ -180,7 +208,7 @@ TEST(Scheduler, VictimIsTheLowestPriorityThenLatestArrival) {
 
 TEST(Scheduler, FinishingMidPromptFreesEveryBlock) {
   const SchedulerConfig config{.max_num_seqs = 4, .max_batch_tokens = 8, .block_size = 4};
-  BlockPool blocks(20);
+  KvCache blocks = make_cache(20, 4, false);
   Scheduler sched(config, blocks);
   sched.add(1, std::vector<int32_t>(30, 3), 0);
   sched.add(2, std::vector<int32_t>(30, 3), 0);
@@ -188,9 +216,9 @@ TEST(Scheduler, FinishingMidPromptFreesEveryBlock) {
   ASSERT_EQ(out.seqs.size(), 1u);
   EXPECT_EQ(out.seqs[0].token_ids.size(), 8u);
   sched.update(out, {});
-  EXPECT_EQ(blocks.num_used(), 2);
+  EXPECT_EQ(blocks.num_held(), 2);
   sched.finish(1);  // mid-prompt
-  EXPECT_EQ(blocks.num_used(), 0);
+  EXPECT_EQ(blocks.num_held(), 0);
   sched.finish(2);  // still waiting
   sched.finish(3);  // unknown: no-op
   EXPECT_EQ(sched.num_running() + sched.num_waiting(), 0);
@@ -199,7 +227,7 @@ TEST(Scheduler, FinishingMidPromptFreesEveryBlock) {
 
 TEST(Scheduler, WaitingSequencesAreAdmittedByPriorityThenArrival) {
   const SchedulerConfig config{.max_num_seqs = 1, .max_batch_tokens = 64, .block_size = 4};
-  BlockPool blocks(20);
+  KvCache blocks = make_cache(20, 4, false);
   Scheduler sched(config, blocks);
   sched.add(1, {1}, 2);
   sched.add(2, {1}, 1);
@@ -214,6 +242,58 @@ TEST(Scheduler, WaitingSequencesAreAdmittedByPriorityThenArrival) {
     sched.finish(out.seqs[0].seq_id);
   }
   EXPECT_EQ(order, (std::vector<SeqId>{4, 2, 3, 1}));
+}
+
+// 10 requests share a 100-token prefix, each with its own 8-token question; block size 16.
+// The 6 full blocks of the prefix (96 tokens) are cached after the first request, so requests
+// 1..9 each get 96 cached tokens: 864 of 1080 prompt tokens, 9 of 10 requests.
+std::vector<Workload> shared_prefix_work(int32_t arrive_every) {
+  std::vector<int32_t> prefix(100);
+  std::iota(prefix.begin(), prefix.end(), 1);
+  std::vector<Workload> work;
+  for (int i = 0; i < 10; ++i) {
+    Workload w{prefix, 4, 0, i * arrive_every};
+    for (int j = 0; j < 8; ++j) w.prompt.push_back(500 + 10 * i + j);
+    work.push_back(std::move(w));
+  }
+  return work;
+}
+
+TEST(SchedulerPrefixCache, SequentialRequestsHitTheSharedPrefixExactly) {
+  const SchedulerConfig config{.max_num_seqs = 4, .max_batch_tokens = 256, .block_size = 16};
+  Trace t = drive(config, 200, shared_prefix_work(/*arrive_every=*/20), true);
+  EXPECT_EQ(t.cached_tokens[0], 0);
+  for (SeqId i = 1; i < 10; ++i) EXPECT_EQ(t.cached_tokens[i], 96) << "request " << i;
+  EXPECT_EQ(t.cache_stats.query_tokens, 1080);
+  EXPECT_EQ(t.cache_stats.hit_tokens, 864);
+  EXPECT_EQ(t.cache_stats.query_requests, 10);
+  EXPECT_EQ(t.cache_stats.hit_requests, 9);
+  // Same outputs as without the cache.
+  EXPECT_EQ(t.outputs, drive(config, 200, shared_prefix_work(20), false).outputs);
+}
+
+TEST(SchedulerPrefixCache, ABurstComputesANewPrefixOnce) {
+  // All 10 arrive in the same step; the prefix is computed by the first, the others wait for
+  // its blocks instead of computing them again.
+  const SchedulerConfig config{.max_num_seqs = 16, .max_batch_tokens = 512, .block_size = 16};
+  Trace t = drive(config, 200, shared_prefix_work(0), true);
+  int64_t computed = 0;
+  for (const auto& step : t.steps) computed += step.num_tokens;
+  // 108 for the first prompt, 12 (4 partial-block prefix tokens + 8) for each other one, and
+  // 3 decode steps of one token for each of the 10.
+  EXPECT_EQ(computed, 108 + 9 * 12 + 10 * 3);
+  for (SeqId i = 1; i < 10; ++i) EXPECT_EQ(t.cached_tokens[i], 96) << "request " << i;
+  EXPECT_EQ(t.outputs, drive(config, 200, shared_prefix_work(0), false).outputs);
+}
+
+TEST(SchedulerPrefixCache, EveryPromptTokenCachedStillComputesTheLastOne) {
+  const SchedulerConfig config{.max_num_seqs = 4, .max_batch_tokens = 64, .block_size = 4};
+  std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8};
+  Trace t = drive(config, 20, {{prompt, 2, 0, 0}, {prompt, 2, 0, 10}}, true);
+  // The second request's 8 tokens are all cached; the block holding the last one is not taken,
+  // so 4 tokens come from the cache and 4 are computed (the last gives the logits).
+  EXPECT_EQ(t.cached_tokens[1], 4);
+  EXPECT_EQ(t.outputs[0], t.outputs[1]);
 }
 
 }  // namespace
