@@ -125,6 +125,33 @@ bool Scheduler::is_being_computed(const BlockId& b, const std::vector<BlockId>& 
   });
 }
 
+Scheduler::Candidate Scheduler::pick_waiting(const std::vector<BlockId>& pending) const {
+  const int32_t bs = config_.block_size;
+  Candidate best;
+  int32_t priority = 0;
+  int32_t considered = 0;
+  for (auto it = waiting_.begin(); it != waiting_.end() && considered < std::max(1, config_.cache_aware_window); ++it) {
+    const Seq& s = seqs_.at(it->second);
+    if (best.seq && s.priority != priority) break;  // only within the first priority class
+    const auto num_tokens = static_cast<int32_t>(s.tokens.size());
+    std::vector<int32_t> hit = cache_.match(s.tokens, num_tokens - 1);
+    const auto num_hit = static_cast<int32_t>(hit.size()) * bs;
+    if (num_hit + bs <= num_tokens - 1 && !pending.empty()) {
+      const BlockId next{hit.empty() ? -1 : hit.back(), std::span(s.tokens).subspan(num_hit, bs)};
+      if (is_being_computed(next, pending)) continue;  // share that prefix when it is done
+    }
+    ++considered;
+    if (!best.seq) {
+      priority = s.priority;
+      best = {it->second, std::move(hit)};
+      if (s.num_bypassed >= config_.max_bypass) break;  // waited long enough: first in line
+      continue;
+    }
+    if (hit.size() > best.hit.size()) best = {it->second, std::move(hit)};
+  }
+  return best;
+}
+
 void Scheduler::schedule_waiting(ScheduleOutput& out, int32_t& budget) {
   if (!out.preempted.empty()) return;
   const int32_t bs = config_.block_size;
@@ -133,28 +160,26 @@ void Scheduler::schedule_waiting(ScheduleOutput& out, int32_t& budget) {
   for (const auto& [k, id] : running_) {
     if (auto p = pending_block(seqs_.at(id))) pending.push_back(*p);
   }
-  auto it = waiting_.begin();
-  while (it != waiting_.end() && budget > 0 && num_running() < config_.max_num_seqs) {
-    Seq& s = seqs_.at(it->second);
+  while (budget > 0 && num_running() < config_.max_num_seqs) {
+    Candidate c = pick_waiting(pending);
+    if (!c.seq) break;
+    Seq& s = seqs_.at(*c.seq);
     const auto num_tokens = static_cast<int32_t>(s.tokens.size());
-    const std::vector<int32_t> hit = cache_.match(s.tokens, num_tokens - 1);
-    const auto num_hit = static_cast<int32_t>(hit.size()) * bs;
-    if (num_hit + bs <= num_tokens - 1 && !pending.empty()) {
-      const BlockId next{hit.empty() ? -1 : hit.back(), std::span(s.tokens).subspan(num_hit, bs)};
-      if (is_being_computed(next, pending)) {
-        ++it;  // another sequence is computing this prefix: share it when it is done
-        continue;
-      }
-    }
-    const int64_t free_after_hit = cache_.num_allocatable() - cache_.count_unheld(hit);
+    const auto num_hit = static_cast<int32_t>(c.hit.size()) * bs;
+    const int64_t free_after_hit = cache_.num_allocatable() - cache_.count_unheld(c.hit);
     const int32_t n = static_cast<int32_t>(std::min<int64_t>({num_tokens - num_hit, budget, free_after_hit * bs}));
-    if (n <= 0) break;  // FCFS: nobody behind it jumps the queue
-    it = waiting_.erase(it);
+    if (n <= 0) break;  // the chosen one waits for room; nobody else jumps ahead of it
+    // Everyone of its priority that arrived before it was passed over once more.
+    for (auto it = waiting_.begin(); it != waiting_.end() && it->second != s.id; ++it) {
+      Seq& earlier = seqs_.at(it->second);
+      if (earlier.priority == s.priority) ++earlier.num_bypassed;
+    }
+    waiting_.erase(key(s));
     running_.emplace(key(s), s.id);
     s.running = true;
-    cache_.acquire(hit);
-    s.blocks = hit;
-    s.num_indexed = static_cast<int32_t>(hit.size());
+    cache_.acquire(c.hit);
+    s.blocks = std::move(c.hit);
+    s.num_indexed = static_cast<int32_t>(s.blocks.size());
     s.num_computed = num_hit;
     if (s.num_cached < 0) {
       s.num_cached = num_hit;

@@ -14,9 +14,11 @@
 //      sequence of lowest priority that arrived last (possibly itself): its blocks are freed
 //      and it waits, first in line of its priority, to be recomputed. A prompt chunk shrinks to
 //      the blocks that are free before it preempts anyone.
-//   2. waiting sequences, in priority order (FCFS within a priority), while fewer than
-//      max_num_seqs run and budget and free blocks remain; skipped in a step that preempted,
-//      so a preempted sequence is not immediately re-admitted at another's expense. An admitted
+//   2. waiting sequences, by priority, while fewer than max_num_seqs run and budget and free
+//      blocks remain; skipped in a step that preempted, so a preempted sequence is not
+//      immediately re-admitted at another's expense. Within the first priority class, the one
+//      with the longest cached prefix among the first cache_aware_window goes first (ties: the
+//      earliest), unless one ahead of it was passed over max_bypass times already. An admitted
 //      sequence first takes the longest cached prefix of its tokens (KvCache::match) and
 //      computes only the rest. NOTE: when every token hits, the last one is still computed,
 //      to get the logits that sample the next token. A sequence whose next block is being
@@ -59,6 +61,11 @@ struct SchedulerConfig {
   int32_t max_num_seqs = 32;        // sequences in one step (the batch size)
   int32_t max_batch_tokens = 512;   // tokens in one step, summed over sequences
   int32_t block_size = 16;          // tokens per KV block
+  // Cache-aware admission: among the first cache_aware_window waiting sequences of the first
+  // priority class, admit the one with the longest cached prefix (1: plain FCFS); a sequence
+  // passed over max_bypass times goes first, so none starves.
+  int32_t cache_aware_window = 16;
+  int32_t max_bypass = 16;
 };
 
 // One sequence's share of a step.
@@ -131,6 +138,7 @@ class Scheduler {
     std::vector<int32_t> blocks;
     int32_t num_indexed = 0;      // leading blocks indexed in the prefix cache
     int32_t num_cached = -1;      // prompt tokens from the cache at first admission (-1: not yet)
+    int32_t num_bypassed = 0;     // times a later sequence of its priority was admitted first
     bool running = false;
   };
   // Priority order: lower priority value first, then earlier arrival.
@@ -153,6 +161,12 @@ class Scheduler {
   };
   std::optional<BlockId> pending_block(const Seq& s) const;
   bool is_being_computed(const BlockId& b, const std::vector<BlockId>& pending) const;
+  struct Candidate {
+    std::optional<SeqId> seq;
+    std::vector<int32_t> hit;  // its cached prefix
+  };
+  // The waiting sequence to admit next (cache-aware, bounded bypass, burst rule).
+  Candidate pick_waiting(const std::vector<BlockId>& pending) const;
 
   SchedulerConfig config_;
   KvCache& cache_;

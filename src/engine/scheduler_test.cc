@@ -296,5 +296,84 @@ TEST(SchedulerPrefixCache, EveryPromptTokenCachedStillComputesTheLastOne) {
   EXPECT_EQ(t.outputs[0], t.outputs[1]);
 }
 
+// Two 64-token system prompts A and B, 16 requests alternating A, B, A, B, ..., one running at a
+// time, and a pool that holds one prompt's blocks but not both. FCFS alternates and every
+// request evicts the other prompt; cache-aware admission runs the A requests while A is cached.
+std::vector<Workload> alternating_prefix_work() {
+  std::vector<Workload> work;
+  for (int i = 0; i < 16; ++i) {
+    std::vector<int32_t> p(64);
+    std::iota(p.begin(), p.end(), i % 2 ? 1000 : 1);
+    p.push_back(5000 + i);
+    work.push_back({p, 2, 0, 0});
+  }
+  return work;
+}
+
+int64_t computed_tokens(const Trace& t) {
+  int64_t n = 0;
+  for (const auto& step : t.steps) n += step.num_tokens;
+  return n;
+}
+
+TEST(SchedulerPrefixCache, CacheAwareAdmissionComputesLess) {
+  SchedulerConfig fcfs{.max_num_seqs = 1, .max_batch_tokens = 128, .block_size = 4, .cache_aware_window = 1};
+  SchedulerConfig aware = fcfs;
+  aware.cache_aware_window = 16;
+  const auto work = alternating_prefix_work();
+  const Trace a = drive(fcfs, 24, work, true);
+  const Trace b = drive(aware, 24, work, true);
+  EXPECT_EQ(a.outputs, b.outputs);
+  // FCFS: a request's 17 blocks evict 9 of the other prompt's 16 cached blocks (the pool has
+  // 24; prefixes shrink from their end), so each later request finds only 7 blocks (28 tokens).
+  EXPECT_EQ(a.cache_stats.hit_tokens, 14 * 28);
+  // Cache-aware: after the first A and the first B, the others find their 64-token prompt.
+  EXPECT_EQ(b.cache_stats.hit_tokens, 14 * 64);
+  EXPECT_LT(computed_tokens(b), computed_tokens(a) / 3);
+}
+
+TEST(SchedulerPrefixCache, NoRequestIsPassedOverMoreThanMaxBypassTimes) {
+  SchedulerConfig config{.max_num_seqs = 1, .max_batch_tokens = 128, .block_size = 4, .cache_aware_window = 64,
+                         .max_bypass = 3};
+  // One B request first, then 10 A requests: A keeps hitting once cached, but B goes after at
+  // most 3 of them.
+  std::vector<Workload> work;
+  std::vector<int32_t> b(64), a(64);
+  std::iota(b.begin(), b.end(), 1000);
+  std::iota(a.begin(), a.end(), 1);
+  for (int i = 0; i < 11; ++i) {
+    std::vector<int32_t> p = i == 0 ? a : i == 1 ? b : a;
+    p.push_back(5000 + i);
+    work.push_back({p, 2, 0, 0});
+  }
+  KvCache cache = make_cache(64, 4, true);
+  Scheduler sched(config, cache);
+  for (size_t i = 0; i < work.size(); ++i) sched.add(i, work[i].prompt, 0);
+  std::vector<SeqId> order;
+  FakeRunner runner;
+  std::map<SeqId, std::vector<int32_t>> outputs;
+  runner.all_tokens = [&](SeqId id) {
+    auto all = work[id].prompt;
+    all.insert(all.end(), outputs[id].begin(), outputs[id].end());
+    return all;
+  };
+  while (sched.num_running() + sched.num_waiting() > 0) {
+    ScheduleOutput out = sched.schedule();
+    for (const auto& s : out.seqs) {
+      if (std::find(order.begin(), order.end(), s.seq_id) == order.end()) order.push_back(s.seq_id);  // admitted
+    }
+    auto sampled = runner.run(out, 4);
+    sched.update(out, sampled);
+    for (const auto& t : sampled) {
+      outputs[t.seq_id].push_back(t.token_id);
+      if (sched.num_output(t.seq_id) == 2) sched.finish(t.seq_id);
+    }
+  }
+  ASSERT_EQ(order.size(), 11u);
+  EXPECT_EQ(order[0], 0u);
+  const auto b_pos = std::find(order.begin(), order.end(), SeqId{1}) - order.begin();
+  EXPECT_EQ(b_pos, 4) << "B (request 1) goes after exactly 3 cache-hitting A requests";
+}
+
 }  // namespace
 }  // namespace sluice
