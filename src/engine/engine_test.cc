@@ -514,6 +514,80 @@ TEST(EnginePrefixCache, HitAccountingIsExact) {
   EXPECT_EQ(m.kv_blocks_cached, 6);
 }
 
+TEST(EnginePrefixCache, PreemptionAndCancellationWithSharedBlocksLeakNothing) {
+  EngineConfig config{.max_num_seqs = 12, .max_batch_tokens = 48, .block_size = 4, .coalesce = false};
+  Fixture probe(config);
+  config.kv_cache_bytes = 30 * probe.block_bytes(config);  // 120 tokens: preemption is frequent
+  std::vector<RequestHandle>* handles = nullptr;
+  int steps = 0;
+  config.on_step = [&](const ScheduleOutput&) {
+    // Cancel every fifth request at step 10 + 3k (mid-prompt or mid-decode, whichever it is in).
+    ++steps;
+    if (handles && steps >= 10 && (steps - 10) % 3 == 0 && size_t((steps - 10) / 3 * 5) < handles->size()) {
+      (*handles)[(steps - 10) / 3 * 5].cancel();
+    }
+  };
+  std::latch submitted(1);
+  bool first = true;
+  auto on_step = config.on_step;
+  config.on_step = [&, on_step](const ScheduleOutput& out) {
+    if (std::exchange(first, false)) submitted.wait();
+    on_step(out);
+  };
+  Fixture tight(config);
+  EngineConfig alone_config{.max_num_seqs = 1, .max_batch_tokens = 48, .block_size = 4, .prefix_caching = false};
+  Fixture alone(alone_config);
+  auto reqs = shared_prefix_requests(40, 21);
+  std::vector<RequestHandle> hs;
+  for (const Request& r : reqs) hs.push_back(std::move(*tight.engine->submit(r)));
+  handles = &hs;
+  submitted.count_down();
+  int cancelled = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    StreamOutput o = hs[i].wait();
+    if (o.finish_reason == FinishReason::kCancelled) {
+      ++cancelled;
+      continue;
+    }
+    expect_same_output(o, alone.run(reqs[i]), fmt::format("request {}", i));
+  }
+  EXPECT_GT(cancelled, 0);
+  EngineMetrics m = tight.engine->wait_until_idle();
+  EXPECT_GT(m.num_preemptions, 5);
+  EXPECT_GT(m.prefix_cache_hit_tokens, 0);
+  EXPECT_EQ(m.kv_blocks_used, 0);
+  EXPECT_EQ(m.kv_blocks_free + m.kv_blocks_cached, 30);
+}
+
+// A system prompt pinned by config survives a flood of unrelated requests; under plain LRU the
+// same flood evicts it.
+TEST(EnginePrefixCache, PinnedPrefixSurvivesPressure) {
+  std::vector<int32_t> system(32);
+  std::iota(system.begin(), system.end(), 7);
+  auto run_flood = [&](const std::string& policy) {
+    EngineConfig config{.max_num_seqs = 4, .max_batch_tokens = 64, .block_size = 4, .kv_eviction = policy};
+    config.pinned_prefixes = {system};
+    Fixture probe(config);
+    config.kv_cache_bytes = 24 * probe.block_bytes(config);
+    Fixture f(config);
+    Request r = f.request("", 2);
+    r.prompt_tokens = system;
+    r.prompt_tokens.push_back(400);
+    f.run(r);
+    std::mt19937 rng(5);
+    for (int i = 0; i < 20; ++i) {
+      Request other = f.request("", 4);
+      other.prompt_tokens.resize(40);
+      for (auto& t : other.prompt_tokens) t = static_cast<int32_t>(rng() % 512);
+      f.run(other);
+    }
+    r.prompt_tokens.back() = 401;
+    return f.run(r).metrics.cached_tokens;
+  };
+  EXPECT_EQ(run_flood("pinned"), 32);
+  EXPECT_EQ(run_flood("lru"), 0);
+}
+
 TEST(Engine, ImpossibleConfigurationsAreRefused) {
   LoadedModel m = tiny_model();
   ThreadPool pool(1);
