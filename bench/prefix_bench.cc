@@ -21,8 +21,7 @@
 
 #include "engine/engine.h"
 #include "kernels/matmul.h"
-#include "model/loader.h"
-#include "model/model_maker.h"
+#include "bench/bench_model.h"
 
 namespace sluice::bench {
 namespace {
@@ -134,23 +133,9 @@ int main(int argc, char** argv) {
   app.add_option("--workloads", workloads, "shared-prompt, chat, or both")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
-  LoadedModel m;
-  if (model_path.empty()) {
-    auto spec = preset_spec(preset);
-    if (!spec) return std::fprintf(stderr, "%s\n", spec.error().message().c_str()), 1;
-    spec->dtype = dtype == "f32" ? gguf::TensorType::kF32 : dtype == "f16" ? gguf::TensorType::kF16
-                : dtype == "bf16" ? gguf::TensorType::kBF16 : gguf::TensorType::kQ8_0;
-    std::fprintf(stderr, "making %s %s in memory...\n", preset.c_str(), dtype.c_str());
-    auto w = make_model(*spec);
-    auto f = gguf::File::from_buffer(w->to_bytes(), preset);
-    m.tokenizer = std::move(*Tokenizer::from_gguf(**f));
-    m.model = std::move(*Model::load(std::move(*f)));
-    model_path = preset + " " + dtype + " (random weights)";
-  } else {
-    auto loaded = load_model(model_path);
-    if (!loaded) return std::fprintf(stderr, "%s\n", loaded.error().message().c_str()), 1;
-    m = std::move(*loaded);
-  }
+  std::string description;
+  LoadedModel m = bench::load_bench_model(model_path, preset, dtype, description);
+  model_path = description;
   auto len = [&](int x) { return std::max(1, static_cast<int>(x * scale)); };
   ThreadPool pool(threads);
   const int32_t vocab = m.model->config().vocab_size;
