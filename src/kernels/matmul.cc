@@ -1,17 +1,21 @@
 // Highway compiles this file once per SIMD target (foreach_target.h) and dispatches at run time.
 //
-// Kernel shape: the pool splits output rows into chunks. Inside a chunk, tokens go in tiles of up
-// to kTile and rows in groups of kR; each weight vector loaded is multiplied into the
-// accumulators of every token of the tile. For one (row, token), the dot product runs over
-// fixed-width vectors in ascending k into one accumulator, then a fixed lane reduction, then any
-// scalar tail: the same order for every tile shape.
+// Kernel shape: the pool splits output rows into chunks. Inside a chunk, rows go in groups of kR
+// (8 for one token, else 4) and, for each group, tokens in tiles of up to kTile = 3, so that a
+// group's weights come from memory once and from cache for the other tiles; each weight vector
+// loaded (and widened to f32) is multiplied into the accumulators of every token of the tile.
+// For one (row, token), the dot product runs over fixed-width vectors in ascending k into one
+// accumulator, then a fixed lane reduction, then any scalar tail: the same order for every tile
+// shape. Q8_0 weights go to matmul_q8.cc.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/matmul.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "common/half.h"
 #include "kernels/matmul.h"
@@ -22,7 +26,11 @@ namespace sluice::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-constexpr int kTile = 4;
+constexpr int kTile = 3;     // most tokens per tile
+constexpr int kMaxRows = 8;  // most rows per tile
+// Groups of rows up to this size prefetch the next group; longer rows are left to the hardware
+// prefetcher, which follows them better than a prefetch a whole group ahead.
+constexpr size_t kPrefetchGroupMax = 16 << 10;
 // At most 8 lanes: the lane count is part of the reduction order, and capping it keeps
 // results identical across AVX2 and AVX-512 machines too (narrower targets differ).
 using DF = hn::CappedTag<float, 8>;
@@ -62,12 +70,15 @@ struct Loader<hwy::bfloat16_t> {
 };
 
 // A tile is kR weight rows times kN tokens, with one accumulator per (row, token). More
-// accumulators hide FMA latency (decode has kN = 1, so it takes kR = 4 rows); each accumulator
+// accumulators hide FMA latency (decode has kN = 1, so it takes kR = 8 rows); each accumulator
 // still sees the same FMAs in the same order as in any other tile shape.
 
 // Dense types: acc[r][t] += w[r][k] * x[t][k] over the row.
+// Unless prefetch_bytes is 0, also prefetches each row that many bytes further on, so that
+// memory requests are in flight while the tile computes.
 template <typename T, int kR, int kN>
-HWY_INLINE void tile_dense(const uint8_t* const* w, const float* const* x, int64_t cols, float (*out)[kTile]) {
+HWY_INLINE void tile_dense(const uint8_t* const* w, const float* const* x, int64_t cols, size_t prefetch_bytes,
+                           float (*out)[kTile]) {
   const DF d;
   const int64_t lanes = hn::Lanes(d);
   hn::Vec<DF> acc[kR][kN];
@@ -75,6 +86,9 @@ HWY_INLINE void tile_dense(const uint8_t* const* w, const float* const* x, int64
     for (int t = 0; t < kN; ++t) acc[r][t] = hn::Zero(d);
   int64_t k = 0;
   for (; k + lanes <= cols; k += lanes) {
+    if (prefetch_bytes != 0 && (k * sizeof(T)) % 64 == 0) {
+      for (int r = 0; r < kR; ++r) hwy::Prefetch(w[r] + k * sizeof(T) + prefetch_bytes);
+    }
     hn::Vec<DF> xv[kN];
     for (int t = 0; t < kN; ++t) xv[t] = hn::LoadU(d, x[t] + k);
     for (int r = 0; r < kR; ++r) {
@@ -92,48 +106,57 @@ HWY_INLINE void tile_dense(const uint8_t* const* w, const float* const* x, int64
 }
 
 template <int kR, int kN>
-HWY_INLINE void tile(const WeightView& w, int64_t n, const float* const* x, float (*out)[kTile]) {
+HWY_INLINE void tile(const WeightView& w, int64_t n, const float* const* x, size_t pf, float (*out)[kTile]) {
   const uint8_t* rows[kR];
   for (int r = 0; r < kR; ++r) rows[r] = w.row(n + r);
   switch (w.type) {
-    case gguf::TensorType::kF32: tile_dense<float, kR, kN>(rows, x, w.cols, out); break;
-    case gguf::TensorType::kF16: tile_dense<hwy::float16_t, kR, kN>(rows, x, w.cols, out); break;
-    case gguf::TensorType::kBF16: tile_dense<hwy::bfloat16_t, kR, kN>(rows, x, w.cols, out); break;
+    case gguf::TensorType::kF32: tile_dense<float, kR, kN>(rows, x, w.cols, pf, out); break;
+    case gguf::TensorType::kF16: tile_dense<hwy::float16_t, kR, kN>(rows, x, w.cols, pf, out); break;
+    case gguf::TensorType::kBF16: tile_dense<hwy::bfloat16_t, kR, kN>(rows, x, w.cols, pf, out); break;
     default: break;
   }
 }
 
-// Rows [n, row_end) for kN tokens: kR rows at a time, then single rows.
-template <int kR, int kN>
-HWY_INLINE void tile_rows(const WeightView& w, int64_t n, int64_t row_end, const float* const* x, float* y,
-                          int64_t t0) {
-  float out[kTile][kTile] = {};
-  auto store = [&](int64_t row, int num_rows) {
-    for (int r = 0; r < num_rows; ++r)
-      for (int t = 0; t < kN; ++t) y[(t0 + t) * w.rows + row + r] = out[r][t];
+// Rows [row_begin, row_end) for all tokens: kR rows at a time (then single rows), and for each
+// group of rows every token tile, so that the group's weights are read from memory once and then
+// from cache. Tiles of kN = 3 tokens: 4 x 3 accumulators, 3 token vectors and a weight vector
+// fill the 16 vector registers of AVX2.
+template <int kR>
+HWY_INLINE void row_groups(const WeightView& w, const float* x, int64_t num_tokens, float* y, int64_t row_begin,
+                           int64_t row_end) {
+  constexpr int kN = kTile;
+  float out[kMaxRows][kTile] = {};
+  auto token_tiles = [&](auto num_rows_tag, int64_t n) {
+    constexpr int kRows = decltype(num_rows_tag)::value;
+    // The first token tile prefetches the same place in the next group of rows, unless rows
+    // are long enough for the hardware prefetcher to follow them.
+    const size_t group_bytes = kRows * w.row_bytes();
+    const size_t prefetch_bytes = group_bytes <= kPrefetchGroupMax ? group_bytes : 0;
+    auto run = [&](auto num_tokens_tag, int64_t t0) {
+      constexpr int kTokens = decltype(num_tokens_tag)::value;
+      const float* xs[kTile];
+      for (int t = 0; t < kTokens; ++t) xs[t] = x + (t0 + t) * w.cols;
+      tile<kRows, kTokens>(w, n, xs, t0 == 0 ? prefetch_bytes : 0, out);
+      for (int r = 0; r < kRows; ++r)
+        for (int t = 0; t < kTokens; ++t) y[(t0 + t) * w.rows + n + r] = out[r][t];
+    };
+    int64_t t0 = 0;
+    for (; t0 + kN <= num_tokens; t0 += kN) run(std::integral_constant<int, kN>{}, t0);
+    if (num_tokens - t0 == 2) run(std::integral_constant<int, 2>{}, t0);
+    if (num_tokens - t0 == 1) run(std::integral_constant<int, 1>{}, t0);
   };
-  for (; n + kR <= row_end; n += kR) {
-    tile<kR, kN>(w, n, x, out);
-    store(n, kR);
-  }
-  for (; n < row_end; ++n) {
-    tile<1, kN>(w, n, x, out);
-    store(n, 1);
-  }
+  int64_t n = row_begin;
+  for (; n + kR <= row_end; n += kR) token_tiles(std::integral_constant<int, kR>{}, n);
+  for (; n < row_end; ++n) token_tiles(std::integral_constant<int, 1>{}, n);
 }
 
 void MatmulRows(const WeightView& w, const float* x, int64_t num_tokens, float* y, int64_t row_begin,
                 int64_t row_end) {
-  for (int64_t t0 = 0; t0 < num_tokens; t0 += kTile) {
-    const int n_tile = static_cast<int>(std::min<int64_t>(kTile, num_tokens - t0));
-    const float* xs[kTile];
-    for (int t = 0; t < n_tile; ++t) xs[t] = x + (t0 + t) * w.cols;
-    switch (n_tile) {
-      case 4: tile_rows<2, 4>(w, row_begin, row_end, xs, y, t0); break;
-      case 3: tile_rows<2, 3>(w, row_begin, row_end, xs, y, t0); break;
-      case 2: tile_rows<4, 2>(w, row_begin, row_end, xs, y, t0); break;
-      default: tile_rows<4, 1>(w, row_begin, row_end, xs, y, t0); break;
-    }
+  // One token has one accumulator per row: 8 rows keep the FMA units busy.
+  if (num_tokens == 1) {
+    row_groups<8>(w, x, num_tokens, y, row_begin, row_end);
+  } else {
+    row_groups<4>(w, x, num_tokens, y, row_begin, row_end);
   }
 }
 

@@ -1,10 +1,34 @@
 // Q8_0 matmul with integer dot products, compiled per SIMD target like matmul.cc.
 //
-// Activations are quantized per token and per block of 32 to int8-range values (kept as int16)
-// with one float scale: dx = max|x| / 127, qx = round(x / dx). A block's dot product is then
-// exact in int32 (sum of qw * qx, widened multiply-add), and the float accumulator takes
-// acc += (dw * dx) * block_sum in ascending block order. Integer sums do not depend on order,
-// and everything else is per token, so results stay bit-identical whatever the batch.
+// Activations are quantized per token and per block of 32 to int8 with one float scale:
+// dx = max|x| / 127, qx = round(x / dx). A block's dot product sum_k qw[k] * qx[k] is then an
+// exact int32 (at most 32 * 128 * 127 in magnitude, so exact in float too), and the output is
+//
+//   acc = 0;  for each block b, ascending:  acc = fma(dw[b] * dx[b], float(isum[b]), acc)
+//
+// for every (row, token): one fixed sequence of float operations. Integer sums do not depend
+// on the order of their terms, so how a tile computes them is free; everything else is per
+// (row, token), so results stay bit-identical whatever the batch, the tile a token lands in,
+// or the thread split.
+//
+// Kernel shape: rows go in groups of 8 and one float vector holds a token's 8 rows, so the
+// float work above is one convert, multiply and FMA per (8 rows, token, block), and no lane sum
+// is needed at the end. Each row group is read from memory once for all tokens:
+//
+// - Several tokens: for each chunk of up to 32 blocks, the group's weights are transposed into
+//   a scratch buffer where 32-bit lane r of vector j holds row r's bytes 4j..4j+3. A token's
+//   bytes 4j..4j+3 are broadcast to all lanes; vpmaddubsw (|w| as u8 times x with w's sign, at
+//   most 2 * 128 * 127 per pair: no saturation, even for w = -128) and vpmaddwd by ones give
+//   each lane its row's 4-product sum, and 8 such steps the block's sums for the 8 rows.
+//   Tokens go in tiles of 8 that share each weight vector loaded. The first tile of a chunk
+//   prefetches the next chunk.
+// - One token: the transposition would cost more than it saves. Each row's block times the
+//   token's block gives 8 lanes of 4-product sums, and an add tree across the 8 rows folds them
+//   into lane r = row r: the same integers.
+//
+// Rows past the end of the matrix repeat the last row and are not stored. Targets below AVX2
+// compute the same integer sums with scalar code and use their own MulAdd: each target is
+// consistent with itself.
 //
 // Error against the dequantized weights times the unquantized activations is bounded by
 // sum_k |w_k| * dx_k / 2, the activation rounding (the kernel test checks that bound).
@@ -15,132 +39,322 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "kernels/matmul.h"
 #include "kernels/matmul_q8.h"
 
+#if HWY_ARCH_X86
+#include <immintrin.h>
+#endif
+
+#ifndef SLUICE_KERNELS_MATMUL_Q8_ONCE
+#define SLUICE_KERNELS_MATMUL_Q8_ONCE
+namespace sluice::kernels {
+// Rows per group: one float vector of 8 lanes holds a token's results for 8 rows.
+constexpr int kQ8GroupRows = 8;
+}  // namespace sluice::kernels
+#endif
+
 HWY_BEFORE_NAMESPACE();
 namespace sluice::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-constexpr int kTile = 4;     // tokens per tile (kN)
-constexpr int kMaxRows = 8;  // rows per tile (kR)
 constexpr int kBlock = gguf::kQ8_0BlockSize;
-// Each row is read this many blocks ahead (~1 KiB), keeping more memory requests in flight.
-constexpr int kPrefetchBlocks = 32;
-using DF = hn::CappedTag<float, 8>;
+constexpr int kGroupRows = kQ8GroupRows;
+constexpr int kGroupSteps = kBlock / 4;  // 4-byte steps per block
+// Blocks transposed at a time: 32 blocks of 8 rows are 9 KiB of scratch, which stays in L1.
+constexpr int kChunkBlocks = 32;
+// Tokens per tile: each weight vector loaded serves 8 tokens, whose int32 sums stay in registers.
+constexpr int kTokenTile = 8;
 
-HWY_INLINE float half_to_float(const uint16_t* p) {
-  const hn::CappedTag<float, 1> d1;
-  const hn::Rebind<hwy::float16_t, decltype(d1)> dh1;
-  return hn::GetLane(hn::PromoteTo(d1, hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(p))));
+// One chunk of a row group, transposed: w[i][j][4 * r + c] = row r, block b0 + i, byte 4j + c.
+struct GroupChunk {
+  alignas(32) int8_t w[kChunkBlocks][kGroupSteps][4 * kGroupRows];
+  alignas(32) float scale[kChunkBlocks][kGroupRows];  // dw of each row
+};
+
+// The 8 row pointers of a group and a chunk of its blocks.
+struct ChunkRef {
+  const uint8_t* rows[kGroupRows] = {};
+  int64_t b0 = 0;
+  int num_blocks = 0;  // 0: none
+};
+
+// Prefetches block i of chunk `next` (the one after the chunk being multiplied), so that its
+// weights arrive while the current chunk is multiplied.
+HWY_INLINE void prefetch_block(const ChunkRef& next, int i) {
+  if (i >= next.num_blocks) return;
+  const size_t off = static_cast<size_t>(next.b0 + i) * sizeof(gguf::BlockQ8_0);
+  for (int r = 0; r < kGroupRows; ++r) hwy::Prefetch(next.rows[r] + off);
 }
 
-#if HWY_TARGET == HWY_SCALAR
-// The scalar target has no widening pairs: plain integer dot products, same arithmetic.
-template <int kR, int kN>
-HWY_INLINE void tile(const uint8_t* const* w, const QuantizedActivations& xq, const int64_t* tokens, int64_t cols,
-                     float (*out)[kTile]) {
-  const int64_t num_blocks = cols / kBlock;
-  for (int r = 0; r < kR; ++r) {
-    for (int t = 0; t < kN; ++t) {
-      const int16_t* x = xq.q.data() + tokens[t] * cols;
-      const float* ds = xq.d.data() + tokens[t] * num_blocks;
-      float acc = 0;
-      for (int64_t b = 0; b < num_blocks; ++b) {
-        const auto* block = reinterpret_cast<const gguf::BlockQ8_0*>(w[r] + b * sizeof(gguf::BlockQ8_0));
-        int32_t sum = 0;
-        for (int j = 0; j < kBlock; ++j) sum += int32_t{block->qs[j]} * x[b * kBlock + j];
-        acc += half_to_float(&block->d) * ds[b] * static_cast<float>(sum);
+HWY_INLINE uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+// NOTE: Highway 1.0 has no op for vpmaddubsw or vpsignb, so this path uses intrinsics; every
+// target at or above AVX2 (including the AVX-512 ones) runs it.
+
+// dw of the block at byte offset off of the 8 rows.
+HWY_INLINE __m256 load_scales(const uint8_t* const* rows, size_t off) {
+  auto h = [&](int r) { return static_cast<int16_t>(load_u16(rows[r] + off)); };
+  return _mm256_cvtph_ps(_mm_setr_epi16(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7)));
+}
+
+// Chunk `cur` into c.
+HWY_INLINE void transpose_chunk(const ChunkRef& cur, GroupChunk& c) {
+  const uint8_t* const* rows = cur.rows;
+  const int64_t b0 = cur.b0;
+  for (int i = 0; i < cur.num_blocks; ++i) {
+    const size_t off = static_cast<size_t>(b0 + i) * sizeof(gguf::BlockQ8_0);
+    for (int h = 0; h < 2; ++h) {  // bytes 16h..16h+15: steps 4h..4h+3
+      __m256i v[4];  // [row k, 4 steps | row k + 4, 4 steps]
+      for (int k = 0; k < 4; ++k) {
+        const auto* lo = reinterpret_cast<const __m128i*>(rows[k] + off + 2 + 16 * h);
+        const auto* hi = reinterpret_cast<const __m128i*>(rows[k + 4] + off + 2 + 16 * h);
+        v[k] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(lo)), _mm_loadu_si128(hi), 1);
       }
-      out[r][t] = acc;
+      const __m256i t0 = _mm256_unpacklo_epi32(v[0], v[1]);  // r0s0 r1s0 r0s1 r1s1 | r4s0 ...
+      const __m256i t1 = _mm256_unpackhi_epi32(v[0], v[1]);  // r0s2 r1s2 r0s3 r1s3 | r4s2 ...
+      const __m256i t2 = _mm256_unpacklo_epi32(v[2], v[3]);
+      const __m256i t3 = _mm256_unpackhi_epi32(v[2], v[3]);
+      auto* out = reinterpret_cast<__m256i*>(c.w[i][4 * h]);
+      _mm256_store_si256(out + 0, _mm256_unpacklo_epi64(t0, t2));  // r0s0 r1s0 r2s0 r3s0 | r4s0 ...
+      _mm256_store_si256(out + 1, _mm256_unpackhi_epi64(t0, t2));
+      _mm256_store_si256(out + 2, _mm256_unpacklo_epi64(t1, t3));
+      _mm256_store_si256(out + 3, _mm256_unpackhi_epi64(t1, t3));
+    }
+    _mm256_store_ps(c.scale[i], load_scales(rows, off));
+  }
+}
+
+// acc[t][r] over blocks [b0, b0 + num_blocks) for kT tokens whose quantized rows are x[t].
+template <int kT>
+HWY_INLINE void tile(const GroupChunk& c, int64_t b0, int num_blocks, const int8_t* const* x,
+                     const float* const* dx, const ChunkRef& prefetch, float* acc) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 a[kT];
+  for (int t = 0; t < kT; ++t) a[t] = _mm256_loadu_ps(acc + t * kGroupRows);
+  for (int i = 0; i < num_blocks; ++i) {
+    prefetch_block(prefetch, i);
+    const int64_t k0 = (b0 + i) * kBlock;
+    __m256i sum[kT];
+    for (int t = 0; t < kT; ++t) sum[t] = _mm256_setzero_si256();
+    for (int j = 0; j < kGroupSteps; ++j) {
+      const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(c.w[i][j]));
+      const __m256i w_abs = _mm256_abs_epi8(w);
+      for (int t = 0; t < kT; ++t) {
+        int32_t x4;
+        std::memcpy(&x4, x[t] + k0 + 4 * j, 4);
+        const __m256i xs = _mm256_sign_epi8(_mm256_set1_epi32(x4), w);
+        sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, xs), ones));
+      }
+    }
+    const __m256 dw = _mm256_load_ps(c.scale[i]);
+    for (int t = 0; t < kT; ++t) {
+      const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(dx[t][b0 + i]));
+      a[t] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(sum[t]), a[t]);
     }
   }
+  for (int t = 0; t < kT; ++t) _mm256_storeu_ps(acc + t * kGroupRows, a[t]);
+}
+
+// For a single token the transposition costs more than it saves: this path multiplies each
+// row's block by the token's block as they are (lane i of row r then holds a sum of 4 products)
+// and folds the 8 rows' vectors together so that lane r holds row r's block sum, the same
+// integer as the tile above. Reads whole rows: acc[r] over all blocks.
+constexpr bool kHasDirect = true;
+constexpr size_t kPrefetchBytes = 1024;  // ahead in each row, to keep memory requests in flight
+
+HWY_INLINE void direct(const uint8_t* const* rows, int64_t num_blocks, const int8_t* x, const float* dx,
+                       float* acc) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 a = _mm256_setzero_ps();
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    const size_t off = static_cast<size_t>(b) * sizeof(gguf::BlockQ8_0);
+    const __m256i xb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + b * kBlock));
+    auto row_sums = [&](int r) {  // 8 lanes of 4-product sums
+      hwy::Prefetch(rows[r] + off + kPrefetchBytes);
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[r] + off + 2));
+      return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(xb, w)), ones);
+    };
+    // Rows (r, r + 1) interleaved: [r r+1 r r+1 | r r+1 r r+1].
+    auto pair = [&](int r) {
+      const __m256i q0 = row_sums(r), q1 = row_sums(r + 1);
+      return _mm256_add_epi32(_mm256_unpacklo_epi32(q0, q1), _mm256_unpackhi_epi32(q0, q1));
+    };
+    // Rows r..r+3: [r..r+3 | r..r+3], each half a partial sum.
+    auto quad = [&](int r) {
+      const __m256i p0 = pair(r), p1 = pair(r + 2);
+      return _mm256_add_epi32(_mm256_unpacklo_epi64(p0, p1), _mm256_unpackhi_epi64(p0, p1));
+    };
+    const __m256i lo = quad(0), hi = quad(4);
+    // [rows 0-3 first halves | rows 4-7 second halves] + [rows 0-3 second | rows 4-7 first]
+    const __m256i sum =
+        _mm256_add_epi32(_mm256_blend_epi32(lo, hi, 0xF0), _mm256_permute2x128_si256(lo, hi, 0x21));
+    const __m256 s = _mm256_mul_ps(load_scales(rows, off), _mm256_set1_ps(dx[b]));
+    a = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(sum), a);
+  }
+  _mm256_storeu_ps(acc, a);
 }
 #else
-// out[r][t] = dot of weight rows w[r] with quantized tokens x[t].
-template <int kR, int kN>
-HWY_INLINE void tile(const uint8_t* const* w, const QuantizedActivations& xq, const int64_t* tokens, int64_t cols,
-                     float (*out)[kTile]) {
-  const DF df;
-  const hn::Rebind<int32_t, DF> d32;
-  const hn::Repartition<int16_t, decltype(d32)> d16;  // twice the lanes of d32
-  const hn::Rebind<int8_t, decltype(d16)> d8;
-  const int64_t lanes16 = hn::Lanes(d16);
-  const int64_t num_blocks = cols / kBlock;
-  hn::Vec<DF> acc[kR][kN];
-  for (int r = 0; r < kR; ++r)
-    for (int t = 0; t < kN; ++t) acc[r][t] = hn::Zero(df);
-  const int16_t* xs[kN];
-  const float* ds[kN];
-  for (int t = 0; t < kN; ++t) {
-    xs[t] = xq.q.data() + tokens[t] * cols;
-    ds[t] = xq.d.data() + tokens[t] * num_blocks;
+// Same chunk layout and integer sums in scalar code; the float step is one MulAdd per
+// (row, token, block), as in the vector path.
+HWY_INLINE void transpose_chunk(const ChunkRef& cur, GroupChunk& c) {
+  const hn::CappedTag<float, 1> d1;
+  const hn::Rebind<hwy::float16_t, decltype(d1)> dh1;
+  const uint8_t* const* rows = cur.rows;
+  const int64_t b0 = cur.b0;
+  for (int i = 0; i < cur.num_blocks; ++i) {
+    const size_t off = static_cast<size_t>(b0 + i) * sizeof(gguf::BlockQ8_0);
+    for (int r = 0; r < kGroupRows; ++r) {
+      for (int j = 0; j < kGroupSteps; ++j) std::memcpy(&c.w[i][j][4 * r], rows[r] + off + 2 + 4 * j, 4);
+      c.scale[i][r] =
+          hn::GetLane(hn::PromoteTo(d1, hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(rows[r] + off))));
+    }
   }
-  // One row at a time inside a block, so only kN int32 sums are live next to the kR * kN
-  // float accumulators; token vectors are re-read from L1 for each row.
-  for (int64_t b = 0; b < num_blocks; ++b) {
-    for (int r = 0; r < kR; ++r) {
-      const auto* block = reinterpret_cast<const gguf::BlockQ8_0*>(w[r] + b * sizeof(gguf::BlockQ8_0));
-      hwy::Prefetch(block + kPrefetchBlocks);
-      hn::Vec<decltype(d32)> sum[kN];
-      for (int t = 0; t < kN; ++t) sum[t] = hn::Zero(d32);
-      for (int64_t j = 0; j < kBlock; j += lanes16) {
-        const auto wv = hn::PromoteTo(d16, hn::LoadU(d8, block->qs + j));
-        for (int t = 0; t < kN; ++t) {
-          auto unused = hn::Zero(d32);
-          sum[t] = hn::ReorderWidenMulAccumulate(d32, wv, hn::LoadU(d16, xs[t] + b * kBlock + j), sum[t], unused);
-        }
-      }
-      const float dw = half_to_float(&block->d);
-      for (int t = 0; t < kN; ++t) {
-        acc[r][t] = hn::MulAdd(hn::Set(df, dw * ds[t][b]), hn::ConvertTo(df, sum[t]), acc[r][t]);
+}
+
+template <int kT>
+HWY_INLINE void tile(const GroupChunk& c, int64_t b0, int num_blocks, const int8_t* const* x,
+                     const float* const* dx, const ChunkRef& prefetch, float* acc) {
+  const hn::CappedTag<float, 1> d1;
+  for (int i = 0; i < num_blocks; ++i) {
+    prefetch_block(prefetch, i);
+    const int64_t k0 = (b0 + i) * kBlock;
+    for (int t = 0; t < kT; ++t) {
+      for (int r = 0; r < kGroupRows; ++r) {
+        int32_t sum = 0;
+        for (int j = 0; j < kGroupSteps; ++j)
+          for (int e = 0; e < 4; ++e) sum += int32_t{c.w[i][j][4 * r + e]} * x[t][k0 + 4 * j + e];
+        const float s = c.scale[i][r] * dx[t][b0 + i];
+        float& a = acc[t * kGroupRows + r];
+        a = hn::GetLane(hn::MulAdd(hn::Set(d1, s), hn::Set(d1, static_cast<float>(sum)), hn::Set(d1, a)));
       }
     }
   }
-  for (int r = 0; r < kR; ++r)
-    for (int t = 0; t < kN; ++t) out[r][t] = hn::GetLane(hn::SumOfLanes(df, acc[r][t]));
 }
-#endif  // HWY_TARGET == HWY_SCALAR
+constexpr bool kHasDirect = false;
 
-template <int kR, int kN>
-HWY_INLINE void tile_rows(const WeightView& w, int64_t n, int64_t row_end, const QuantizedActivations& xq,
-                          const int64_t* tokens, float* y) {
-  float out[kMaxRows][kTile] = {};
-  const uint8_t* rows[kMaxRows];
-  auto store = [&](int64_t row, int num_rows) {
-    for (int r = 0; r < num_rows; ++r)
-      for (int t = 0; t < kN; ++t) y[tokens[t] * w.rows + row + r] = out[r][t];
+HWY_INLINE void direct(const uint8_t* const*, int64_t, const int8_t*, const float*, float*) {}
+#endif  // HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+
+// Quantized rows and scales of tokens [t0, t0 + kT).
+template <int kT>
+struct TokenRefs {
+  const int8_t* x[kT];
+  const float* dx[kT];
+  TokenRefs(const QuantizedActivations& xq, int64_t cols, int64_t t0) {
+    for (int t = 0; t < kT; ++t) {
+      x[t] = xq.q.data() + (t0 + t) * cols;
+      dx[t] = xq.d.data() + (t0 + t) * (cols / kBlock);
+    }
+  }
+};
+
+// Tokens [t0, t0 + kT) over one transposed chunk; acc is [num_tokens, 8].
+template <int kT>
+HWY_INLINE void token_tile(const GroupChunk& c, int64_t b0, int num_blocks, const QuantizedActivations& xq,
+                           int64_t cols, int64_t t0, const ChunkRef& prefetch, float* acc) {
+  const TokenRefs<kT> refs(xq, cols, t0);
+  tile<kT>(c, b0, num_blocks, refs.x, refs.dx, prefetch, acc + t0 * kGroupRows);
+}
+
+// All tokens over one transposed chunk, in tiles of kTokenTile and one smaller tile; the first
+// tile prefetches chunk `next`.
+HWY_INLINE void token_tiles(const GroupChunk& c, int64_t b0, int num_blocks, const QuantizedActivations& xq,
+                            int64_t cols, int64_t num_tokens, const ChunkRef& next, float* acc) {
+  const ChunkRef none;
+  int64_t t0 = 0;
+  for (; t0 + kTokenTile <= num_tokens; t0 += kTokenTile) {
+    token_tile<kTokenTile>(c, b0, num_blocks, xq, cols, t0, t0 == 0 ? next : none, acc);
+  }
+  const ChunkRef& prefetch = t0 == 0 ? next : none;
+  switch (num_tokens - t0) {
+    case 7: token_tile<7>(c, b0, num_blocks, xq, cols, t0, prefetch, acc); break;
+    case 6: token_tile<6>(c, b0, num_blocks, xq, cols, t0, prefetch, acc); break;
+    case 5: token_tile<5>(c, b0, num_blocks, xq, cols, t0, prefetch, acc); break;
+    case 4: token_tile<4>(c, b0, num_blocks, xq, cols, t0, prefetch, acc); break;
+    case 3: token_tile<3>(c, b0, num_blocks, xq, cols, t0, prefetch, acc); break;
+    case 2: token_tile<2>(c, b0, num_blocks, xq, cols, t0, prefetch, acc); break;
+    case 1: token_tile<1>(c, b0, num_blocks, xq, cols, t0, prefetch, acc); break;
+    default: break;
+  }
+}
+
+// Row groups [group_begin, group_end): rows 8 * group_begin up to 8 * group_end or w.rows.
+void MatmulQ8Groups(const WeightView& w, const QuantizedActivations& xq, int64_t num_tokens, float* y,
+                    int64_t group_begin, int64_t group_end) {
+  const int64_t num_blocks = w.cols / kBlock;
+  auto chunk_ref = [&](int64_t g, int64_t b0) {
+    ChunkRef ref;
+    if (g >= group_end) return ref;
+    const int64_t n0 = g * kGroupRows;
+    const int64_t last = std::min<int64_t>(kGroupRows, w.rows - n0) - 1;
+    for (int r = 0; r < kGroupRows; ++r) ref.rows[r] = w.row(n0 + std::min<int64_t>(r, last));
+    ref.b0 = b0;
+    ref.num_blocks = static_cast<int>(std::min<int64_t>(kChunkBlocks, num_blocks - b0));
+    return ref;
   };
-  for (; n + kR <= row_end; n += kR) {
-    for (int r = 0; r < kR; ++r) rows[r] = w.row(n + r);
-    tile<kR, kN>(rows, xq, tokens, w.cols, out);
-    store(n, kR);
+  std::vector<float> acc(num_tokens * kGroupRows);
+  auto store = [&](int64_t g) {
+    const int64_t n0 = g * kGroupRows;
+    const int64_t num_rows = std::min<int64_t>(kGroupRows, w.rows - n0);
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      float* dst = y + t * w.rows + n0;
+      const float* src = acc.data() + t * kGroupRows;
+      if (num_rows == kGroupRows) {  // a fixed size: no call to memcpy
+        std::memcpy(dst, src, kGroupRows * sizeof(float));
+      } else {
+        std::memcpy(dst, src, num_rows * sizeof(float));
+      }
+    }
+  };
+  if (kHasDirect && num_tokens == 1) {
+    for (int64_t g = group_begin; g < group_end; ++g) {
+      direct(chunk_ref(g, 0).rows, num_blocks, xq.q.data(), xq.d.data(), acc.data());
+      store(g);
+    }
+    return;
   }
-  for (; n < row_end; ++n) {
-    rows[0] = w.row(n);
-    tile<1, kN>(rows, xq, tokens, w.cols, out);
-    store(n, 1);
+  GroupChunk chunk;  // 9 KiB on the stack
+  ChunkRef next = chunk_ref(group_begin, 0);
+  for (int64_t g = group_begin; g < group_end; ++g) {
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int64_t b0 = 0; b0 < num_blocks; b0 += kChunkBlocks) {
+      const ChunkRef cur = next;
+      next = b0 + kChunkBlocks < num_blocks ? chunk_ref(g, b0 + kChunkBlocks) : chunk_ref(g + 1, 0);
+      transpose_chunk(cur, chunk);
+      token_tiles(chunk, b0, cur.num_blocks, xq, w.cols, num_tokens, next, acc.data());
+    }
+    store(g);
   }
 }
 
-// Tile shapes keep kR * kN float accumulators, kN int32 sums and two temporaries within the 16
-// vector registers of AVX2.
-void MatmulQ8Rows(const WeightView& w, const QuantizedActivations& xq, int64_t num_tokens, float* y,
-                  int64_t row_begin, int64_t row_end) {
-  for (int64_t t0 = 0; t0 < num_tokens; t0 += kTile) {
-    const int n_tile = static_cast<int>(std::min<int64_t>(kTile, num_tokens - t0));
-    int64_t tokens[kTile];
-    for (int t = 0; t < n_tile; ++t) tokens[t] = t0 + t;
-    switch (n_tile) {
-      case 4: tile_rows<2, 4>(w, row_begin, row_end, xq, tokens, y); break;
-      case 3: tile_rows<3, 3>(w, row_begin, row_end, xq, tokens, y); break;
-      case 2: tile_rows<4, 2>(w, row_begin, row_end, xq, tokens, y); break;
-      default: tile_rows<8, 1>(w, row_begin, row_end, xq, tokens, y); break;
+// Quantizes blocks [0, num_blocks) of x (32 floats each) into q and d.
+void QuantizeBlocks(const float* x, int64_t num_blocks, int8_t* q, float* d) {
+  const hn::CappedTag<float, 8> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<int8_t, decltype(di)> d8;
+  const int64_t lanes = hn::Lanes(df);
+  for (int64_t i = 0; i < num_blocks; ++i) {
+    const float* xb = x + i * kBlock;
+    auto vmax = hn::Zero(df);
+    for (int64_t j = 0; j < kBlock; j += lanes) vmax = hn::Max(vmax, hn::Abs(hn::LoadU(df, xb + j)));
+    const float amax = hn::GetLane(hn::MaxOfLanes(df, vmax));
+    const float scale = amax / 127.0f;
+    const auto inv = hn::Set(df, scale > 0 ? 1.0f / scale : 0.0f);
+    d[i] = scale;
+    for (int64_t j = 0; j < kBlock; j += lanes) {
+      // |x| * inv <= 127 (up to rounding, and NearestInt rounds half to even), so the
+      // saturating demotion does not clamp.
+      hn::StoreU(hn::DemoteTo(d8, hn::NearestInt(hn::Mul(hn::LoadU(df, xb + j), inv))), d8, q + i * kBlock + j);
     }
   }
 }
@@ -152,31 +366,25 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace sluice::kernels {
 
-HWY_EXPORT(MatmulQ8Rows);
+HWY_EXPORT(MatmulQ8Groups);
+HWY_EXPORT(QuantizeBlocks);
 
 void quantize_activations(const float* x, int64_t num_tokens, int64_t cols, QuantizedActivations& out) {
-  const int64_t num_blocks = cols / gguf::kQ8_0BlockSize;
+  const int64_t num_blocks = num_tokens * (cols / gguf::kQ8_0BlockSize);
   out.q.resize(num_tokens * cols);
-  out.d.resize(num_tokens * num_blocks);
-  for (int64_t i = 0; i < num_tokens * num_blocks; ++i) {
-    const float* xb = x + i * gguf::kQ8_0BlockSize;
-    float amax = 0;
-    for (int j = 0; j < gguf::kQ8_0BlockSize; ++j) amax = std::max(amax, std::abs(xb[j]));
-    const float d = amax / 127.0f;
-    const float inv = d > 0 ? 1.0f / d : 0.0f;
-    out.d[i] = d;
-    for (int j = 0; j < gguf::kQ8_0BlockSize; ++j) {
-      out.q[i * gguf::kQ8_0BlockSize + j] = static_cast<int16_t>(std::nearbyint(xb[j] * inv));
-    }
-  }
+  out.d.resize(num_blocks);
+  HWY_DYNAMIC_DISPATCH(QuantizeBlocks)(x, num_blocks, out.q.data(), out.d.data());
 }
 
 void matmul_q8_0(ThreadPool& pool, const WeightView& w, const float* x, int64_t num_tokens, float* y) {
   QuantizedActivations xq;
   quantize_activations(x, num_tokens, w.cols, xq);
-  const int64_t grain = std::max<int64_t>(4, (int64_t{64} << 10) / std::max<size_t>(1, w.row_bytes()));
-  auto fn = HWY_DYNAMIC_DISPATCH(MatmulQ8Rows);
-  pool.parallel_for(w.rows, [&](int64_t b, int64_t e) { fn(w, xq, num_tokens, y, b, e); }, grain);
+  const int64_t num_groups = (w.rows + kQ8GroupRows - 1) / kQ8GroupRows;
+  // Ranges of at least ~64 KiB of weights, so that claiming a range costs little next to it.
+  const int64_t grain =
+      std::max<int64_t>(1, (int64_t{64} << 10) / (kQ8GroupRows * std::max<size_t>(1, w.row_bytes())));
+  auto fn = HWY_DYNAMIC_DISPATCH(MatmulQ8Groups);
+  pool.parallel_for(num_groups, [&](int64_t b, int64_t e) { fn(w, xq, num_tokens, y, b, e); }, grain);
 }
 
 }  // namespace sluice::kernels

@@ -11,8 +11,8 @@ namespace sluice::kernels {
 
 // Activations quantized per token and block of 32: x ~= d[block] * q[k].
 struct QuantizedActivations {
-  std::vector<int16_t> q;  // [num_tokens, cols], each in [-127, 127]
-  std::vector<float> d;    // [num_tokens, cols / 32]
+  std::vector<int8_t> q;  // [num_tokens, cols], each in [-127, 127]
+  std::vector<float> d;   // [num_tokens, cols / 32]
 };
 
 // REQUIRES: cols % 32 == 0.

@@ -1,11 +1,13 @@
 #include "kernels/matmul.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 
 #include "common/half.h"
 
@@ -73,20 +75,24 @@ std::vector<float> random_x(int64_t n, uint32_t seed) {
 
 class MatmulTest : public ::testing::TestWithParam<TensorType> {};
 
-TEST_P(MatmulTest, MatchesDoubleReference) {
-  const int64_t rows = 37, cols = 96, tokens = 5;
-  TestWeight w = make_weight(GetParam(), rows, cols, 1);
-  auto x = random_x(tokens * cols, 2);
-  std::vector<float> y(tokens * rows);
-  ThreadPool pool(2);
-  matmul(pool, w.view, x.data(), tokens, y.data());
+// Columns that exercise every path: Q8_0 rows of 35 blocks span two chunks of the kernel's
+// transposition (32 blocks, then 3); dense rows of 1003 end with a scalar tail after the
+// 8-lane vectors.
+int64_t test_cols(TensorType type) { return type == TensorType::kQ8_0 ? 35 * 32 : 1003; }
+
+// Checks y [tokens, rows] against a double-precision product, within float rounding plus, for
+// Q8_0, the bound of the activations' quantization.
+void expect_near_reference(const TestWeight& w, const std::vector<float>& x, int64_t tokens,
+                           const std::vector<float>& y) {
+  const int64_t rows = w.view.rows, cols = w.view.cols;
+  const bool q8 = w.view.type == TensorType::kQ8_0;
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t n = 0; n < rows; ++n) {
       double ref = 0, mag = 0, quant_bound = 0;
       for (int64_t k = 0; k < cols; ++k) {
         ref += double{w.values[n * cols + k]} * x[t * cols + k];
         mag += std::abs(double{w.values[n * cols + k]} * x[t * cols + k]);
-        if (GetParam() == TensorType::kQ8_0) {
+        if (q8) {
           // Q8_0 quantizes activations per block of 32: each is off by at most half a step.
           const int64_t b0 = t * cols + k / 32 * 32;
           double amax = 0;
@@ -94,34 +100,82 @@ TEST_P(MatmulTest, MatchesDoubleReference) {
           quant_bound += std::abs(double{w.values[n * cols + k]}) * amax / 127 / 2;
         }
       }
-      EXPECT_NEAR(y[t * rows + n], ref, 1e-5 * mag + quant_bound + 1e-6) << "t=" << t << " n=" << n;
-      if (GetParam() == TensorType::kQ8_0) {
-        // The bound is not vacuous: it is a small fraction of the products' magnitude.
-        EXPECT_LT(quant_bound, 0.02 * mag);
+      ASSERT_NEAR(y[t * rows + n], ref, 1e-5 * mag + quant_bound + 1e-6) << "t=" << t << " n=" << n;
+      // The bound is not vacuous: it is a small fraction of the products' magnitude.
+      if (q8) {
+        ASSERT_LT(quant_bound, 0.02 * mag);
+      }
+    }
+  }
+}
+
+TEST_P(MatmulTest, MatchesDoubleReference) {
+  ThreadPool pool(2);
+  // (rows, cols, tokens): one token takes a path of its own; rows not a multiple of the row
+  // groups end in partial groups.
+  const struct { int64_t rows, cols, tokens; } shapes[] = {
+      {37, 96, 5}, {37, 96, 1}, {21, test_cols(GetParam()), 1}, {21, test_cols(GetParam()), 11}, {5, 64, 3}};
+  uint32_t seed = 1;
+  for (const auto& s : shapes) {
+    SCOPED_TRACE(::testing::Message() << s.rows << "x" << s.cols << ", " << s.tokens << " tokens");
+    TestWeight w = make_weight(GetParam(), s.rows, s.cols, seed++);
+    auto x = random_x(s.tokens * s.cols, seed++);
+    std::vector<float> y(s.tokens * s.rows);
+    matmul(pool, w.view, x.data(), s.tokens, y.data());
+    expect_near_reference(w, x, s.tokens, y);
+  }
+}
+
+// Every token of every batch of 1..40 tokens, at a position that changes with the batch, on 1
+// and 3 threads, must reproduce the result it has alone, bit for bit.
+void expect_batch_invariant(const TestWeight& w, const std::vector<float>& x, int64_t num_distinct) {
+  const int64_t rows = w.view.rows, cols = w.view.cols;
+  ThreadPool pool1(1), pool3(3);
+  std::vector<std::vector<float>> alone(num_distinct, std::vector<float>(rows));
+  for (int64_t i = 0; i < num_distinct; ++i) matmul(pool1, w.view, x.data() + i * cols, 1, alone[i].data());
+  for (int64_t n_tokens = 1; n_tokens < num_distinct; ++n_tokens) {
+    // Token i of the batch is distinct token (7 i + n_tokens) mod num_distinct (a prime).
+    std::vector<int64_t> ids(n_tokens);
+    std::vector<float> batch(n_tokens * cols);
+    for (int64_t i = 0; i < n_tokens; ++i) {
+      ids[i] = (7 * i + n_tokens) % num_distinct;
+      std::memcpy(&batch[i * cols], &x[ids[i] * cols], cols * sizeof(float));
+    }
+    for (ThreadPool* pool : {&pool1, &pool3}) {
+      std::vector<float> y(n_tokens * rows);
+      matmul(*pool, w.view, batch.data(), n_tokens, y.data());
+      for (int64_t i = 0; i < n_tokens; ++i) {
+        ASSERT_EQ(0, std::memcmp(y.data() + i * rows, alone[ids[i]].data(), rows * sizeof(float)))
+            << "token " << ids[i] << " at position " << i << " in a batch of " << n_tokens << " on "
+            << pool->num_threads() << " threads";
       }
     }
   }
 }
 
 TEST_P(MatmulTest, TokenResultIsBitIdenticalWhateverTheBatch) {
-  const int64_t rows = 70, cols = 160;
+  // 70 rows: full groups of 4 and 8 rows, then a partial group.
+  const int64_t rows = 70, cols = test_cols(GetParam()), num_distinct = 41;
   TestWeight w = make_weight(GetParam(), rows, cols, 3);
-  const int64_t max_tokens = 11;
-  auto x = random_x(max_tokens * cols, 4);
-  ThreadPool pool1(1), pool3(3);
-  // Token 0 alone is the reference for itself; every other batch must reproduce every row.
-  std::vector<std::vector<float>> alone(max_tokens, std::vector<float>(rows));
-  for (int64_t t = 0; t < max_tokens; ++t) matmul(pool1, w.view, x.data() + t * cols, 1, alone[t].data());
-  for (int64_t n_tokens = 1; n_tokens <= max_tokens; ++n_tokens) {
-    for (ThreadPool* pool : {&pool1, &pool3}) {
-      std::vector<float> y(n_tokens * rows);
-      matmul(*pool, w.view, x.data(), n_tokens, y.data());
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        ASSERT_EQ(0, std::memcmp(y.data() + t * rows, alone[t].data(), rows * sizeof(float)))
-            << "token " << t << " in a batch of " << n_tokens;
-      }
-    }
+  expect_batch_invariant(w, random_x(num_distinct * cols, 4), num_distinct);
+}
+
+// The same on every SIMD target compiled in and supported here (SSE4 and the scalar fallback
+// take other code paths than AVX2).
+TEST_P(MatmulTest, BatchInvariantOnEveryTarget) {
+  const int64_t rows = 13, cols = test_cols(GetParam()), num_distinct = 41;
+  TestWeight w = make_weight(GetParam(), rows, cols, 5);
+  const auto x = random_x(num_distinct * cols, 6);
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    SCOPED_TRACE(hwy::TargetName(target));
+    hwy::SetSupportedTargetsForTest(target);
+    expect_batch_invariant(w, x, num_distinct);
+    std::vector<float> y(3 * rows);
+    ThreadPool pool(2);
+    matmul(pool, w.view, x.data(), 3, y.data());
+    expect_near_reference(w, x, 3, y);
   }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 TEST_P(MatmulTest, DequantizeRowMatchesValues) {
@@ -135,6 +189,35 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
                          ::testing::Values(TensorType::kF32, TensorType::kF16, TensorType::kBF16,
                                            TensorType::kQ8_0),
                          [](const auto& info) { return std::string(gguf::tensor_type_name(info.param)); });
+
+// Weights at the ends of the int8 range (including -128, which Q8_0 files may hold) times
+// activations that quantize to +-127: the integer products must neither saturate nor wrap.
+TEST(MatmulQ8, FullInt8RangeIsExact) {
+  const int64_t rows = 19, cols = 64, tokens = 9;
+  TestWeight w = make_weight(TensorType::kQ8_0, rows, cols, 7);
+  const int8_t extremes[] = {-128, 127, -127, -128};
+  for (int64_t b = 0; b < rows * cols / 32; ++b) {
+    auto* block = reinterpret_cast<gguf::BlockQ8_0*>(&w.bytes[b * sizeof(gguf::BlockQ8_0)]);
+    for (int j = 0; j < 32; ++j) {
+      block->qs[j] = extremes[(b + j) % 4];
+      w.values[b * 32 + j] = f16_to_f32(block->d) * block->qs[j];
+    }
+  }
+  std::vector<float> x(tokens * cols);
+  for (int64_t i = 0; i < tokens * cols; ++i) x[i] = (i * 5 + i / 3) % 3 == 0 ? -1.0f : 1.0f;
+  std::vector<float> y(tokens * rows);
+  ThreadPool pool(2);
+  for (const int64_t n : {int64_t{1}, tokens}) {
+    matmul(pool, w.view, x.data(), n, y.data());
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t r = 0; r < rows; ++r) {
+        double ref = 0;  // x = +-1 quantizes exactly (scale 1/127, values +-127)
+        for (int64_t k = 0; k < cols; ++k) ref += double{w.values[r * cols + k]} * x[t * cols + k];
+        ASSERT_NEAR(y[t * rows + r], ref, 1e-5 * std::abs(ref) + 1e-4) << "t=" << t << " r=" << r;
+      }
+    }
+  }
+}
 
 TEST(Matmul, SupportedTypes) {
   EXPECT_TRUE(weight_type_supported(TensorType::kQ8_0));
