@@ -120,7 +120,10 @@ void Model::ffn_block(int32_t layer, int64_t n, ThreadPool& pool) {
   for (int64_t t = 0; t < n; ++t) kernels::rms_norm(&x_[t * c.dim], w.ffn_norm, c.dim, c.rms_eps, &xn_[t * c.dim]);
   kernels::matmul(pool, w.gate, xn_.data(), n, gate_.data());
   kernels::matmul(pool, w.up, xn_.data(), n, up_.data());
-  kernels::silu_mul(gate_.data(), up_.data(), n * c.ffn_dim);
+  // Per token, on the pool (exp is the costly part); each token's values are computed alike.
+  pool.parallel_for(n, [&](int64_t b, int64_t e) {
+    kernels::silu_mul(gate_.data() + b * c.ffn_dim, up_.data() + b * c.ffn_dim, (e - b) * c.ffn_dim);
+  });
   kernels::matmul(pool, w.down, gate_.data(), n, proj_.data());
   kernels::add_inplace(x_.data(), proj_.data(), n * c.dim);
 }
