@@ -12,6 +12,7 @@ packages=(
   nlohmann-json3-dev  # JSON (sluice generate --json, later the HTTP API)
   libpcre2-dev        # BPE pre-tokenizer regexes (Unicode properties)
   libgtest-dev libgmock-dev libbenchmark-dev
+  python3-jinja2      # oracle for chat templates (src/chat conformance test, testdata/render.py)
 )
 
 # `setup.sh --fuzz` adds AFL++ for `make fuzz`.

@@ -1,0 +1,51 @@
+#include "chat/chat_template.h"
+
+#include <exception>
+
+#include "chat/jinja_ast.h"
+#include "chat/jinja_parser.h"
+
+namespace sluice::chat {
+
+Result<ChatTemplate> ChatTemplate::parse(std::string_view source) {
+  try {
+    SLUICE_ASSIGN_OR_RETURN(TemplateAst ast, parse_template(source));
+    return ChatTemplate(std::string(source), std::make_shared<const TemplateAst>(std::move(ast)));
+  } catch (const std::exception& e) {  // std::bad_alloc, or a library throwing underneath
+    return Error("chat template: parse failed: {}", e.what());
+  }
+}
+
+Result<std::string> ChatTemplate::render(const nlohmann::ordered_json& context, const RenderOptions& options) const {
+  try {
+    if (!context.is_object()) return Error(StatusCode::kInvalid, "chat template context must be a JSON object");
+    SLUICE_ASSIGN_OR_RETURN(Value value, from_json(context, options.limits.max_json_depth));
+    return render_value(value, options);
+  } catch (const std::exception& e) {
+    return Error("chat template: render failed: {}", e.what());
+  }
+}
+
+Result<std::string> ChatTemplate::render(const nlohmann::json& context, const RenderOptions& options) const {
+  try {
+    if (!context.is_object()) return Error(StatusCode::kInvalid, "chat template context must be a JSON object");
+    SLUICE_ASSIGN_OR_RETURN(Value value, from_json(context, options.limits.max_json_depth));
+    return render_value(value, options);
+  } catch (const std::exception& e) {
+    return Error("chat template: render failed: {}", e.what());
+  }
+}
+
+Result<std::string> ChatTemplate::render_value(const Value& context, const RenderOptions& options) const {
+  Interpreter interp(*ast_, options);
+  return interp.render(context);
+}
+
+std::string_view default_chatml_template() {
+  return "{%- for message in messages %}"
+         "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+         "{%- endfor %}"
+         "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+}
+
+}  // namespace sluice::chat

@@ -1,0 +1,183 @@
+// One behaviour per test, expected output written out. Every expectation here was checked
+// against Python jinja2 3.1 (the conformance test re-checks most of them live).
+#include "chat/jinja_interpreter.h"
+
+#include <gtest/gtest.h>
+
+#include "chat/test_util.h"
+
+namespace sluice::chat {
+namespace {
+
+using testing::render;
+
+constexpr const char* kCtx = R"({"messages": [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}],
+  "d": {"b": 1, "a": 2}, "n": 7, "s": "Hello", "none_value": null})";
+
+TEST(JinjaInterpreter, PrintsLiteralsLikePython) {
+  EXPECT_EQ(render("{{ 1 }} {{ 1.5 }} {{ 2.0 }} {{ 'x' }} {{ true }} {{ False }} {{ none }} {{ [1, 'a'] }} {{ {'k': none} }}"),
+            "1 1.5 2.0 x True False None [1, 'a'] {'k': None}");
+}
+
+TEST(JinjaInterpreter, ArithmeticFollowsPython) {
+  EXPECT_EQ(render("{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % -3 }} {{ 7 / 2 }} {{ 4 / 2 }} {{ 2 ** 10 }} {{ 2 ** -1 }} {{ 1 + true }}"),
+            "3 -4 -2 3.5 2.0 1024 0.5 2");
+  EXPECT_EQ(render("{{ 'ab' * 2 }}{{ [1] * 2 }}{{ 'a' ~ 1 ~ none }}{{ [1] + [2] }}"), "abab[1, 1]a1None[1, 2]");
+  EXPECT_EQ(render("{{ 1 / 0 }}"), "ERROR: chat template error at line 1, column 6: float division by zero");
+  EXPECT_EQ(render("{{ 'a' + 1 }}"),
+            "ERROR: chat template error at line 1, column 8: unsupported operand type(s) for +: 'str' and 'int'");
+  EXPECT_EQ(render("{{ 9223372036854775807 + 1 }}"),
+            "ERROR: chat template error at line 1, column 24: integer overflow in '+'");
+}
+
+TEST(JinjaInterpreter, UndefinedPrintsEmptyButFailsWhenUsed) {
+  EXPECT_EQ(render("[{{ missing }}][{{ missing|length }}][{{ missing is defined }}][{{ 'a' ~ missing }}]"),
+            "[][0][False][a]");
+  EXPECT_EQ(render("{{ missing.attr }}"), "ERROR: chat template error at line 1, column 11: 'missing' is undefined");
+  EXPECT_EQ(render("{{ d.nope.deeper }}", kCtx),
+            "ERROR: chat template error at line 1, column 10: 'dict object' has no attribute 'nope'");
+  EXPECT_EQ(render("{{ missing + 1 }}"), "ERROR: chat template error at line 1, column 12: 'missing' is undefined");
+  EXPECT_EQ(render("{{ messages[9] is defined }}{{ d.nope is undefined }}", kCtx), "FalseTrue");
+}
+
+TEST(JinjaInterpreter, TruthinessIsPythons) {
+  EXPECT_EQ(render("{% for v in [0, 0.0, '', [], {}, none, 1, 'a', [0]] %}{{ 'T' if v else 'F' }}{% endfor %}"),
+            "FFFFFFTTT");
+}
+
+TEST(JinjaInterpreter, ComparisonsAndMembership) {
+  EXPECT_EQ(render("{{ 1 == 1.0 }}{{ 'a' != 'b' }}{{ 1 < 2 < 3 }}{{ 3 > 2 > 2 }}{{ 'el' in s }}{{ 'a' in d }}"
+                   "{{ 3 not in [1, 2] }}{{ [1, 2] < [1, 3] }}",
+                   kCtx),
+            "TrueTrueTrueFalseTrueTrueTrueTrue");
+  EXPECT_EQ(render("{{ 'a' < 1 }}"),
+            "ERROR: chat template error at line 1, column 4: '<' not supported between instances of 'str' and 'int'");
+}
+
+TEST(JinjaInterpreter, ConditionalExpressionAndBooleanOperatorsReturnOperands) {
+  EXPECT_EQ(render("{{ 'y' if n > 3 else 'n' }}|{{ 'y' if n < 3 }}|{{ none_value or 'fb' }}|{{ n and s }}|{{ not n }}", kCtx),
+            "y||fb|Hello|False");
+}
+
+TEST(JinjaInterpreter, SubscriptsAndSlicesCountCodePoints) {
+  EXPECT_EQ(render("{{ s[0] }}{{ s[-1] }}{{ s[1:3] }}{{ s[::-1] }}{{ s[::2] }}{{ messages[-1].role }}", kCtx),
+            "HoelolleHHlouser");
+  EXPECT_EQ(render("{{ 'h\xC3\xA9llo'[1] }}{{ 'h\xC3\xA9llo'|length }}{{ 'h\xC3\xA9llo'[:-2] }}"), "\xC3\xA9" "5h\xC3\xA9l");
+  EXPECT_EQ(render("{{ [1, 2, 3][1:] }}{{ (1, 2, 3)[:1] }}{{ [1, 2, 3][5:] }}"), "[2, 3](1,)[]");
+  EXPECT_EQ(render("{{ s[::0] }}", kCtx), "ERROR: chat template error at line 1, column 5: slice step cannot be zero");
+}
+
+TEST(JinjaInterpreter, ForLoopVariables) {
+  EXPECT_EQ(render("{% for m in messages %}{{ loop.index }}{{ loop.index0 }}{{ loop.first }}{{ loop.last }}"
+                   "{{ loop.length }}{{ loop.revindex }}{{ loop.revindex0 }}{{ loop.cycle('a', 'b') }};{% endfor %}",
+                   kCtx),
+            "10TrueFalse221a;21FalseTrue210b;");
+}
+
+TEST(JinjaInterpreter, ForLoopFilterElseBreakContinueAndUnpacking) {
+  EXPECT_EQ(render("{% for x in [1, 2, 3, 4] if x is even %}{{ x }}/{{ loop.length }} {% endfor %}"), "2/2 4/2 ");
+  EXPECT_EQ(render("{% for x in [] %}x{% else %}empty{% endfor %}"), "empty");
+  EXPECT_EQ(render("{% for x in range(9) %}{% if x == 1 %}{% continue %}{% endif %}{% if x == 4 %}{% break %}{% endif %}"
+                   "{{ x }}{% endfor %}"),
+            "023");
+  EXPECT_EQ(render("{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}{% for k in d %}{{ k }}{% endfor %}", kCtx),
+            "b=1;a=2;ba");
+  EXPECT_EQ(render("{% for c in 'ab' %}{{ c }}.{% endfor %}"), "a.b.");
+  EXPECT_EQ(render("{% for x in none_value %}{% endfor %}", kCtx),
+            "ERROR: chat template error at line 1, column 13: 'NoneType' object is not iterable");
+  EXPECT_EQ(render("{% break %}"), "ERROR: chat template syntax error at line 1, column 4: 'break' outside loop");
+}
+
+TEST(JinjaInterpreter, SetInsideALoopIsLocalToTheIterationButNamespacesPersist) {
+  EXPECT_EQ(render("{% set x = 1 %}{% for i in range(2) %}{{ x }}{% set x = 2 %}{{ x }}{% endfor %}{{ x }}"), "12121");
+  EXPECT_EQ(render("{% if true %}{% set y = 3 %}{% endif %}{{ y }}"), "3");
+  EXPECT_EQ(render("{% set ns = namespace(n=0, seen=false) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
+                   "{% if m.role == 'user' %}{% set ns.seen = true %}{% endif %}{% endfor %}{{ ns.n }}{{ ns.seen }}",
+                   kCtx),
+            "2True");
+  EXPECT_EQ(render("{% set d = {} %}{% set d.x = 1 %}"),
+            "ERROR: chat template error at line 1, column 17: cannot assign attribute on non-namespace object");
+  EXPECT_EQ(render("{% set a, b = 1, 2 %}{{ a }}{{ b }}{% set blk %}[{{ a }}]{% endset %}{{ blk }}"), "12[1]");
+}
+
+TEST(JinjaInterpreter, Macros) {
+  EXPECT_EQ(render("{% macro tag(name, close=true) %}<{{ name }}{{ '/' if close }}>{% endmacro %}"
+                   "{{ tag('a') }}{{ tag('b', close=false) }}{{ tag() }}"),
+            "<a/><b></>");
+  EXPECT_EQ(render("{% macro f(a) %}{% endmacro %}{{ f(1, 2) }}"),
+            "ERROR: chat template error at line 1, column 35: macro 'f' takes not more than 1 argument(s)");
+}
+
+TEST(JinjaInterpreter, StringFilters) {
+  EXPECT_EQ(render("{{ '  a b  '|trim }}|{{ 'xxaxx'|trim('x') }}|{{ 'aBc'|upper }}|{{ 'aBc'|lower }}|"
+                   "{{ 'hello wORLD-x(y'|title }}|{{ 'hELLO you'|capitalize }}|{{ 'a-b'|replace('-', '+') }}|"
+                   "{{ 5|string }}|{{ 'x'|safe }}|{{ '<&\"'|e }}|{{ 'a\\nb'|indent(2) }}|{{ 'one two'|wordcount }}"),
+            "a b|a|ABC|abc|Hello World-X(Y|Hello you|a+b|5|x|&lt;&amp;&#34;|a\n  b|2");
+}
+
+TEST(JinjaInterpreter, SequenceFilters) {
+  EXPECT_EQ(render("{{ messages|length }}{{ d|count }}{{ [3, 1, 2]|sort }}{{ ['b', 'A', 'a']|sort }}{{ [1, 2]|reverse|list }}"
+                   "{{ [1, 2]|first }}{{ [1, 2]|last }}{{ 'abc'|list }}{{ d|list }}{{ [1, 2]|join('-') }}{{ d|items|list }}",
+                   kCtx),
+            "22[1, 2, 3]['A', 'a', 'b'][2, 1]12['a', 'b', 'c']['b', 'a']1-2[('b', 1), ('a', 2)]");
+  EXPECT_EQ(render("{{ messages|selectattr('role', 'equalto', 'user')|map(attribute='content')|list }}"
+                   "{{ messages|rejectattr('role', 'equalto', 'user')|map(attribute='role')|join }}"
+                   "{{ [0, 1, '', 'x']|select|list }}{{ ['a']|map('upper')|list }}{{ [1, 1, 2]|unique|list }}"
+                   "{{ [4, 9]|max }}{{ [4, 9]|min }}{{ [4, 9]|sum }}",
+                   kCtx),
+            "['hi']system[1, 'x']['A'][1, 2]9413");
+}
+
+TEST(JinjaInterpreter, DefaultIntFloatAndTojsonFilters) {
+  EXPECT_EQ(render("{{ missing|default('d') }}{{ ''|default('e') }}{{ ''|d('f', true) }}{{ none_value|default('g') }}", kCtx),
+            "dfNone");
+  EXPECT_EQ(render("{{ '42'|int + 1 }} {{ '3.7'|int }} {{ 'x'|int }} {{ 'x'|int(5) }} {{ '2.5'|float }} {{ 3|float }} {{ 2.9|int }}"),
+            "43 3 0 5 2.5 3.0 2");
+  EXPECT_EQ(render("{{ d|tojson }}|{{ '<a&b>'|tojson }}|{{ [1]|tojson(indent=2) }}|{{ d|tojson(sort_keys=true) }}", kCtx),
+            "{\"b\": 1, \"a\": 2}|\"<a&b>\"|[\n  1\n]|{\"a\": 2, \"b\": 1}");
+}
+
+TEST(JinjaInterpreter, Tests) {
+  EXPECT_EQ(render("{{ n is number }}{{ true is number }}{{ true is integer }}{{ 1.0 is float }}{{ s is string }}"
+                   "{{ d is mapping }}{{ s is iterable }}{{ missing is iterable }}{{ d is sequence }}{{ true is boolean }}"
+                   "{{ 1 is true }}{{ false is false }}{{ none_value is none }}{{ n is odd }}{{ n is divisibleby 7 }}"
+                   "{{ s is equalto 'Hello' }}{{ 1 is eq 1.0 }}{{ n is not none }}{{ 'a' is in 'abc' }}",
+                   kCtx),
+            "TrueTrueFalseTrueTrueTrueTrueTrueTrueTrueFalseTrueTrueTrueTrueTrueTrueTrueTrue");
+  EXPECT_EQ(render("{{ 1 is frobnicated }}"), "ERROR: chat template syntax error at line 1, column 6: no test named 'frobnicated'");
+  EXPECT_EQ(render("{{ 1|frobnicate }}"), "ERROR: chat template syntax error at line 1, column 5: no filter named 'frobnicate'");
+}
+
+TEST(JinjaInterpreter, StringAndDictMethods) {
+  EXPECT_EQ(render("{{ ' a '.strip() }}|{{ 'xax'.strip('x') }}|{{ ' a'.lstrip() }}|{{ 'a '.rstrip() }}|{{ s.startswith('He') }}"
+                   "{{ s.endswith(('x', 'lo')) }}|{{ 'a,b,c'.split(',') }}{{ ' a  b '.split() }}{{ 'a,b,c'.split(',', 1) }}|"
+                   "{{ s.upper() }}{{ s.lower() }}{{ 'ab cd'.title() }}|{{ s.replace('l', 'L') }}|{{ '{}-{x}'.format(1, x=2) }}|"
+                   "{{ s.find('l') }}{{ s.count('l') }}|{{ '-'.join(['a', 'b']) }}",
+                   kCtx),
+            "a|a|a|a|TrueTrue|['a', 'b', 'c']['a', 'b']['a', 'b,c']|HELLOhelloAb Cd|HeLLo|1-2|22|a-b");
+  EXPECT_EQ(render("{{ d.get('a') }}{{ d.get('z') }}{{ d.get('z', 0) }}{{ d.keys()|list }}{{ d.values()|list }}{{ d.items()|list }}",
+                   kCtx),
+            "2None0['b', 'a'][1, 2][('b', 1), ('a', 2)]");
+}
+
+TEST(JinjaInterpreter, GlobalFunctions) {
+  EXPECT_EQ(render("{{ range(3)|list }}{{ range(1, 7, 2)|list }}{{ range(3, 0, -1)|list }}{{ dict(a=1) }}"
+                   "{{ namespace(a=1).a }}{{ strftime_now is defined }}"),
+            "[0, 1, 2][1, 3, 5][3, 2, 1]{'a': 1}1False");
+  const auto raised = ChatTemplate::parse("{{ raise_exception('bad ' ~ 1) }}")->render(nlohmann::json::object());
+  ASSERT_FALSE(raised.has_value());
+  EXPECT_EQ(raised.error().code(), StatusCode::kInvalid);
+  EXPECT_EQ(raised.error().message(), "bad 1");
+}
+
+TEST(JinjaInterpreter, FilterBlocksAndGenerationBlocks) {
+  EXPECT_EQ(render("{% filter upper %}a{{ 'b' }}{% endfilter %}{% generation %}c{% endgeneration %}"), "ABc");
+}
+
+TEST(JinjaInterpreter, UnsupportedTagsFailAtParseTime) {
+  EXPECT_EQ(render("{% include 'x' %}"), "ERROR: chat template syntax error at line 1, column 4: unsupported tag 'include'");
+  EXPECT_EQ(render("{% if true %}x"), "ERROR: chat template syntax error at line 1, column 15: unexpected end of template, expected '{% endif %}'");
+}
+
+}  // namespace
+}  // namespace sluice::chat

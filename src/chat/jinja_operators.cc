@@ -1,0 +1,283 @@
+#include "chat/jinja_operators.h"
+
+#include <cmath>
+
+#include "chat/jinja_builtins.h"
+#include "chat/jinja_text.h"
+
+namespace sluice::chat {
+namespace {
+
+std::unexpected<Status> undefined_error(const Value& a, const Value& b) {
+  return Error("{}", (a.is_undefined() ? a : b).undefined_hint());
+}
+
+std::unexpected<Status> type_error(std::string_view op, const Value& a, const Value& b) {
+  if (a.is_undefined() || b.is_undefined()) return undefined_error(a, b);
+  return Error("unsupported operand type(s) for {}: '{}' and '{}'", op, a.type_name(), b.type_name());
+}
+
+Result<Value> repeat(const Value& seq, int64_t n, const SizeLimits& limits) {
+  if (n < 0) n = 0;
+  if (seq.is_string()) {
+    const size_t len = seq.as_string().size();
+    if (len > 0 && static_cast<uint64_t>(n) > limits.max_string_bytes / len) {
+      return Error("string longer than the limit of {} bytes", limits.max_string_bytes);
+    }
+    std::string out;
+    out.reserve(len * n);
+    for (int64_t i = 0; i < n; ++i) out += seq.as_string();
+    return Value::string(std::move(out));
+  }
+  const auto& items = seq.as_list().items;
+  if (!items.empty() && static_cast<uint64_t>(n) > limits.max_list_items / items.size()) {
+    return Error("list longer than the limit of {} items", limits.max_list_items);
+  }
+  std::vector<Value> out;
+  for (int64_t i = 0; i < n; ++i) out.insert(out.end(), items.begin(), items.end());
+  return Value::list(std::move(out), seq.as_list().is_tuple);
+}
+
+Result<Value> int_pow(int64_t base, int64_t exp) {
+  if (exp < 0) return Value::floating(std::pow(static_cast<double>(base), static_cast<double>(exp)));
+  int64_t result = 1;
+  while (exp > 0) {
+    if (exp & 1) {
+      if (__builtin_mul_overflow(result, base, &result)) return Error("integer overflow in '**'");
+    }
+    exp >>= 1;
+    if (exp > 0 && __builtin_mul_overflow(base, base, &base)) return Error("integer overflow in '**'");
+  }
+  return Value::integer(result);
+}
+
+// "%s" % value: the printf subset templates use (%s %r %d %i %%).
+Result<Value> percent_format(const std::string& format, const Value& args, const SizeLimits& limits) {
+  std::vector<Value> values;
+  if (args.is_list() && args.as_list().is_tuple) {
+    values = args.as_list().items;
+  } else {
+    values.push_back(args);
+  }
+  std::string out;
+  size_t next = 0;
+  for (size_t i = 0; i < format.size(); ++i) {
+    if (format[i] != '%') {
+      out.push_back(format[i]);
+      continue;
+    }
+    if (++i >= format.size()) return Error("incomplete format");
+    const char c = format[i];
+    if (c == '%') {
+      out.push_back('%');
+      continue;
+    }
+    if (next >= values.size()) return Error("not enough arguments for format string");
+    const Value& v = values[next++];
+    if (c == 's') {
+      append_str(v, out);
+    } else if (c == 'r') {
+      append_repr(v, out);
+    } else if ((c == 'd' || c == 'i') && v.is_number()) {
+      out += std::to_string(v.is_float() ? static_cast<int64_t>(v.as_float()) : v.as_int());
+    } else {
+      return Error("unsupported format character '{}'", c);
+    }
+    if (out.size() > limits.max_string_bytes) return Error("string longer than the limit of {} bytes", limits.max_string_bytes);
+  }
+  if (next < values.size()) return Error("not all arguments converted during string formatting");
+  return Value::string(std::move(out));
+}
+
+Result<Value> arithmetic(std::string_view op, const Value& a, const Value& b) {
+  if (!a.is_number() || !b.is_number()) return type_error(op, a, b);
+  const bool as_float = a.is_float() || b.is_float() || op == "/";
+  if (as_float) {
+    const double x = a.as_float();
+    const double y = b.as_float();
+    if (op == "+") return Value::floating(x + y);
+    if (op == "-") return Value::floating(x - y);
+    if (op == "*") return Value::floating(x * y);
+    if (op == "**") return Value::floating(std::pow(x, y));
+    if (y == 0) return Error("float division by zero");
+    if (op == "/") return Value::floating(x / y);
+    if (op == "//") return Value::floating(std::floor(x / y));
+    double r = std::fmod(x, y);
+    if (r != 0 && ((r < 0) != (y < 0))) r += y;
+    return Value::floating(r);
+  }
+  const int64_t x = a.as_int();
+  const int64_t y = b.as_int();
+  int64_t r = 0;
+  if (op == "+") {
+    if (__builtin_add_overflow(x, y, &r)) return Error("integer overflow in '+'");
+    return Value::integer(r);
+  }
+  if (op == "-") {
+    if (__builtin_sub_overflow(x, y, &r)) return Error("integer overflow in '-'");
+    return Value::integer(r);
+  }
+  if (op == "*") {
+    if (__builtin_mul_overflow(x, y, &r)) return Error("integer overflow in '*'");
+    return Value::integer(r);
+  }
+  if (op == "**") return int_pow(x, y);
+  if (y == 0) return Error("integer division or modulo by zero");
+  if (x == INT64_MIN && y == -1) return Error("integer overflow in '{}'", op);
+  int64_t q = x / y;
+  int64_t m = x % y;
+  if (m != 0 && ((m < 0) != (y < 0))) {
+    --q;
+    m += y;
+  }
+  return Value::integer(op == "//" ? q : m);
+}
+
+}  // namespace
+
+Result<Value> binary_op(std::string_view op, const Value& a, const Value& b, const SizeLimits& limits) {
+  if (op == "~") {
+    std::string s = to_str(a);
+    append_str(b, s);
+    if (s.size() > limits.max_string_bytes) return Error("string longer than the limit of {} bytes", limits.max_string_bytes);
+    return Value::string(std::move(s));
+  }
+  if (op == "+") {
+    if (a.is_string() && b.is_string()) {
+      if (a.as_string().size() + b.as_string().size() > limits.max_string_bytes) {
+        return Error("string longer than the limit of {} bytes", limits.max_string_bytes);
+      }
+      return Value::string(a.as_string() + b.as_string());
+    }
+    if (a.is_list() && b.is_list()) {
+      if (a.as_list().is_tuple != b.as_list().is_tuple) return type_error(op, a, b);
+      if (a.as_list().items.size() + b.as_list().items.size() > limits.max_list_items) {
+        return Error("list longer than the limit of {} items", limits.max_list_items);
+      }
+      std::vector<Value> items = a.as_list().items;
+      items.insert(items.end(), b.as_list().items.begin(), b.as_list().items.end());
+      return Value::list(std::move(items), a.as_list().is_tuple);
+    }
+  }
+  if (op == "*") {
+    if ((a.is_string() || a.is_list()) && b.is_number() && !b.is_float()) return repeat(a, b.as_int(), limits);
+    if ((b.is_string() || b.is_list()) && a.is_number() && !a.is_float()) return repeat(b, a.as_int(), limits);
+  }
+  if (op == "%" && a.is_string()) return percent_format(a.as_string(), b, limits);
+  return arithmetic(op, a, b);
+}
+
+Result<Value> unary_op(std::string_view op, const Value& v) {
+  if (v.is_undefined()) return Error("{}", v.undefined_hint());
+  if (!v.is_number()) return Error("bad operand type for unary {}: '{}'", op, v.type_name());
+  if (op == "+") return v.is_float() ? v : Value::integer(v.as_int());
+  if (v.is_float()) return Value::floating(-v.as_float());
+  if (v.as_int() == INT64_MIN) return Error("integer overflow in unary -");
+  return Value::integer(-v.as_int());
+}
+
+Result<bool> contains(const Value& container, const Value& item) {
+  switch (container.kind()) {
+    case ValueKind::kUndefined: return false;
+    case ValueKind::kString:
+      if (!item.is_string()) return Error("'in <string>' requires string as left operand, not {}", item.type_name());
+      return container.as_string().find(item.as_string()) != std::string::npos;
+    case ValueKind::kList:
+      for (const Value& v : container.as_list().items) {
+        if (v.equals(item)) return true;
+      }
+      return false;
+    case ValueKind::kDict: return item.is_string() && container.as_dict().find(item.as_string()) != nullptr;
+    default: return Error("argument of type '{}' is not iterable", container.type_name());
+  }
+}
+
+Result<Value> get_item(const Value& obj, const Value& key) {
+  if (obj.is_undefined()) return Error("{}", obj.undefined_hint());
+  const auto missing = [&] {
+    return Value::undefined(fmt::format("'{} object' has no attribute '{}'", obj.type_name(), to_str(key)));
+  };
+  if (obj.is_dict()) {
+    if (!key.is_string()) return missing();
+    if (const Value* v = obj.as_dict().find(key.as_string())) return *v;
+    if (auto method = get_method(obj, key.as_string())) return *method;
+    return missing();
+  }
+  if ((obj.is_list() || obj.is_string()) && key.is_number() && !key.is_float()) {
+    const bool is_str = obj.is_string();
+    std::vector<size_t> offsets;
+    if (is_str) offsets = code_point_offsets(obj.as_string());
+    const int64_t len = is_str ? static_cast<int64_t>(offsets.size() - 1) : static_cast<int64_t>(obj.as_list().items.size());
+    int64_t i = key.as_int();
+    if (i < 0) i += len;
+    if (i < 0 || i >= len) return missing();
+    if (!is_str) return obj.as_list().items[i];
+    return Value::string(obj.as_string().substr(offsets[i], offsets[i + 1] - offsets[i]));
+  }
+  if (key.is_string()) return get_attr(obj, key.as_string());
+  return missing();
+}
+
+Result<Value> get_attr(const Value& obj, std::string_view name) {
+  if (obj.is_undefined()) return Error("{}", obj.undefined_hint());
+  if (auto method = get_method(obj, name)) return *method;
+  if (obj.is_dict()) {
+    if (const Value* v = obj.as_dict().find(name)) return *v;
+  } else if (obj.is_namespace()) {
+    if (const Value* v = obj.as_namespace()->find(name)) return *v;
+  }
+  return Value::undefined(fmt::format("'{} object' has no attribute '{}'", obj.type_name(), name));
+}
+
+Result<Value> slice(const Value& obj, const Value& start, const Value& stop, const Value& step) {
+  if (obj.is_undefined()) return Error("{}", obj.undefined_hint());
+  auto bound = [](const Value& v, std::optional<int64_t>& out) -> Status {
+    if (v.is_undefined() || v.is_none()) return Status::ok();
+    if (!v.is_number() || v.is_float()) return Status::error("slice indices must be integers or None");
+    out = v.as_int();
+    return Status::ok();
+  };
+  std::optional<int64_t> b, e, s;
+  SLUICE_RETURN_IF_ERROR(bound(start, b));
+  SLUICE_RETURN_IF_ERROR(bound(stop, e));
+  SLUICE_RETURN_IF_ERROR(bound(step, s));
+  const int64_t st = s.value_or(1);
+  if (st == 0) return Error("slice step cannot be zero");
+  if (obj.is_string()) {
+    const std::string& str = obj.as_string();
+    const std::vector<size_t> offsets = code_point_offsets(str);
+    std::string out;
+    for (size_t i : slice_indices(offsets.size() - 1, b, e, st)) out.append(str, offsets[i], offsets[i + 1] - offsets[i]);
+    return Value::string(std::move(out));
+  }
+  if (obj.is_list()) {
+    const auto& items = obj.as_list().items;
+    std::vector<Value> out;
+    for (size_t i : slice_indices(items.size(), b, e, st)) out.push_back(items[i]);
+    return Value::list(std::move(out), obj.as_list().is_tuple);
+  }
+  return Error("'{}' object is not subscriptable", obj.type_name());
+}
+
+Result<std::vector<Value>> iterate(const Value& v, size_t max_items) {
+  switch (v.kind()) {
+    case ValueKind::kUndefined: return std::vector<Value>{};
+    case ValueKind::kList: return v.as_list().items;
+    case ValueKind::kDict: {
+      std::vector<Value> keys;
+      for (const auto& [k, unused] : v.as_dict().entries) keys.push_back(Value::string(k));
+      return keys;
+    }
+    case ValueKind::kString: {
+      const std::string& s = v.as_string();
+      const std::vector<size_t> offsets = code_point_offsets(s);
+      if (offsets.size() - 1 > max_items) return Error("list longer than the limit of {} items", max_items);
+      std::vector<Value> chars;
+      for (size_t i = 0; i + 1 < offsets.size(); ++i) chars.push_back(Value::string(s.substr(offsets[i], offsets[i + 1] - offsets[i])));
+      return chars;
+    }
+    default: return Error("'{}' object is not iterable", v.type_name());
+  }
+}
+
+}  // namespace sluice::chat
