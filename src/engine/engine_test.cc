@@ -588,6 +588,34 @@ TEST(EnginePrefixCache, PinnedPrefixSurvivesPressure) {
   EXPECT_EQ(run_flood("lru"), 0);
 }
 
+// n samples of one prompt (as an API request with n > 1 becomes): the prompt's full blocks are
+// computed once and shared; each sample computes only the last, partial block.
+TEST(EnginePrefixCache, SamplesOfOnePromptShareItsBlocks) {
+  std::latch submitted(1);
+  bool first = true;
+  EngineConfig config{.block_size = 4};
+  config.on_step = [&](const ScheduleOutput&) {
+    if (std::exchange(first, false)) submitted.wait();
+  };
+  Fixture f(config);
+  Request r = f.request("", 6);
+  r.prompt_tokens.resize(30);
+  std::iota(r.prompt_tokens.begin(), r.prompt_tokens.end(), 40);
+  r.sampling.temperature = 1.0f;
+  std::vector<RequestHandle> samples;
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    r.seed = seed;
+    samples.push_back(std::move(*f.engine->submit(r)));
+  }
+  submitted.count_down();
+  std::vector<int32_t> cached;
+  for (auto& h : samples) cached.push_back(h.wait().metrics.cached_tokens);
+  // The first computes the 30 prompt tokens; the others find its 7 full blocks (28 tokens).
+  std::sort(cached.begin(), cached.end());
+  EXPECT_EQ(cached, (std::vector<int32_t>{0, 28, 28, 28}));
+  EXPECT_EQ(f.engine->wait_until_idle().num_scheduled_tokens, 30 + 3 * 2 + 4 * 5);
+}
+
 TEST(Engine, ImpossibleConfigurationsAreRefused) {
   LoadedModel m = tiny_model();
   ThreadPool pool(1);
