@@ -75,6 +75,15 @@ void expect_same_output(const StreamOutput& a, const StreamOutput& b, const std:
   EXPECT_EQ(a.finish_reason, b.finish_reason) << what;
 }
 
+// Holds the engine thread in its first step until `release` counts down, so a test can queue
+// several requests before any of them runs.
+void hold_first_step(EngineConfig& config, std::latch& release) {
+  auto first = std::make_shared<bool>(true);
+  config.on_step = [first, &release](const ScheduleOutput&) {
+    if (std::exchange(*first, false)) release.wait();
+  };
+}
+
 TEST(Engine, GreedyOutputDoesNotDependOnPromptChunking) {
   Fixture whole(EngineConfig{.max_batch_tokens = 512});
   Fixture chunked(EngineConfig{.max_num_seqs = 2, .max_batch_tokens = 3});
@@ -328,11 +337,8 @@ TEST(Engine, DroppingAHandleCancelsItsRequest) {
 
 TEST(Engine, OverloadIsRefusedAtOnceAndNothingHangs) {
   std::latch release(1);
-  bool first = true;
   EngineConfig config{.max_num_seqs = 1, .max_queued_requests = 3};
-  config.on_step = [&](const ScheduleOutput&) {
-    if (std::exchange(first, false)) release.wait();  // hold the engine while the test submits
-  };
+  hold_first_step(config, release);  // hold the engine while the test submits
   Fixture f(config);
   std::vector<RequestHandle> accepted;
   int refused = 0;
@@ -362,11 +368,8 @@ TEST(Engine, OverloadIsRefusedAtOnceAndNothingHangs) {
 
 TEST(Engine, IdenticalRequestsShareOneComputation) {
   std::latch release(1);
-  bool first = true;
   EngineConfig config;
-  config.on_step = [&](const ScheduleOutput&) {
-    if (std::exchange(first, false)) release.wait();
-  };
+  hold_first_step(config, release);
   Fixture f(config);
   Request r = f.request("the same question", 24);
   r.logprobs = true;
@@ -411,11 +414,8 @@ TEST(Engine, ALateIdenticalRequestGetsTheWholeOutput) {
 
 TEST(Engine, CancellingOneOfTwoCoalescedRequestsKeepsTheOther) {
   std::latch release(1);
-  bool first = true;
   EngineConfig config;
-  config.on_step = [&](const ScheduleOutput&) {
-    if (std::exchange(first, false)) release.wait();
-  };
+  hold_first_step(config, release);
   Fixture f(config);
   Request r = f.request("shared", 30);
   auto a = f.engine->submit(r), b = f.engine->submit(r);
@@ -592,11 +592,8 @@ TEST(EnginePrefixCache, PinnedPrefixSurvivesPressure) {
 // computed once and shared; each sample computes only the last, partial block.
 TEST(EnginePrefixCache, SamplesOfOnePromptShareItsBlocks) {
   std::latch submitted(1);
-  bool first = true;
   EngineConfig config{.block_size = 4};
-  config.on_step = [&](const ScheduleOutput&) {
-    if (std::exchange(first, false)) submitted.wait();
-  };
+  hold_first_step(config, submitted);
   Fixture f(config);
   Request r = f.request("", 6);
   r.prompt_tokens.resize(30);
