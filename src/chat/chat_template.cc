@@ -28,9 +28,8 @@ Result<std::string> ChatTemplate::render(const nlohmann::ordered_json& context, 
 
 Result<std::string> ChatTemplate::render(const nlohmann::json& context, const RenderOptions& options) const {
   try {
-    if (!context.is_object()) return Error(StatusCode::kInvalid, "chat template context must be a JSON object");
-    SLUICE_ASSIGN_OR_RETURN(Value value, from_json(context, options.limits.max_json_depth));
-    return render_value(value, options);
+    // A plain json object iterates its keys sorted; the copy keeps that order.
+    return render(nlohmann::ordered_json(context), options);
   } catch (const std::exception& e) {
     return Error("chat template: render failed: {}", e.what());
   }

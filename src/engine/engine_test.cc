@@ -255,17 +255,22 @@ std::vector<StreamOutput> run_concurrently(Engine& engine, const std::vector<Req
   return outs;
 }
 
+// Runs every request alone on `alone`, then all of them concurrently on `busy`: each output must
+// be bit-identical to its run alone.
+void expect_concurrent_matches_alone(Fixture& alone, Engine& busy, const std::vector<Request>& reqs) {
+  std::vector<StreamOutput> expected;
+  for (const Request& r : reqs) expected.push_back(alone.run(r));
+  auto got = run_concurrently(busy, reqs, 4);
+  for (size_t i = 0; i < reqs.size(); ++i) expect_same_output(got[i], expected[i], fmt::format("request {}", i));
+}
+
 class EngineInvariance : public ::testing::TestWithParam<gguf::TensorType> {};
 
 TEST_P(EngineInvariance, ConcurrentRequestsMatchRunningEachAlone) {
   const EngineConfig config{.max_num_seqs = 8, .max_batch_tokens = 40, .coalesce = false};
   Fixture alone(EngineConfig{.max_num_seqs = 1, .max_batch_tokens = 40}, GetParam(), 1);
   Fixture busy(config, GetParam(), 2);
-  auto reqs = random_requests(busy, 64, 3);
-  std::vector<StreamOutput> expected;
-  for (const Request& r : reqs) expected.push_back(alone.run(r));
-  auto got = run_concurrently(*busy.engine, reqs, 4);
-  for (size_t i = 0; i < reqs.size(); ++i) expect_same_output(got[i], expected[i], fmt::format("request {}", i));
+  expect_concurrent_matches_alone(alone, *busy.engine, random_requests(busy, 64, 3));
   EngineMetrics m = busy.engine->wait_until_idle();
   EXPECT_GT(m.seqs_per_step.sum() / m.num_steps, 2.0) << "requests did not share steps";
   EXPECT_EQ(m.kv_blocks_used, 0);
@@ -279,11 +284,7 @@ TEST_P(EngineInvariance, PreemptionUnderATinyPoolLosesNothing) {
   Fixture probe(config, GetParam());
   config.kv_cache_bytes = 24 * probe.block_bytes(config);
   Fixture tight(config, GetParam(), 2);
-  auto reqs = random_requests(tight, 64, 4);
-  std::vector<StreamOutput> expected;
-  for (const Request& r : reqs) expected.push_back(alone.run(r));
-  auto got = run_concurrently(*tight.engine, reqs, 4);
-  for (size_t i = 0; i < reqs.size(); ++i) expect_same_output(got[i], expected[i], fmt::format("request {}", i));
+  expect_concurrent_matches_alone(alone, *tight.engine, random_requests(tight, 64, 4));
   EngineMetrics m = tight.engine->wait_until_idle();
   EXPECT_GT(m.num_preemptions, 10);
   EXPECT_EQ(m.kv_blocks_used, 0);
