@@ -9,10 +9,13 @@ packages=(
   libhwy-dev          # Google Highway: portable SIMD with runtime dispatch (kernels/)
   libfmt-dev          # formatting
   libcli11-dev        # command line
-  nlohmann-json3-dev  # JSON (sluice generate --json, later the HTTP API)
+  nlohmann-json3-dev  # JSON (sluice generate --json, the HTTP API)
+  libboost1.81-dev    # Asio/Beast: the HTTP server (sluice serve) and client (sluice bench)
   libpcre2-dev        # BPE pre-tokenizer regexes (Unicode properties)
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-jinja2      # oracle for chat templates (src/chat conformance test, testdata/render.py)
+  curl                # HTTP peer in the server tests
+  prometheus          # promtool checks the /metrics exposition in the server tests
 )
 
 # `setup.sh --fuzz` adds AFL++ for `make fuzz`.
