@@ -1,7 +1,9 @@
 # sluice: `make run` sets up, builds and runs the main job; `make test` runs the whole suite.
-# Variables: MODEL (GGUF file or "demo"), PROMPT, N (tokens), BUILD_TYPE, JOBS.
+# Variables: MODEL (GGUF file or "demo"), HOST, PORT (serve), PROMPT, N (generate), JOBS.
 
 MODEL ?= demo
+HOST ?= 127.0.0.1
+PORT ?= 8000
 PROMPT ?= Once upon a time
 N ?= 64
 JOBS ?= $(shell nproc)
@@ -13,7 +15,7 @@ endif
 
 SLUICE := $(BUILD_DIR)/src/cli/sluice
 
-.PHONY: all setup configure build run test test-asan test-tsan fuzz bench clean
+.PHONY: all setup configure build run generate test test-asan test-tsan fuzz bench clean
 
 all: build
 
@@ -26,7 +28,11 @@ configure: setup
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# The main job: the OpenAI-compatible server (prints how to talk to it; Ctrl-C stops it).
 run: build
+	$(SLUICE) serve -m "$(MODEL)" --host $(HOST) --port $(PORT)
+
+generate: build
 	$(SLUICE) generate -m "$(MODEL)" -p "$(PROMPT)" -n $(N)
 
 test: build

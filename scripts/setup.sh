@@ -30,14 +30,26 @@ for p in "${packages[@]}"; do
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "setup: all ${#packages[@]} packages present"
-  exit 0
+# Node.js runs the real-client tests (tests/clients: the official openai npm package). A
+# machine that has node and npm already (Debian's or NodeSource's) keeps them.
+if ! command -v node > /dev/null || ! command -v npm > /dev/null; then
+  missing+=(nodejs npm)
 fi
 
-echo "setup: installing ${missing[*]}"
-sudo_cmd=()
-[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
-export DEBIAN_FRONTEND=noninteractive
-"${sudo_cmd[@]}" apt-get update -qq
-"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+else
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The npm packages of the client tests, at the versions package-lock.json pins.
+clients="$(dirname "$0")/../tests/clients"
+if [ ! -f "$clients/node_modules/openai/package.json" ] || [ "$clients/package-lock.json" -nt "$clients/node_modules" ]; then
+  echo "setup: npm ci in tests/clients"
+  npm ci --prefix "$clients" --no-audit --no-fund --loglevel=error
+fi

@@ -11,6 +11,7 @@ namespace sluice::cli {
 using CommandFn = std::function<int()>;
 
 CommandFn add_generate_command(CLI::App& app);
+CommandFn add_serve_command(CLI::App& app);
 CommandFn add_tokenize_command(CLI::App& app);
 CommandFn add_model_command(CLI::App& app);
 

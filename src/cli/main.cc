@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   app.set_help_all_flag("--help-all", "Show the help of every command");
   app.set_version_flag("--version", "sluice " SLUICE_VERSION);
   const std::pair<const char*, CommandFn> commands[] = {
+      {"serve", add_serve_command(app)},
       {"generate", add_generate_command(app)},
       {"tokenize", add_tokenize_command(app)},
       {"model", add_model_command(app)},
@@ -49,7 +50,7 @@ int main(int argc, char** argv) {
     bool known = false;
     for (const auto& [name, runner] : commands) known = known || std::string(argv[1]) == name;
     if (!known) {
-      std::cerr << "sluice: error: unknown command '" << argv[1] << "' (commands: generate, tokenize, model; see sluice --help)\n";
+      std::cerr << "sluice: error: unknown command '" << argv[1] << "' (commands: serve, generate, tokenize, model; see sluice --help)\n";
       return kExitUsage;
     }
   }

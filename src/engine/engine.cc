@@ -31,11 +31,15 @@ struct StreamState {
   bool final_read = false;    // GUARDED_BY(mu) the finished output was handed out
   StreamOutput final_copy;    // GUARDED_BY(mu) finish fields, repeated after the end
   std::atomic<bool> finished{false};  // the engine pushed the finished output
+  std::function<void()> notify;       // GUARDED_BY(mu) RequestHandle::on_output
 
   // Engine thread: appends output and wakes the reader.
   void push(const std::vector<TokenOutput>& tokens, const std::string& text, const StreamOutput* final) {
+    std::function<void()> callback;
     {
       std::lock_guard lock(mu);
+      callback = notify;
+      if (final) notify = nullptr;  // nothing follows; drop what the callback holds
       pending.tokens.insert(pending.tokens.end(), tokens.begin(), tokens.end());
       pending.text += text;
       if (final) {
@@ -52,6 +56,7 @@ struct StreamState {
       has_pending = true;
     }
     cv.notify_all();
+    if (callback) callback();
   }
 
   // REQUIRES: mu held and has_pending || final_read.
@@ -123,6 +128,22 @@ std::optional<StreamOutput> RequestHandle::next_for(std::chrono::milliseconds ti
     return std::nullopt;
   }
   return state_->take();
+}
+
+std::optional<StreamOutput> RequestHandle::try_next() {
+  std::lock_guard lock(state_->mu);
+  if (!state_->has_pending && !state_->final_read) return std::nullopt;
+  return state_->take();
+}
+
+void RequestHandle::on_output(std::function<void()> callback) {
+  bool ready = false;
+  {
+    std::lock_guard lock(state_->mu);
+    ready = state_->has_pending || state_->final_read;
+    if (!state_->final_read && !state_->finished) state_->notify = callback;
+  }
+  if (ready && callback) callback();
 }
 
 StreamOutput RequestHandle::wait() {
@@ -255,13 +276,16 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, ThreadPool& pool, Engin
   thread_ = std::thread([this] { loop(); });
 }
 
-Engine::~Engine() {
+Engine::~Engine() { shutdown(); }
+
+void Engine::shutdown() {
   {
     std::lock_guard lock(inbox_->mu);
     inbox_->closed = true;
   }
   inbox_->cv.notify_all();
-  thread_.join();
+  std::lock_guard lock(shutdown_mu_);
+  if (thread_.joinable()) thread_.join();
 }
 
 int32_t Engine::max_sequence_tokens() const {

@@ -78,6 +78,13 @@ class RequestHandle {
   StreamOutput next();
   // As next(), waiting at most `timeout`; nullopt if nothing came.
   std::optional<StreamOutput> next_for(std::chrono::milliseconds timeout);
+  // As next(), without waiting: nullopt if there is nothing new.
+  std::optional<StreamOutput> try_next();
+  // Calls `callback` (on the engine thread, or at once on this one if output is already
+  // there) each time new output arrives, until the finished output; then it is dropped.
+  // Meant for event loops: the callback should only schedule a try_next() elsewhere
+  // (hold a weak reference: it may run after the caller stopped caring).
+  void on_output(std::function<void()> callback);
   // Reads to the end; returns everything (tokens, text) with the final status.
   StreamOutput wait();
   // Asks the engine to stop this request; it ends with kCancelled (unless it finished first).
@@ -101,6 +108,11 @@ class Engine {
   // over the context or the KV pool, bad sampling parameters), kOverloaded (queue full),
   // kUnavailable (shutting down).
   Result<RequestHandle> submit(Request request);
+
+  // Refuses new requests (kUnavailable), finishes every outstanding one (kCancelled,
+  // "engine shut down") and stops the engine thread. Idempotent; the destructor calls it.
+  // metrics() and the handles stay usable.
+  void shutdown();
 
   EngineMetrics metrics() const;
   // Blocks until no request is queued or running; returns the metrics of that moment.
@@ -154,6 +166,7 @@ class Engine {
   EngineMetrics metrics_;  // GUARDED_BY(metrics_mu_)
   bool idle_ = true;       // GUARDED_BY(metrics_mu_) no computation and nothing in the inbox
 
+  std::mutex shutdown_mu_;
   std::thread thread_;
 };
 

@@ -1,0 +1,178 @@
+// sluice serve: the OpenAI-compatible HTTP server on the engine (src/server).
+#include <csignal>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/engine_options.h"
+#include "common/thread_pool.h"
+#include "engine/engine.h"
+#include "model/loader.h"
+#include "server/api.h"
+#include "server/http_server.h"
+
+namespace sluice::cli {
+namespace {
+
+struct ServeOptions {
+  std::string model = "demo";
+  std::string served_model_name;
+  std::string chat_template_file;
+  int threads = 0;
+  server::ServerConfig http;
+  EngineOptions engine;
+};
+
+// FNV-1a, 64 bits: a fingerprint, not a defence against a forger.
+struct Fnv {
+  uint64_t h = 0xcbf29ce484222325ull;
+  void add(const void* data, size_t n) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  }
+  void add(std::string_view s) {
+    add(s.data(), s.size());
+    add("\0", 1);
+  }
+  void add(uint64_t v) { add(&v, sizeof v); }
+};
+
+// system_fingerprint: the model (its metadata, tensor layout, and the first and last 4 KiB of
+// every tensor: weights that differ anywhere in training differ there) and everything in the
+// engine configuration, so a client that records it sees any change of either.
+std::string system_fingerprint(const gguf::File& f, const EngineConfig& c) {
+  Fnv h;
+  h.add(SLUICE_VERSION);
+  h.add(f.file_size());
+  for (const auto& [key, value] : f.metadata()) {
+    h.add(key);
+    h.add(value.to_string(16));
+  }
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    h.add(t.name);
+    h.add(t.shape_string());
+    h.add(static_cast<uint64_t>(t.type));
+    h.add(t.offset);
+    if (t.data) {
+      const uint64_t n = std::min<uint64_t>(4096, t.num_bytes);
+      h.add(t.data, n);
+      h.add(t.data + t.num_bytes - n, n);
+    }
+  }
+  h.add(fmt::format("{} {} {} {} {} {} {} {} {} {}", c.max_num_seqs, c.max_batch_tokens, c.max_queued_requests,
+                    c.block_size, kv_type_name(c.kv_type), c.kv_cache_bytes, c.coalesce, c.prefix_caching,
+                    c.kv_eviction, c.pinned_prefixes.size()));
+  for (const auto& p : c.pinned_prefixes) h.add(p.data(), p.size() * sizeof(int32_t));
+  return fmt::format("fp_{:012x}", h.h & 0xFFFFFFFFFFFFull);
+}
+
+std::string default_model_name(const std::string& model) {
+  if (model == kDemoModelName) return "demo";
+  std::string stem = std::filesystem::path(model).stem().string();
+  return stem.empty() ? "model" : stem;
+}
+
+int run(ServeOptions& o) {
+  std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error code, not a signal
+  auto loaded = load_model(o.model, terminal_progress("loading " + o.model));
+  if (!loaded) return fail(loaded.error().message());
+  const Tokenizer& tok = *loaded->tokenizer;
+  Model& model = *loaded->model;
+  const ModelConfig& mc = model.config();
+
+  std::string template_source;
+  std::string template_from;
+  if (!o.chat_template_file.empty()) {
+    std::ifstream in(o.chat_template_file);
+    if (!in) return fail(fmt::format("cannot read --chat-template '{}': {}", o.chat_template_file, std::strerror(errno)));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    template_source = ss.str();
+    template_from = o.chat_template_file;
+  } else if (auto t = model.file().get_string("tokenizer.chat_template")) {
+    template_source = std::string(*t);
+    template_from = "the model's own (tokenizer.chat_template)";
+  } else {
+    template_source = std::string(chat::default_chatml_template());
+    template_from = "the default ChatML";
+    std::cerr << "warning: the model has no chat template (tokenizer.chat_template); /v1/chat/completions uses the "
+                 "default ChatML template. Pass --chat-template FILE to use another.\n";
+  }
+  auto chat_template = chat::ChatTemplate::parse(template_source);
+  if (!chat_template) {
+    return fail(fmt::format("chat template ({}): {}", template_from, chat_template.error().message()));
+  }
+
+  auto config = o.engine.to_config(mc, tok);
+  if (!config) return fail(config.error().message());
+  ThreadPool pool(o.threads);
+  auto engine = Engine::create(model, tok, pool, *config);
+  if (!engine) return fail(engine.error().message());
+
+  server::ApiConfig api_config;
+  api_config.model_name = o.served_model_name.empty() ? default_model_name(o.model) : o.served_model_name;
+  api_config.system_fingerprint = system_fingerprint(model.file(), *config);
+  api_config.created = static_cast<int64_t>(std::time(nullptr));
+  server::OpenAiApi api(**engine, tok, std::move(*chat_template), api_config);
+
+  auto server = server::HttpServer::create(api, o.http);
+  if (!server) return fail(server.error().message());
+  std::cerr << "model: " << o.model << (loaded->is_demo ? " (random weights: its output is gibberish)" : "")
+            << ", served as '" << api_config.model_name << "'\n"
+            << describe_kv_cache(**engine, mc) << "\n"
+            << "chat template: " << template_from << "\n"
+            << "compute threads: " << pool.num_threads() << ", HTTP threads: " << o.http.threads
+            << (o.http.api_key.empty() ? "" : ", API key required") << "\n";
+  (*server)->start();
+  const std::string url = fmt::format("http://{}:{}", o.http.host, (*server)->port());
+  std::cout << "sluice serve: listening on " << url << std::endl;
+  std::cerr << "try:  curl " << url << "/v1/completions -H 'Content-Type: application/json' \\\n"
+            << "        -d '{\"prompt\": \"Once upon a time\", \"max_tokens\": 32}'\n"
+            << "      curl " << url << "/metrics\n"
+            << "stop with Ctrl-C (in-flight requests finish first, up to --drain-timeout)\n";
+  (*server)->run_until_shutdown();
+  const EngineMetrics m = (*engine)->metrics();
+  std::cerr << "sluice serve: stopped after " << m.num_requests_submitted << " requests ("
+            << m.num_generation_tokens << " tokens generated)\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+CommandFn add_serve_command(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve the OpenAI HTTP API (completions, chat, streaming) and /metrics");
+  cmd->add_option("-m,--model", o->model, "GGUF model file, or 'demo' for the built-in random-weight demo model")
+      ->capture_default_str();
+  cmd->add_option("--host", o->http.host, "Address to listen on (0.0.0.0: every interface)")->capture_default_str();
+  cmd->add_option("--port", o->http.port, "Port to listen on (0: any free port, printed at start)")
+      ->capture_default_str();
+  cmd->add_option("--served-model-name", o->served_model_name,
+                  "Model name in the API (requests must name it or leave 'model' out); default: the file's stem, "
+                  "or 'demo'");
+  cmd->add_option("--api-key", o->http.api_key,
+                  "Require 'Authorization: Bearer KEY' on /v1/*, /tokenize and /detokenize (default: env "
+                  "SLUICE_API_KEY, else none)")
+      ->envname("SLUICE_API_KEY");
+  cmd->add_option("--chat-template", o->chat_template_file,
+                  "Jinja chat template file for /v1/chat/completions, instead of the model's own");
+  cmd->add_option("-t,--threads", o->threads, "Compute threads (0..256); 0 = one per core")
+      ->capture_default_str()->check(CLI::Range(0, 256));
+  cmd->add_option("--http-threads", o->http.threads, "Threads serving HTTP connections (1..64)")
+      ->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("--max-request-bytes", o->http.max_body_bytes, "Largest request body accepted; larger gets 413")
+      ->capture_default_str()->check(CLI::Range(size_t{1024}, size_t{1} << 30));
+  cmd->add_option("--drain-timeout", o->http.drain_seconds,
+                  "Seconds in-flight requests may run after SIGTERM/SIGINT before they are cancelled")
+      ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
+  cmd->add_option("--idle-timeout", o->http.idle_timeout_seconds,
+                  "Seconds an idle keep-alive connection stays open")
+      ->capture_default_str()->check(CLI::Range(0.1, 3600.0));
+  o->engine.add_to(*cmd);
+  return [o] { return run(*o); };
+}
+
+}  // namespace sluice::cli

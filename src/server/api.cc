@@ -1,0 +1,407 @@
+#include "server/api.h"
+
+#include <atomic>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "common/utf8.h"
+
+namespace sluice::server {
+namespace {
+
+int64_t unix_seconds(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
+}
+
+// Response ids: unique within the process and unlikely to repeat across restarts.
+std::string make_id(std::string_view prefix) {
+  static const uint64_t process_salt = std::random_device{}() * 0x9E3779B97F4A7C15ull ^ std::random_device{}();
+  static std::atomic<uint64_t> counter{0};
+  uint64_t x = process_salt + 0x9E3779B97F4A7C15ull * ++counter;
+  x = (x ^ (x >> 31)) * 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 29;
+  return fmt::format("{}-{:016x}", prefix, x);
+}
+
+ApiError submit_error(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kInvalid: return ApiError::invalid(s.message());
+    case StatusCode::kOverloaded: return ApiError::overloaded(s.message());
+    case StatusCode::kUnavailable: return ApiError::unavailable(s.message());
+    default: return ApiError::internal(s.message());
+  }
+}
+
+const char* finish_reason_json(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "abort";
+    case FinishReason::kError: return "error";
+  }
+  return "error";
+}
+
+std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+}  // namespace
+
+// ---- Generation ----
+
+struct Generation::Choice {
+  int32_t index = 0;
+  int32_t prompt_index = 0;
+  std::optional<RequestHandle> handle;
+  std::string text;                  // non-streaming: the whole output
+  std::vector<TokenOutput> tokens;   // non-streaming with logprobs
+  bool role_sent = false;            // chat streaming: the first delta carries the role
+  bool finished = false;
+  FinishReason reason = FinishReason::kLength;
+  std::string error;
+  RequestMetrics metrics;
+  int64_t text_offset = 0;           // completions logprobs: bytes of text before the next token
+};
+
+Generation::Generation(Kind kind, const Tokenizer& tokenizer, const ApiConfig& config)
+    : kind_(kind), tokenizer_(tokenizer), config_(config),
+      id_(make_id(kind == Kind::kChat ? "chatcmpl" : "cmpl")) {}
+
+Generation::~Generation() = default;
+
+void Generation::on_output(const std::function<void()>& callback) {
+  for (auto& c : choices_) {
+    if (!c->finished) c->handle->on_output(callback);
+  }
+}
+
+void Generation::cancel() {
+  for (auto& c : choices_) {
+    if (!c->finished) c->handle->cancel();
+  }
+}
+
+Json Generation::logprobs_json(Choice& c, const std::vector<TokenOutput>& tokens) const {
+  auto piece = [&](int32_t id) { return tokenizer_.token_to_piece(id, /*render_special=*/true); };
+  if (kind_ == Kind::kChat) {
+    Json content = Json::array();
+    for (const TokenOutput& t : tokens) {
+      const std::string p = piece(t.token_id);
+      Json top = Json::array();
+      for (const TokenLogprob& alt : t.top) {
+        const std::string ap = piece(alt.token_id);
+        top.push_back({{"token", utf8_sanitize(ap)}, {"logprob", alt.logprob},
+                       {"bytes", std::vector<uint8_t>(ap.begin(), ap.end())}});
+      }
+      content.push_back({{"token", utf8_sanitize(p)}, {"logprob", t.logprob},
+                         {"bytes", std::vector<uint8_t>(p.begin(), p.end())}, {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  // Legacy completions: parallel arrays; top_logprobs maps token text to logprob.
+  Json lp = {{"tokens", Json::array()}, {"token_logprobs", Json::array()}, {"top_logprobs", Json::array()},
+             {"text_offset", Json::array()}};
+  for (const TokenOutput& t : tokens) {
+    const std::string p = piece(t.token_id);
+    lp["tokens"].push_back(utf8_sanitize(p));
+    lp["token_logprobs"].push_back(t.logprob);
+    Json top = Json::object();
+    for (const TokenLogprob& alt : t.top) top[utf8_sanitize(piece(alt.token_id))] = alt.logprob;
+    lp["top_logprobs"].push_back(top);
+    lp["text_offset"].push_back(c.text_offset);
+    c.text_offset += static_cast<int64_t>(p.size());
+  }
+  return lp;
+}
+
+std::string Generation::chunk(Json choices) const {
+  Json j = {{"id", id_},
+            {"object", kind_ == Kind::kChat ? "chat.completion.chunk" : "text_completion"},
+            {"created", unix_seconds(config_.now())},
+            {"model", model_},
+            {"system_fingerprint", config_.system_fingerprint},
+            {"choices", std::move(choices)}};
+  if (include_usage_) j["usage"] = nullptr;
+  return "data: " + dump(j) + "\n\n";
+}
+
+void Generation::emit_text(Choice& c, const StreamOutput& out, std::string& events) {
+  if (kind_ == Kind::kChat && !c.role_sent) {
+    c.role_sent = true;
+    events += chunk(Json::array({{{"index", c.index}, {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                  {"logprobs", nullptr}, {"finish_reason", nullptr}}}));
+  }
+  const bool with_logprobs = logprobs_ && !out.tokens.empty();
+  if (out.text.empty() && !with_logprobs) return;
+  Json choice = {{"index", c.index}};
+  if (kind_ == Kind::kChat) choice["delta"] = {{"content", utf8_sanitize(out.text)}};
+  else choice["text"] = utf8_sanitize(out.text);
+  choice["logprobs"] = with_logprobs ? logprobs_json(c, out.tokens) : Json(nullptr);
+  choice["finish_reason"] = nullptr;
+  events += chunk(Json::array({std::move(choice)}));
+}
+
+void Generation::emit_finish(Choice& c, std::string& events) {
+  if (c.reason == FinishReason::kError || c.reason == FinishReason::kCancelled) {
+    const ApiError e = c.reason == FinishReason::kError
+                           ? ApiError::internal(c.error)
+                           : ApiError::unavailable("the server shut down before the request finished");
+    events += "data: " + e.body() + "\n\n";
+    return;
+  }
+  Json choice = {{"index", c.index}};
+  if (kind_ == Kind::kChat) choice["delta"] = Json::object();
+  else choice["text"] = "";
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = finish_reason_json(c.reason);
+  events += chunk(Json::array({std::move(choice)}));
+}
+
+Json Generation::usage() const {
+  int64_t prompt = 0, completion = 0, cached = 0;
+  for (int32_t n : prompt_lengths_) prompt += n;
+  std::vector<bool> counted(prompt_lengths_.size(), false);
+  for (const auto& c : choices_) {
+    completion += c->metrics.num_output_tokens;
+    // The first choice of each prompt says how much of it came from the cache (its siblings
+    // find the blocks it just computed, which says nothing about the cache before).
+    if (!counted[c->prompt_index]) {
+      counted[c->prompt_index] = true;
+      cached += c->metrics.cached_tokens;
+    }
+  }
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+}
+
+bool Generation::poll(std::string& events) {
+  if (done_) return true;
+  bool all_finished = true;
+  for (auto& cp : choices_) {
+    Choice& c = *cp;
+    while (!c.finished) {
+      std::optional<StreamOutput> out = c.handle->try_next();
+      if (!out) break;
+      if (stream_) {
+        emit_text(c, *out, events);
+      } else {
+        c.text += out->text;
+        if (logprobs_) c.tokens.insert(c.tokens.end(), out->tokens.begin(), out->tokens.end());
+      }
+      if (out->finished) {
+        c.finished = true;
+        c.reason = out->finish_reason;
+        c.error = out->error;
+        c.metrics = out->metrics;
+        if (stream_) emit_finish(c, events);
+      }
+    }
+    all_finished = all_finished && c.finished;
+  }
+  if (!all_finished) return false;
+  done_ = true;
+  if (stream_) {
+    if (include_usage_) {
+      Json j = {{"id", id_},
+                {"object", kind_ == Kind::kChat ? "chat.completion.chunk" : "text_completion"},
+                {"created", unix_seconds(config_.now())},
+                {"model", model_},
+                {"system_fingerprint", config_.system_fingerprint},
+                {"choices", Json::array()},
+                {"usage", usage()}};
+      events += "data: " + dump(j) + "\n\n";
+    }
+    events += "data: [DONE]\n\n";
+  }
+  return true;
+}
+
+ApiResult<std::string> Generation::response() {
+  for (const auto& c : choices_) {
+    if (c->reason == FinishReason::kError) return std::unexpected(ApiError::internal(c->error));
+    if (c->reason == FinishReason::kCancelled) {
+      return std::unexpected(ApiError::unavailable("the server shut down before the request finished"));
+    }
+  }
+  Json choices = Json::array();
+  for (const auto& cp : choices_) {
+    Choice& c = *cp;
+    Json choice = {{"index", c.index}};
+    const std::string text = utf8_sanitize(c.text);
+    if (kind_ == Kind::kChat) choice["message"] = {{"role", "assistant"}, {"content", text}};
+    else choice["text"] = text;
+    choice["logprobs"] = logprobs_ ? logprobs_json(c, c.tokens) : Json(nullptr);
+    choice["finish_reason"] = finish_reason_json(c.reason);
+    choices.push_back(std::move(choice));
+  }
+  Json j = {{"id", id_},
+            {"object", kind_ == Kind::kChat ? "chat.completion" : "text_completion"},
+            {"created", unix_seconds(config_.now())},
+            {"model", model_},
+            {"system_fingerprint", config_.system_fingerprint},
+            {"choices", std::move(choices)},
+            {"usage", usage()}};
+  return dump(j);
+}
+
+// ---- OpenAiApi ----
+
+OpenAiApi::OpenAiApi(Engine& engine, const Tokenizer& tokenizer, chat::ChatTemplate chat_template, ApiConfig config)
+    : engine_(engine), tokenizer_(tokenizer), chat_template_(std::move(chat_template)), config_(std::move(config)) {
+  if (!config_.now) config_.now = [] { return std::chrono::system_clock::now(); };
+}
+
+Json OpenAiApi::models() const {
+  return {{"object", "list"},
+          {"data", Json::array({{{"id", config_.model_name},
+                                 {"object", "model"},
+                                 {"created", config_.created},
+                                 {"owned_by", "sluice"},
+                                 {"max_model_len", engine_.max_sequence_tokens()}}})}};
+}
+
+ApiResult<bool> OpenAiApi::check_model(const std::string& model) const {
+  if (model.empty() || model == config_.model_name) return true;
+  return std::unexpected(ApiError::not_found(
+      fmt::format("The model '{}' does not exist; this server serves '{}'", model, config_.model_name),
+      "model_not_found"));
+}
+
+ApiResult<std::vector<int32_t>> OpenAiApi::encode(const PromptInput& prompt, bool add_bos, bool parse_special) const {
+  if (prompt.is_tokens) return prompt.tokens;
+  auto ids = tokenizer_.encode(prompt.text, {.add_bos = add_bos, .parse_special = parse_special});
+  if (!ids) return std::unexpected(ApiError::invalid(ids.error().message(), "prompt"));
+  return std::move(*ids);
+}
+
+ApiResult<std::string> OpenAiApi::render_chat(const Json& messages, const Json& tools, const Json& kwargs,
+                                              bool add_generation_prompt) const {
+  auto token_text = [&](int32_t id) {
+    return id >= 0 && id < tokenizer_.vocab_size() ? tokenizer_.token_text(id) : std::string();
+  };
+  Json context = {{"messages", messages},
+                  {"tools", tools.is_array() ? tools : Json(nullptr)},
+                  {"documents", nullptr},
+                  {"add_generation_prompt", add_generation_prompt},
+                  {"bos_token", token_text(tokenizer_.bos_id())},
+                  {"eos_token", token_text(tokenizer_.eos_id())}};
+  for (const auto& [key, value] : kwargs.items()) context[key] = value;
+  chat::RenderOptions options;
+  options.now = config_.now();
+  auto prompt = chat_template_.render(context, options);
+  if (!prompt) {
+    // raise_exception() in a template means the messages are wrong; anything else is the
+    // template's fault, still caused by this request's input.
+    return std::unexpected(ApiError::invalid(
+        prompt.error().code() == StatusCode::kInvalid ? prompt.error().message()
+                                                      : "the chat template failed: " + prompt.error().message(),
+        "messages"));
+  }
+  return std::move(*prompt);
+}
+
+ApiResult<std::unique_ptr<Generation>> OpenAiApi::submit(Generation::Kind kind, const GenerationParams& params,
+                                                         std::vector<std::vector<int32_t>> prompts) const {
+  const int32_t limit = engine_.max_sequence_tokens();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto n = static_cast<int64_t>(prompts[i].size());
+    const std::string which = prompts.size() > 1 ? fmt::format("prompt {} has", i) : "the prompt has";
+    if (n >= limit) {
+      return std::unexpected(ApiError::invalid(
+          fmt::format("This model's maximum context length is {} tokens, but {} {} tokens", limit, which, n),
+          kind == Generation::Kind::kChat ? "messages" : "prompt"));
+    }
+    if (params.max_tokens && n + *params.max_tokens > limit) {
+      return std::unexpected(ApiError::invalid(
+          fmt::format("This model's maximum context length is {} tokens, but {} tokens were requested ({} in the "
+                      "prompt, {} for the completion); lower max_tokens or the prompt",
+                      limit, n + *params.max_tokens, n, *params.max_tokens),
+          "max_tokens"));
+    }
+  }
+  std::unique_ptr<Generation> g(new Generation(kind, tokenizer_, config_));
+  g->model_ = config_.model_name;
+  g->stream_ = params.stream;
+  g->include_usage_ = params.include_usage;
+  g->logprobs_ = params.logprobs;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    g->prompt_lengths_.push_back(static_cast<int32_t>(prompts[p].size()));
+    for (int32_t s = 0; s < params.n; ++s) {
+      Request r;
+      r.prompt_tokens = prompts[p];
+      r.sampling = params.sampling;
+      if (params.seed) r.seed = *params.seed + static_cast<uint64_t>(s);
+      r.max_tokens = params.max_tokens.value_or(kind == Generation::Kind::kChat
+                                                    ? limit - static_cast<int32_t>(prompts[p].size())
+                                                    : 16);
+      r.stop_strings = params.stop;
+      r.stop_token_ids = params.stop_token_ids;
+      r.ignore_eos = params.ignore_eos;
+      r.logprobs = params.logprobs;
+      r.priority = params.priority;
+      r.session = params.user;
+      auto handle = engine_.submit(std::move(r));
+      // On failure the handles already made are dropped with `g`, which cancels them.
+      if (!handle) return std::unexpected(submit_error(handle.error()));
+      auto c = std::make_unique<Generation::Choice>();
+      c->index = static_cast<int32_t>(g->choices_.size());
+      c->prompt_index = static_cast<int32_t>(p);
+      c->handle.emplace(std::move(*handle));
+      g->choices_.push_back(std::move(c));
+    }
+  }
+  return g;
+}
+
+ApiResult<std::unique_ptr<Generation>> OpenAiApi::start_completion(const Json& body) const {
+  SLUICE_API_TRY(CompletionRequest req, parse_completion_request(body));
+  SLUICE_API_TRY([[maybe_unused]] bool ok, check_model(req.params.model));
+  std::vector<std::vector<int32_t>> prompts;
+  for (const PromptInput& p : req.prompts) {
+    // As Hugging Face tokenizers (and so vLLM) do: special tokens written in the text count.
+    SLUICE_API_TRY(auto ids, encode(p, /*add_bos=*/true, /*parse_special=*/true));
+    prompts.push_back(std::move(ids));
+  }
+  return submit(Generation::Kind::kCompletion, req.params, std::move(prompts));
+}
+
+ApiResult<std::unique_ptr<Generation>> OpenAiApi::start_chat(const Json& body) const {
+  SLUICE_API_TRY(ChatRequest req, parse_chat_request(body));
+  SLUICE_API_TRY([[maybe_unused]] bool ok, check_model(req.params.model));
+  SLUICE_API_TRY(std::string text, render_chat(req.messages, req.tools, req.template_kwargs, req.add_generation_prompt));
+  SLUICE_API_TRY(auto ids, encode({.text = std::move(text)}, /*add_bos=*/false, /*parse_special=*/true));
+  std::vector<std::vector<int32_t>> prompts;
+  prompts.push_back(std::move(ids));
+  return submit(Generation::Kind::kChat, req.params, std::move(prompts));
+}
+
+ApiResult<Json> OpenAiApi::tokenize(const Json& body) const {
+  SLUICE_API_TRY(TokenizeRequest req, parse_tokenize_request(body));
+  SLUICE_API_TRY([[maybe_unused]] bool ok, check_model(req.model));
+  std::vector<int32_t> ids;
+  if (req.is_chat) {
+    SLUICE_API_TRY(std::string text, render_chat(req.messages, nullptr, Json::object(), req.add_generation_prompt));
+    SLUICE_API_TRY(ids, encode({.text = std::move(text)}, req.add_special_tokens, /*parse_special=*/true));
+  } else {
+    SLUICE_API_TRY(ids, encode({.text = req.prompt}, req.add_special_tokens, /*parse_special=*/true));
+  }
+  return Json{{"count", ids.size()}, {"max_model_len", engine_.max_sequence_tokens()}, {"tokens", ids}};
+}
+
+ApiResult<Json> OpenAiApi::detokenize(const Json& body) const {
+  SLUICE_API_TRY(DetokenizeRequest req, parse_detokenize_request(body));
+  SLUICE_API_TRY([[maybe_unused]] bool ok, check_model(req.model));
+  for (size_t i = 0; i < req.tokens.size(); ++i) {
+    if (req.tokens[i] >= tokenizer_.vocab_size()) {
+      return std::unexpected(ApiError::invalid(
+          fmt::format("token {} (at index {}) is outside the vocabulary (0..{})", req.tokens[i], i,
+                      tokenizer_.vocab_size() - 1),
+          "tokens"));
+    }
+  }
+  return Json{{"prompt", tokenizer_.decode(req.tokens)}};
+}
+
+}  // namespace sluice::server

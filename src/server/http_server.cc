@@ -1,0 +1,513 @@
+#include "server/http_server.h"
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <deque>
+#include <iostream>
+#include <mutex>
+#include <optional>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <fmt/format.h>
+
+namespace sluice::server {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+
+namespace {
+class Session;
+constexpr auto kWriteTimeout = std::chrono::seconds(60);
+constexpr size_t kHeaderLimit = 64 << 10;
+}  // namespace
+
+struct HttpServer::Impl {
+  Impl(OpenAiApi& a, ServerConfig c) : api(a), config(std::move(c)) {}
+
+  OpenAiApi& api;
+  const ServerConfig config;
+  net::io_context ioc;
+  tcp::acceptor acceptor{ioc};
+  net::signal_set signals{ioc, SIGINT, SIGTERM};
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
+
+  std::atomic<bool> draining{false};
+  std::atomic<int64_t> in_flight{0};
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool shutdown_requested = false;                // GUARDED_BY(mu)
+  std::vector<std::weak_ptr<Session>> sessions;   // GUARDED_BY(mu) pruned as they close
+  HttpMetrics metrics;                            // GUARDED_BY(mu)
+
+  void count_response(const std::string& route, int status) {
+    std::lock_guard lock(mu);
+    ++metrics.responses[{route, status}];
+  }
+  void count_disconnect() {
+    std::lock_guard lock(mu);
+    ++metrics.client_disconnects;
+  }
+  void accept();
+};
+
+namespace {
+
+// The routes this server knows, for dispatch and as metric labels.
+constexpr std::string_view kRoutes[] = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health",
+                                        "/metrics", "/tokenize", "/detokenize", "/version"};
+
+std::string_view route_of(std::string_view target) {
+  target = target.substr(0, target.find('?'));
+  for (std::string_view r : kRoutes) {
+    if (target == r) return r;
+  }
+  return "other";
+}
+
+bool needs_api_key(std::string_view route) {
+  return route.starts_with("/v1/") || route == "/tokenize" || route == "/detokenize";
+}
+
+// Equal-time comparison: the time taken does not say how much of a guess was right.
+bool same_secret(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % std::max<size_t>(1, b.size())]);
+  return diff == 0;
+}
+
+std::string chunk_frame(std::string_view data) { return fmt::format("{:x}\r\n{}\r\n", data.size(), data); }
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, HttpServer::Impl& server) : stream_(std::move(socket)), server_(server) {}
+
+  void start() {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->do_read(); });
+  }
+
+  // Drain: a connection waiting for its next request is closed; one serving a request
+  // closes after the response (do_read checks draining).
+  void close_if_idle() {
+    net::post(stream_.get_executor(), [self = shared_from_this()] {
+      if (!self->in_request_) self->close();
+    });
+  }
+
+ private:
+  void do_read() {
+    if (closed_) return;
+    if (server_.draining) return close();
+    parser_.emplace();
+    parser_->body_limit(server_.config.max_body_bytes);
+    parser_->header_limit(kHeaderLimit);
+    stream_.expires_after(std::chrono::milliseconds(static_cast<int64_t>(server_.config.idle_timeout_seconds * 1000)));
+    http::async_read_header(stream_, buffer_, *parser_, beast::bind_front_handler(&Session::on_header, shared_from_this()));
+  }
+
+  void on_header(beast::error_code ec, size_t) {
+    if (ec) return on_read_error(ec);
+    begin_request();
+    // curl and others wait for "100 Continue" before sending a large body.
+    if (beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
+      auto msg = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
+      net::async_write(stream_, net::buffer(*msg), [self = shared_from_this(), msg](beast::error_code wec, size_t) {
+        if (wec) return self->close();
+        self->read_body();
+      });
+      return;
+    }
+    read_body();
+  }
+
+  void read_body() {
+    http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Session::on_read, shared_from_this()));
+  }
+
+  void on_read(beast::error_code ec, size_t) {
+    if (ec) return on_read_error(ec);
+    keep_alive_ = parser_->get().keep_alive();
+    handle();
+  }
+
+  void begin_request() {
+    if (!in_request_) {
+      in_request_ = true;
+      ++server_.in_flight;
+    }
+  }
+  void end_request() {
+    if (in_request_) {
+      in_request_ = false;
+      --server_.in_flight;
+    }
+  }
+
+  void on_read_error(beast::error_code ec) {
+    if (closed_ || ec == net::error::operation_aborted) return;
+    if (ec == http::error::body_limit) {
+      begin_request();
+      keep_alive_ = false;
+      route_ = route_of(parser_->get().target());
+      return respond_error(ApiError::too_large(
+          fmt::format("the request body is over the limit of {} bytes", server_.config.max_body_bytes)));
+    }
+    if (ec == http::error::header_limit) {
+      begin_request();
+      keep_alive_ = false;
+      route_ = "other";
+      return respond(431, "application/json",
+                     ApiError::invalid(fmt::format("the request headers are over {} bytes", kHeaderLimit)).body());
+    }
+    if (ec.category() == http::make_error_code(http::error::end_of_stream).category() && ec != http::error::end_of_stream &&
+        ec != http::error::partial_message) {
+      // Not HTTP: tell the client once, then hang up.
+      begin_request();
+      keep_alive_ = false;
+      route_ = "other";
+      return respond_error(ApiError::invalid("malformed HTTP request: " + ec.message()));
+    }
+    close();  // end of stream, timeout, reset
+  }
+
+  void handle() {
+    const auto& req = parser_->get();
+    route_ = route_of(req.target());
+    if (server_.draining) {
+      keep_alive_ = false;
+      return respond_error(ApiError::unavailable("the server is shutting down"));
+    }
+    if (!server_.config.api_key.empty() && needs_api_key(route_)) {
+      const std::string_view auth = req[http::field::authorization];
+      if (auth.empty()) {
+        return respond_error(ApiError::unauthorized("missing API key: send the header 'Authorization: Bearer KEY'"));
+      }
+      if (!auth.starts_with("Bearer ") || !same_secret(auth.substr(7), server_.config.api_key)) {
+        return respond_error(ApiError::unauthorized("invalid API key"));
+      }
+    }
+    const bool post = req.method() == http::verb::post, get = req.method() == http::verb::get;
+    auto wrong_method = [&](const char* allowed) {
+      ApiError e = ApiError::invalid(fmt::format("{} does not accept {}; use {}", route_,
+                                                 std::string(req.method_string()), allowed));
+      e.status = 405;
+      respond(405, "application/json", e.body(), fmt::format("Allow: {}\r\n", allowed));
+    };
+    OpenAiApi& api = server_.api;
+    if (route_ == "/v1/completions" || route_ == "/v1/chat/completions") {
+      if (!post) return wrong_method("POST");
+      auto body = parse_body(req.body());
+      if (!body) return respond_error(body.error());
+      return start_generation(route_ == "/v1/completions" ? api.start_completion(*body) : api.start_chat(*body));
+    }
+    if (route_ == "/tokenize" || route_ == "/detokenize") {
+      if (!post) return wrong_method("POST");
+      auto body = parse_body(req.body());
+      if (!body) return respond_error(body.error());
+      auto result = route_ == "/tokenize" ? api.tokenize(*body) : api.detokenize(*body);
+      if (!result) return respond_error(result.error());
+      return respond(200, "application/json", result->dump(-1, ' ', false, Json::error_handler_t::replace));
+    }
+    if (route_ == "other") {
+      return respond_error(ApiError::not_found(
+          fmt::format("no route {} {}", std::string(req.method_string()), std::string(req.target().substr(0, 200)))));
+    }
+    if (!get) return wrong_method("GET");
+    if (route_ == "/health") return respond(200, "application/json", R"({"status":"ok"})");
+    if (route_ == "/v1/models") return respond(200, "application/json", api.models().dump());
+    if (route_ == "/version") return respond(200, "application/json", Json{{"version", SLUICE_VERSION}}.dump());
+    // /metrics
+    HttpMetrics http_metrics;
+    {
+      std::lock_guard lock(server_.mu);
+      http_metrics = server_.metrics;
+      http_metrics.open_connections =
+          std::count_if(server_.sessions.begin(), server_.sessions.end(), [](const auto& w) { return !w.expired(); });
+    }
+    respond(200, "text/plain; version=0.0.4; charset=utf-8",
+            prometheus_text(api.engine().metrics(), http_metrics, api.config().model_name));
+  }
+
+  // ---- responses ----
+
+  std::string head(int status, std::string_view content_type, std::string_view extra) {
+    if (!keep_alive_) close_after_ = true;
+    return fmt::format("HTTP/1.1 {} {}\r\nServer: sluice\r\nContent-Type: {}\r\n{}{}", status,
+                       std::string(http::obsolete_reason(static_cast<http::status>(status))), content_type,
+                       close_after_ ? "Connection: close\r\n" : "", extra);
+  }
+
+  void respond(int status, std::string_view content_type, std::string body, std::string extra_headers = {}) {
+    server_.count_response(std::string(route_), status);
+    std::string bytes = head(status, content_type, extra_headers);
+    bytes += fmt::format("Content-Length: {}\r\n\r\n", body.size());
+    bytes += body;
+    response_done_ = true;
+    queue(std::move(bytes));
+  }
+
+  void respond_error(const ApiError& e) {
+    respond(e.status, "application/json", e.body(),
+            e.retry_after > 0 ? fmt::format("Retry-After: {}\r\n", e.retry_after) : std::string());
+  }
+
+  // ---- generation ----
+
+  void start_generation(ApiResult<std::unique_ptr<Generation>> g) {
+    if (!g) return respond_error(g.error());
+    gen_ = std::move(*g);
+    ++epoch_;
+    if (gen_->streaming()) {
+      server_.count_response(std::string(route_), 200);
+      queue(head(200, "text/event-stream", "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n") + "\r\n");
+    }
+    // Engine output arrives on the engine thread; it only schedules a poll on this strand.
+    auto weak = weak_from_this();
+    auto executor = stream_.get_executor();
+    gen_->on_output([weak, executor] {
+      net::post(executor, [weak] {
+        if (auto self = weak.lock()) self->on_engine_output();
+      });
+    });
+    watch_disconnect();
+    on_engine_output();
+  }
+
+  void on_engine_output() {
+    if (!gen_ || closed_) return;
+    std::string events;
+    const bool done = gen_->poll(events);
+    if (gen_->streaming()) {
+      if (!events.empty()) queue(chunk_frame(events));
+      if (done) {
+        gen_.reset();
+        response_done_ = true;
+        queue("0\r\n\r\n");
+      }
+      return;
+    }
+    if (!done) return;
+    auto body = gen_->response();
+    gen_.reset();
+    if (body) respond(200, "application/json", std::move(*body));
+    else respond_error(body.error());
+  }
+
+  // While a request runs, the client sends nothing; the socket turning readable means it
+  // hung up (recv sees end of stream) or pipelined its next request (left for do_read).
+  void watch_disconnect() {
+    stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(), epoch = epoch_](beast::error_code ec) {
+      if (epoch != self->epoch_ || !self->gen_ || self->closed_) return;
+      if (ec) {
+        if (ec != net::error::operation_aborted) self->client_gone();
+        return;
+      }
+      char c;
+      const ssize_t n = ::recv(self->stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return self->client_gone();
+      if (n < 0) self->watch_disconnect();
+    });
+  }
+
+  void client_gone() {
+    if (gen_) {
+      gen_->cancel();
+      gen_.reset();
+      server_.count_disconnect();
+    }
+    close();
+  }
+
+  // ---- writing ----
+
+  void queue(std::string bytes) {
+    if (closed_) return;
+    queue_.push_back(std::move(bytes));
+    if (!writing_) do_write();
+  }
+
+  void do_write() {
+    if (closed_) return;
+    if (queue_.empty()) {
+      writing_ = false;
+      if (response_done_ && !gen_) after_response();
+      return;
+    }
+    writing_ = true;
+    stream_.expires_after(kWriteTimeout);
+    net::async_write(stream_, net::buffer(queue_.front()), [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) return self->client_gone();
+      self->queue_.pop_front();
+      self->do_write();
+    });
+  }
+
+  void after_response() {
+    response_done_ = false;
+    end_request();
+    if (close_after_) {
+      beast::error_code ec;
+      stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+      return close();
+    }
+    do_read();
+  }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    end_request();
+    if (gen_) {
+      gen_->cancel();
+      gen_.reset();
+    }
+    beast::error_code ec;
+    stream_.socket().close(ec);
+  }
+
+  beast::tcp_stream stream_;
+  HttpServer::Impl& server_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::string_view route_ = "other";
+  bool keep_alive_ = true;
+  bool close_after_ = false;
+  bool in_request_ = false;      // a request was read; its response is not fully written
+  bool response_done_ = false;   // the last bytes of the response are queued
+  bool closed_ = false;
+  std::deque<std::string> queue_;
+  bool writing_ = false;
+  std::unique_ptr<Generation> gen_;
+  uint64_t epoch_ = 0;           // tells a stale disconnect watch from the current one
+};
+
+}  // namespace
+
+void HttpServer::Impl::accept() {
+  acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+    if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
+    if (ec) {
+      // Out of descriptors and the like: say so, wait a little, keep serving.
+      std::cerr << "sluice serve: accept failed: " << ec.message() << "\n";
+      auto timer = std::make_shared<net::steady_timer>(ioc, std::chrono::milliseconds(100));
+      timer->async_wait([this, timer](beast::error_code) { accept(); });
+      return;
+    }
+    auto session = std::make_shared<Session>(std::move(socket), *this);
+    {
+      std::lock_guard lock(mu);
+      std::erase_if(sessions, [](const std::weak_ptr<Session>& w) { return w.expired(); });
+      sessions.push_back(session);
+    }
+    session->start();
+    accept();
+  });
+}
+
+Result<std::unique_ptr<HttpServer>> HttpServer::create(OpenAiApi& api, ServerConfig config) {
+  auto impl = std::make_unique<Impl>(api, std::move(config));
+  const ServerConfig& c = impl->config;
+  beast::error_code ec;
+  const auto address = net::ip::make_address(c.host, ec);
+  if (ec) return Error("--host '{}' is not an IP address ({})", c.host, ec.message());
+  const tcp::endpoint endpoint(address, c.port);
+  tcp::acceptor& a = impl->acceptor;
+  a.open(endpoint.protocol(), ec);
+  if (!ec) a.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) a.bind(endpoint, ec);
+  if (!ec) a.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) return Error("cannot listen on {}:{}: {}", c.host, c.port, ec.message());
+  std::unique_ptr<HttpServer> server(new HttpServer(std::move(impl)));
+  server->port_ = server->impl_->acceptor.local_endpoint().port();
+  return server;
+}
+
+HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpServer::~HttpServer() {
+  if (!threads_.empty() && !stopped_) drain_and_stop();
+}
+
+void HttpServer::start() {
+  impl_->work.emplace(impl_->ioc.get_executor());
+  impl_->signals.async_wait([this](beast::error_code ec, int signal) {
+    if (ec) return;
+    std::cerr << "sluice serve: " << (signal == SIGTERM ? "SIGTERM" : "SIGINT") << ": shutting down\n";
+    request_shutdown();
+  });
+  impl_->accept();
+  const int n = std::max(1, impl_->config.threads);
+  for (int i = 0; i < n; ++i) threads_.emplace_back([this] { impl_->ioc.run(); });
+}
+
+void HttpServer::request_shutdown() {
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->shutdown_requested = true;
+  }
+  impl_->cv.notify_all();
+}
+
+void HttpServer::run_until_shutdown() {
+  {
+    std::unique_lock lock(impl_->mu);
+    impl_->cv.wait(lock, [&] { return impl_->shutdown_requested; });
+  }
+  drain_and_stop();
+}
+
+HttpMetrics HttpServer::http_metrics() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->metrics;
+}
+
+int64_t HttpServer::requests_in_flight() const { return impl_->in_flight.load(); }
+
+void HttpServer::drain_and_stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  Impl& s = *impl_;
+  s.draining = true;
+  net::post(s.ioc, [&s] {
+    beast::error_code ec;
+    s.acceptor.close(ec);
+    s.signals.cancel(ec);
+    std::vector<std::shared_ptr<Session>> live;
+    {
+      std::lock_guard lock(s.mu);
+      for (auto& w : s.sessions) {
+        if (auto p = w.lock()) live.push_back(std::move(p));
+      }
+    }
+    for (auto& p : live) p->close_if_idle();
+  });
+  using clock = std::chrono::steady_clock;
+  auto wait_until_idle = [&](clock::time_point deadline) {
+    while (s.in_flight > 0 && clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  };
+  wait_until_idle(clock::now() + std::chrono::milliseconds(static_cast<int64_t>(s.config.drain_seconds * 1000)));
+  if (s.in_flight > 0) {
+    std::cerr << "sluice serve: " << s.in_flight.load() << " request(s) still running after "
+              << s.config.drain_seconds << " s; cancelling them\n";
+  }
+  // Ends whatever is left (clients get an error event or a 503) and stops the engine thread,
+  // so no engine callback can reach the event loop after it stops.
+  s.api.engine().shutdown();
+  wait_until_idle(clock::now() + std::chrono::seconds(5));
+  s.work.reset();
+  s.ioc.stop();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,455 @@
+#include "server/openai_protocol.h"
+
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+namespace sluice::server {
+
+// ---- errors ----
+
+ApiError ApiError::invalid(std::string message, std::string param) {
+  return {.status = 400, .message = std::move(message), .param = std::move(param)};
+}
+ApiError ApiError::not_found(std::string message, std::string code) {
+  return {.status = 404, .message = std::move(message), .type = "not_found_error", .code = std::move(code)};
+}
+ApiError ApiError::unauthorized(std::string message) {
+  return {.status = 401, .message = std::move(message), .type = "authentication_error", .code = "invalid_api_key"};
+}
+ApiError ApiError::too_large(std::string message) {
+  return {.status = 413, .message = std::move(message), .type = "invalid_request_error", .code = "request_too_large"};
+}
+ApiError ApiError::overloaded(std::string message) {
+  return {.status = 429, .message = std::move(message), .type = "rate_limit_error", .code = "overloaded",
+          .retry_after = 1};
+}
+ApiError ApiError::unavailable(std::string message) {
+  return {.status = 503, .message = std::move(message), .type = "server_error", .code = "unavailable",
+          .retry_after = 5};
+}
+ApiError ApiError::internal(std::string message) {
+  return {.status = 500, .message = std::move(message), .type = "server_error"};
+}
+
+std::string ApiError::body() const {
+  Json e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
+  if (!param.empty()) e["param"] = param;
+  if (!code.empty()) e["code"] = code;
+  return Json{{"error", e}}.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+std::string json_type_name(const Json& v) {
+  switch (v.type()) {
+    case Json::value_t::null: return "null";
+    case Json::value_t::boolean: return "boolean";
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned: return "integer";
+    case Json::value_t::number_float: return "number";
+    case Json::value_t::string: return "string";
+    case Json::value_t::array: return "array";
+    case Json::value_t::object: return "object";
+    default: return "unknown";
+  }
+}
+
+ApiResult<Json> parse_body(std::string_view body) {
+  Json j;
+  try {
+    // Depth is bounded by nlohmann's recursive parser only through the stack; reject deep
+    // nesting first so that a hostile body cannot overflow it.
+    int depth = 0;
+    bool in_string = false, escaped = false;
+    for (char c : body) {
+      if (in_string) {
+        if (escaped) escaped = false;
+        else if (c == '\\') escaped = true;
+        else if (c == '"') in_string = false;
+      } else if (c == '"') {
+        in_string = true;
+      } else if (c == '[' || c == '{') {
+        if (++depth > 64) return std::unexpected(ApiError::invalid("the request body nests deeper than 64 levels"));
+      } else if (c == ']' || c == '}') {
+        --depth;
+      }
+    }
+    j = Json::parse(body);
+  } catch (const Json::parse_error& e) {
+    // e.byte is 1-based and points just past the bad character.
+    return std::unexpected(ApiError::invalid(
+        fmt::format("the request body is not valid JSON (at byte {}): {}", e.byte,
+                    body.empty() ? "the body is empty" : std::string(e.what()).substr(std::string(e.what()).find(':') + 2))));
+  }
+  if (!j.is_object()) {
+    return std::unexpected(ApiError::invalid(fmt::format("the request body must be a JSON object, got {}", json_type_name(j))));
+  }
+  return j;
+}
+
+// ---- typed field access: null counts as absent ----
+
+namespace {
+
+const Json* field(const Json& body, const char* key) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+ApiError wrong_type(const char* key, const char* expected, const Json& got) {
+  return ApiError::invalid(fmt::format("'{}' must be {}, got {}", key, expected, json_type_name(got)), key);
+}
+
+ApiResult<std::optional<int64_t>> get_int(const Json& body, const char* key, int64_t min, int64_t max) {
+  const Json* v = field(body, key);
+  if (!v) return std::nullopt;
+  int64_t x = 0;
+  if (v->is_number_unsigned()) {
+    const uint64_t u = v->get<uint64_t>();
+    if (u > static_cast<uint64_t>(max)) {
+      return std::unexpected(ApiError::invalid(fmt::format("'{}' must be in [{}, {}], got {}", key, min, max, u), key));
+    }
+    x = static_cast<int64_t>(u);
+  } else if (v->is_number_integer()) {
+    x = v->get<int64_t>();
+  } else {
+    return std::unexpected(wrong_type(key, "an integer", *v));
+  }
+  if (x < min || x > max) {
+    return std::unexpected(ApiError::invalid(fmt::format("'{}' must be in [{}, {}], got {}", key, min, max, x), key));
+  }
+  return x;
+}
+
+ApiResult<std::optional<double>> get_number(const Json& body, const char* key) {
+  const Json* v = field(body, key);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) return std::unexpected(wrong_type(key, "a number", *v));
+  return v->get<double>();
+}
+
+ApiResult<std::optional<double>> get_number_in(const Json& body, const char* key, double min, double max,
+                                               bool min_open = false) {
+  auto x = get_number(body, key);
+  if (!x || !*x) return x;
+  const double v = **x;
+  if (!(min_open ? v > min : v >= min) || !(v <= max)) {
+    return std::unexpected(ApiError::invalid(
+        fmt::format("'{}' must be in {}{}, {}], got {}", key, min_open ? "(" : "[", min, max, v), key));
+  }
+  return x;
+}
+
+ApiResult<std::optional<bool>> get_bool(const Json& body, const char* key) {
+  const Json* v = field(body, key);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) return std::unexpected(wrong_type(key, "a boolean", *v));
+  return v->get<bool>();
+}
+
+ApiResult<std::optional<std::string>> get_string(const Json& body, const char* key) {
+  const Json* v = field(body, key);
+  if (!v) return std::nullopt;
+  if (!v->is_string()) return std::unexpected(wrong_type(key, "a string", *v));
+  return v->get<std::string>();
+}
+
+ApiResult<std::vector<int32_t>> token_array(const Json& v, const char* key) {
+  std::vector<int32_t> ids;
+  ids.reserve(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const Json& t = v[i];
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+      return std::unexpected(ApiError::invalid(
+          fmt::format("'{}' token at index {} must be a non-negative integer token id, got {}", key, i,
+                      t.is_number_integer() ? t.dump() : json_type_name(t)),
+          key));
+    }
+    ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  return ids;
+}
+
+// Fields that change what is generated but that sluice does not implement: refusing them is
+// better than answering as if they had been applied.
+ApiResult<bool> refuse_unsupported(const Json& body) {
+  if (auto v = field(body, "logit_bias"); v && !(v->is_object() && v->empty())) {
+    return std::unexpected(ApiError::invalid("'logit_bias' is not supported", "logit_bias"));
+  }
+  if (auto v = field(body, "best_of"); v && !(v->is_number_integer() && v->get<int64_t>() <= 1)) {
+    if (!(v->is_number_integer() && field(body, "n") && *field(body, "n") == *v)) {
+      return std::unexpected(ApiError::invalid("'best_of' other than 1 (or n) is not supported", "best_of"));
+    }
+  }
+  if (auto v = field(body, "echo"); v && !(v->is_boolean() && !v->get<bool>())) {
+    return std::unexpected(ApiError::invalid("'echo' is not supported", "echo"));
+  }
+  if (auto v = field(body, "suffix"); v && !(v->is_string() && v->get<std::string>().empty())) {
+    return std::unexpected(ApiError::invalid("'suffix' is not supported", "suffix"));
+  }
+  if (auto v = field(body, "response_format")) {
+    const Json* type = v->is_object() ? field(*v, "type") : nullptr;
+    if (!type || *type != "text") {
+      return std::unexpected(ApiError::invalid("only 'response_format' {\"type\": \"text\"} is supported",
+                                               "response_format"));
+    }
+  }
+  return true;
+}
+
+ApiResult<GenerationParams> parse_generation(const Json& body, bool chat) {
+  GenerationParams p;
+  SLUICE_API_TRY([[maybe_unused]] bool ok, refuse_unsupported(body));
+  SLUICE_API_TRY(auto model, get_string(body, "model"));
+  p.model = model.value_or("");
+  SLUICE_API_TRY(auto n, get_int(body, "n", 1, kMaxChoices));
+  p.n = static_cast<int32_t>(n.value_or(1));
+
+  const char* max_key = "max_tokens";
+  if (chat && field(body, "max_completion_tokens")) max_key = "max_completion_tokens";
+  SLUICE_API_TRY(auto max_tokens, get_int(body, max_key, 1, std::numeric_limits<int32_t>::max()));
+  if (max_tokens) p.max_tokens = static_cast<int32_t>(*max_tokens);
+
+  SLUICE_API_TRY(auto temperature, get_number_in(body, "temperature", 0, 2));
+  p.sampling.temperature = static_cast<float>(temperature.value_or(1.0));
+  SLUICE_API_TRY(auto top_p, get_number_in(body, "top_p", 0, 1, /*min_open=*/true));
+  p.sampling.top_p = static_cast<float>(top_p.value_or(1.0));
+  SLUICE_API_TRY(auto top_k, get_int(body, "top_k", -1, std::numeric_limits<int32_t>::max()));
+  p.sampling.top_k = static_cast<int32_t>(std::max<int64_t>(0, top_k.value_or(0)));
+  SLUICE_API_TRY(auto min_p, get_number_in(body, "min_p", 0, 1));
+  p.sampling.min_p = static_cast<float>(min_p.value_or(0.0));
+  SLUICE_API_TRY(auto presence, get_number_in(body, "presence_penalty", -2, 2));
+  p.sampling.presence_penalty = static_cast<float>(presence.value_or(0.0));
+  SLUICE_API_TRY(auto frequency, get_number_in(body, "frequency_penalty", -2, 2));
+  p.sampling.frequency_penalty = static_cast<float>(frequency.value_or(0.0));
+  SLUICE_API_TRY(auto repetition, get_number_in(body, "repetition_penalty", 0, 100, /*min_open=*/true));
+  p.sampling.repetition_penalty = static_cast<float>(repetition.value_or(1.0));
+
+  if (const Json* seed = field(body, "seed")) {
+    if (seed->is_number_unsigned()) p.seed = seed->get<uint64_t>();
+    else if (seed->is_number_integer()) p.seed = static_cast<uint64_t>(seed->get<int64_t>());
+    else return std::unexpected(wrong_type("seed", "an integer", *seed));
+  }
+
+  if (const Json* stop = field(body, "stop")) {
+    if (stop->is_string()) {
+      p.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      for (const Json& s : *stop) {
+        if (!s.is_string()) return std::unexpected(wrong_type("stop", "a string or an array of strings", s));
+        p.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      return std::unexpected(wrong_type("stop", "a string or an array of strings", *stop));
+    }
+    if (p.stop.size() > static_cast<size_t>(kMaxStopStrings)) {
+      return std::unexpected(
+          ApiError::invalid(fmt::format("'stop' may hold at most {} strings, got {}", kMaxStopStrings, p.stop.size()), "stop"));
+    }
+    for (const auto& s : p.stop) {
+      if (s.empty()) return std::unexpected(ApiError::invalid("'stop' strings must not be empty", "stop"));
+    }
+  }
+  if (const Json* ids = field(body, "stop_token_ids")) {
+    if (!ids->is_array()) return std::unexpected(wrong_type("stop_token_ids", "an array of integers", *ids));
+    SLUICE_API_TRY(p.stop_token_ids, token_array(*ids, "stop_token_ids"));
+  }
+  SLUICE_API_TRY(auto ignore_eos, get_bool(body, "ignore_eos"));
+  p.ignore_eos = ignore_eos.value_or(false);
+
+  SLUICE_API_TRY(auto stream, get_bool(body, "stream"));
+  p.stream = stream.value_or(false);
+  if (const Json* so = field(body, "stream_options")) {
+    if (!so->is_object()) return std::unexpected(wrong_type("stream_options", "an object", *so));
+    if (!p.stream) {
+      return std::unexpected(ApiError::invalid("'stream_options' is only allowed when 'stream' is true", "stream_options"));
+    }
+    SLUICE_API_TRY(auto include_usage, get_bool(*so, "include_usage"));
+    p.include_usage = include_usage.value_or(false);
+  }
+
+  if (chat) {
+    SLUICE_API_TRY(auto logprobs, get_bool(body, "logprobs"));
+    p.logprobs = logprobs.value_or(false);
+    SLUICE_API_TRY(auto top, get_int(body, "top_logprobs", 0, kMaxTopLogprobs));
+    if (top && !p.logprobs && *top > 0) {
+      return std::unexpected(ApiError::invalid("'top_logprobs' needs 'logprobs' set to true", "top_logprobs"));
+    }
+    p.sampling.top_logprobs = static_cast<int32_t>(top.value_or(0));
+  } else {
+    // Legacy completions: logprobs is the number of alternatives (0: the chosen token only).
+    SLUICE_API_TRY(auto logprobs, get_int(body, "logprobs", 0, kMaxTopLogprobs));
+    p.logprobs = logprobs.has_value();
+    p.sampling.top_logprobs = static_cast<int32_t>(logprobs.value_or(0));
+  }
+
+  SLUICE_API_TRY(auto user, get_string(body, "user"));
+  p.user = user.value_or("");
+  SLUICE_API_TRY(auto priority, get_int(body, "priority", std::numeric_limits<int32_t>::min(),
+                                        std::numeric_limits<int32_t>::max()));
+  p.priority = static_cast<int32_t>(priority.value_or(0));
+  return p;
+}
+
+// Chat message content as the templates expect it: a string. Text parts are joined with
+// newlines; anything else (images, audio) is refused.
+ApiResult<Json> flatten_content(const Json& content, size_t index) {
+  const std::string param = fmt::format("messages[{}].content", index);
+  if (content.is_string() || content.is_null()) return content;
+  if (!content.is_array()) {
+    return std::unexpected(ApiError::invalid(
+        fmt::format("'{}' must be a string or an array of content parts, got {}", param, json_type_name(content)), param));
+  }
+  std::string text;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const Json& part = content[i];
+    const Json* type = part.is_object() ? field(part, "type") : nullptr;
+    if (!type || !type->is_string()) {
+      return std::unexpected(ApiError::invalid(fmt::format("'{}[{}]' must be an object with a 'type'", param, i), param));
+    }
+    if (*type != "text") {
+      return std::unexpected(ApiError::invalid(
+          fmt::format("'{}[{}]' has type '{}'; only text content is supported", param, i, type->get<std::string>()),
+          param));
+    }
+    const Json* t = field(part, "text");
+    if (!t || !t->is_string()) {
+      return std::unexpected(ApiError::invalid(fmt::format("'{}[{}].text' must be a string", param, i), param));
+    }
+    if (i > 0) text += '\n';
+    text += t->get<std::string>();
+  }
+  return Json(text);
+}
+
+ApiResult<Json> parse_messages(const Json& body) {
+  const Json* messages = field(body, "messages");
+  if (!messages) return std::unexpected(ApiError::invalid("'messages' is required", "messages"));
+  if (!messages->is_array()) return std::unexpected(wrong_type("messages", "an array", *messages));
+  if (messages->empty()) return std::unexpected(ApiError::invalid("'messages' must not be empty", "messages"));
+  Json out = Json::array();
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const Json& m = (*messages)[i];
+    const std::string param = fmt::format("messages[{}]", i);
+    if (!m.is_object()) {
+      return std::unexpected(
+          ApiError::invalid(fmt::format("'{}' must be an object, got {}", param, json_type_name(m)), param));
+    }
+    const Json* role = field(m, "role");
+    if (!role || !role->is_string() || role->get<std::string>().empty()) {
+      return std::unexpected(ApiError::invalid(fmt::format("'{}.role' must be a non-empty string", param), param));
+    }
+    Json copy = m;
+    const Json* content = field(m, "content");
+    if (!content) {
+      // Only an assistant message that calls tools may go without content.
+      if (*role != "assistant" || !field(m, "tool_calls")) {
+        return std::unexpected(ApiError::invalid(fmt::format("'{}.content' is required", param), param));
+      }
+      copy["content"] = nullptr;
+    } else {
+      SLUICE_API_TRY(copy["content"], flatten_content(*content, i));
+    }
+    out.push_back(std::move(copy));
+  }
+  return out;
+}
+
+}  // namespace
+
+ApiResult<CompletionRequest> parse_completion_request(const Json& body) {
+  CompletionRequest r;
+  SLUICE_API_TRY(r.params, parse_generation(body, /*chat=*/false));
+  const Json* prompt = field(body, "prompt");
+  if (!prompt) return std::unexpected(ApiError::invalid("'prompt' is required", "prompt"));
+  const char* expected = "a string, an array of token ids, or an array of either";
+  if (prompt->is_string()) {
+    r.prompts.push_back({.text = prompt->get<std::string>()});
+  } else if (prompt->is_array()) {
+    if (prompt->empty()) return std::unexpected(ApiError::invalid("'prompt' must not be empty", "prompt"));
+    const Json& first = (*prompt)[0];
+    if (first.is_number()) {
+      SLUICE_API_TRY(auto ids, token_array(*prompt, "prompt"));
+      r.prompts.push_back({.is_tokens = true, .tokens = std::move(ids)});
+    } else {
+      for (const Json& p : *prompt) {
+        if (p.is_string()) {
+          r.prompts.push_back({.text = p.get<std::string>()});
+        } else if (p.is_array() && !p.empty()) {
+          SLUICE_API_TRY(auto ids, token_array(p, "prompt"));
+          r.prompts.push_back({.is_tokens = true, .tokens = std::move(ids)});
+        } else {
+          return std::unexpected(ApiError::invalid(
+              fmt::format("'prompt' must be {}; found an element of type {}", expected,
+                          p.is_array() ? "empty array" : json_type_name(p)),
+              "prompt"));
+        }
+      }
+    }
+  } else {
+    return std::unexpected(wrong_type("prompt", expected, *prompt));
+  }
+  if (r.prompts.size() * static_cast<size_t>(r.params.n) > static_cast<size_t>(kMaxChoices)) {
+    return std::unexpected(ApiError::invalid(
+        fmt::format("{} prompts x n = {} asks for {} choices; at most {} per request", r.prompts.size(), r.params.n,
+                    r.prompts.size() * r.params.n, kMaxChoices),
+        "n"));
+  }
+  return r;
+}
+
+ApiResult<ChatRequest> parse_chat_request(const Json& body) {
+  ChatRequest r;
+  SLUICE_API_TRY(r.params, parse_generation(body, /*chat=*/true));
+  SLUICE_API_TRY(r.messages, parse_messages(body));
+  if (const Json* tools = field(body, "tools")) {
+    if (!tools->is_array()) return std::unexpected(wrong_type("tools", "an array", *tools));
+    r.tools = *tools;
+  }
+  if (const Json* kwargs = field(body, "chat_template_kwargs")) {
+    if (!kwargs->is_object()) return std::unexpected(wrong_type("chat_template_kwargs", "an object", *kwargs));
+    r.template_kwargs = *kwargs;
+  } else {
+    r.template_kwargs = Json::object();
+  }
+  SLUICE_API_TRY(auto agp, get_bool(body, "add_generation_prompt"));
+  r.add_generation_prompt = agp.value_or(true);
+  return r;
+}
+
+ApiResult<TokenizeRequest> parse_tokenize_request(const Json& body) {
+  TokenizeRequest r;
+  SLUICE_API_TRY(auto model, get_string(body, "model"));
+  r.model = model.value_or("");
+  const bool has_prompt = field(body, "prompt") != nullptr, has_messages = field(body, "messages") != nullptr;
+  if (has_prompt == has_messages) {
+    return std::unexpected(ApiError::invalid("give exactly one of 'prompt' (a string) and 'messages'", "prompt"));
+  }
+  if (has_prompt) {
+    SLUICE_API_TRY(auto prompt, get_string(body, "prompt"));
+    r.prompt = std::move(*prompt);
+  } else {
+    r.is_chat = true;
+    SLUICE_API_TRY(r.messages, parse_messages(body));
+    SLUICE_API_TRY(auto agp, get_bool(body, "add_generation_prompt"));
+    r.add_generation_prompt = agp.value_or(true);
+  }
+  // Chat prompts carry their own special tokens (from the template), as vLLM's default.
+  SLUICE_API_TRY(auto special, get_bool(body, "add_special_tokens"));
+  r.add_special_tokens = special.value_or(!r.is_chat);
+  return r;
+}
+
+ApiResult<DetokenizeRequest> parse_detokenize_request(const Json& body) {
+  DetokenizeRequest r;
+  SLUICE_API_TRY(auto model, get_string(body, "model"));
+  r.model = model.value_or("");
+  const Json* tokens = field(body, "tokens");
+  if (!tokens) return std::unexpected(ApiError::invalid("'tokens' is required", "tokens"));
+  if (!tokens->is_array()) return std::unexpected(wrong_type("tokens", "an array of integers", *tokens));
+  SLUICE_API_TRY(r.tokens, token_array(*tokens, "tokens"));
+  return r;
+}
+
+}  // namespace sluice::server

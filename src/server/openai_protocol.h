@@ -1,0 +1,128 @@
+// The OpenAI HTTP API as sluice speaks it: request bodies parsed into typed, validated
+// structs, and the error object every failure is reported with. Pure functions of their
+// input (no engine, no sockets), so each rule here is tested directly (protocol_test.cc) and
+// fuzzed (protocol_fuzz_test.cc).
+//
+// Parsing is strict about types and ranges and lenient about unknown fields: clients send
+// fields other servers know (OpenAI's own, vLLM's), and refusing them would break the clients
+// this server is for. Each error names the field ("param") and what was wrong with it.
+//
+// Beyond OpenAI's fields, vLLM's sampling extensions are accepted with the same meaning:
+// top_k (0 or -1: off), min_p, repetition_penalty, ignore_eos, stop_token_ids, priority,
+// and chat_template_kwargs (extra variables for the chat template).
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/sampler.h"
+
+namespace sluice::server {
+
+using Json = nlohmann::ordered_json;  // request key order matters to chat templates (tool schemas)
+
+// An API failure: the HTTP status and OpenAI's error object
+//   {"error": {"message": ..., "type": ..., "param": ..., "code": ...}}
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;     // empty: null
+  std::string code;      // empty: null
+  int retry_after = 0;   // seconds, sent as Retry-After when > 0 (429, 503)
+
+  static ApiError invalid(std::string message, std::string param = {});
+  static ApiError not_found(std::string message, std::string code = {});
+  static ApiError unauthorized(std::string message);
+  static ApiError too_large(std::string message);
+  static ApiError overloaded(std::string message);
+  static ApiError unavailable(std::string message);
+  static ApiError internal(std::string message);
+
+  std::string body() const;
+};
+
+template <typename T>
+using ApiResult = std::expected<T, ApiError>;
+
+// SLUICE_API_TRY(lhs, expr): evaluates expr (an ApiResult); on error returns it from the
+// enclosing function, else moves the value into lhs (a declaration or an lvalue).
+#define SLUICE_API_TRY(lhs, expr) SLUICE_API_TRY_IMPL_(SLUICE_CONCAT_(api_try_, __LINE__), lhs, expr)
+#define SLUICE_API_TRY_IMPL_(tmp, lhs, expr)             \
+  auto tmp = (expr);                                     \
+  if (!tmp) return std::unexpected(std::move(tmp).error()); \
+  lhs = std::move(*tmp)
+
+// Parses a request body: a JSON object, or a 400 saying where the JSON is malformed.
+ApiResult<Json> parse_body(std::string_view body);
+
+// One prompt of /v1/completions: text, or token ids.
+struct PromptInput {
+  bool is_tokens = false;
+  std::string text;
+  std::vector<int32_t> tokens;
+};
+
+// What /v1/completions and /v1/chat/completions share.
+struct GenerationParams {
+  std::string model;                    // empty: the served model
+  int32_t n = 1;                        // choices per prompt
+  std::optional<int32_t> max_tokens;    // none: completions 16, chat up to the context
+  SamplingParams sampling;              // temperature defaults to 1, as OpenAI's
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  bool stream = false;
+  bool include_usage = false;           // stream_options.include_usage
+  bool logprobs = false;                // report logprobs (sampling.top_logprobs alternatives)
+  std::string user;
+  int32_t priority = 0;
+};
+
+struct CompletionRequest {
+  GenerationParams params;
+  std::vector<PromptInput> prompts;     // one or more
+};
+
+struct ChatRequest {
+  GenerationParams params;
+  Json messages;                        // validated; content parts flattened to strings
+  Json tools;                           // null when absent
+  Json template_kwargs;                 // chat_template_kwargs: an object, possibly empty
+  bool add_generation_prompt = true;
+};
+
+struct TokenizeRequest {
+  std::string model;
+  bool is_chat = false;
+  std::string prompt;                   // when !is_chat
+  Json messages;                        // when is_chat
+  bool add_special_tokens = true;       // BOS where the vocabulary asks (text prompts)
+  bool add_generation_prompt = true;    // chat
+};
+
+struct DetokenizeRequest {
+  std::string model;
+  std::vector<int32_t> tokens;
+};
+
+// Upper bounds on what one request may ask for.
+inline constexpr int32_t kMaxChoices = 128;       // prompts x n
+inline constexpr int32_t kMaxStopStrings = 16;
+inline constexpr int32_t kMaxTopLogprobs = 20;
+
+ApiResult<CompletionRequest> parse_completion_request(const Json& body);
+ApiResult<ChatRequest> parse_chat_request(const Json& body);
+ApiResult<TokenizeRequest> parse_tokenize_request(const Json& body);
+ApiResult<DetokenizeRequest> parse_detokenize_request(const Json& body);
+
+// A JSON value's type in OpenAI's words ("string", "integer", "array", ...), for messages.
+std::string json_type_name(const Json& v);
+
+}  // namespace sluice::server

@@ -1,0 +1,214 @@
+// Request parsing and /metrics formatting, without a network.
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "server/openai_protocol.h"
+#include "server/prometheus.h"
+
+namespace sluice::server {
+namespace {
+
+Json body(std::string_view text) {
+  auto j = parse_body(text);
+  EXPECT_TRUE(j.has_value()) << text;
+  return j ? *j : Json::object();
+}
+
+TEST(ProtocolTest, CompletionDefaultsAndFields) {
+  auto r = parse_completion_request(body(R"({"prompt": "hi"})"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->prompts.size(), 1u);
+  EXPECT_EQ(r->prompts[0].text, "hi");
+  EXPECT_EQ(r->params.n, 1);
+  EXPECT_FALSE(r->params.max_tokens.has_value());
+  EXPECT_EQ(r->params.sampling.temperature, 1.0f);  // OpenAI's default
+  EXPECT_FALSE(r->params.logprobs);
+
+  r = parse_completion_request(body(R"({"prompt": [[1, 2], "x"], "n": 3, "max_tokens": 7, "temperature": 0,
+      "top_p": 0.5, "top_k": -1, "min_p": 0.1, "seed": -1, "stop": "END", "logprobs": 0, "stream": true,
+      "stream_options": {"include_usage": true}, "user": "s1", "priority": -2, "ignore_eos": true,
+      "presence_penalty": 1.5, "frequency_penalty": -0.5, "unknown_field": {"is": "ignored"}, "max_tokens_extra": 1})"));
+  ASSERT_TRUE(r) << r.error().message;
+  ASSERT_EQ(r->prompts.size(), 2u);
+  EXPECT_TRUE(r->prompts[0].is_tokens);
+  EXPECT_EQ(r->prompts[0].tokens, (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(r->prompts[1].text, "x");
+  const GenerationParams& p = r->params;
+  EXPECT_EQ(p.n, 3);
+  EXPECT_EQ(p.max_tokens, 7);
+  EXPECT_EQ(p.sampling.temperature, 0.0f);
+  EXPECT_EQ(p.sampling.top_p, 0.5f);
+  EXPECT_EQ(p.sampling.top_k, 0);  // -1 is vLLM's "off"
+  EXPECT_FLOAT_EQ(p.sampling.min_p, 0.1f);
+  EXPECT_EQ(p.seed, std::numeric_limits<uint64_t>::max());
+  EXPECT_EQ(p.stop, std::vector<std::string>{"END"});
+  EXPECT_TRUE(p.logprobs);  // logprobs: 0 asks for the chosen token's logprob
+  EXPECT_EQ(p.sampling.top_logprobs, 0);
+  EXPECT_TRUE(p.stream);
+  EXPECT_TRUE(p.include_usage);
+  EXPECT_EQ(p.user, "s1");
+  EXPECT_EQ(p.priority, -2);
+  EXPECT_TRUE(p.ignore_eos);
+  EXPECT_FLOAT_EQ(p.sampling.presence_penalty, 1.5f);
+  EXPECT_FLOAT_EQ(p.sampling.frequency_penalty, -0.5f);
+}
+
+TEST(ProtocolTest, NullMeansAbsent) {
+  auto r = parse_completion_request(body(R"({"prompt": "x", "max_tokens": null, "temperature": null, "stop": null})"));
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(r->params.max_tokens);
+  EXPECT_EQ(r->params.sampling.temperature, 1.0f);
+}
+
+TEST(ProtocolTest, ChatMessagesAndLogprobs) {
+  auto r = parse_chat_request(body(R"({"messages": [
+      {"role": "system", "content": "s"},
+      {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+      {"role": "assistant", "tool_calls": [{"id": "1"}]}],
+      "logprobs": true, "top_logprobs": 3, "max_completion_tokens": 9, "max_tokens": 100,
+      "chat_template_kwargs": {"enable_thinking": false}})"));
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->messages[1]["content"], "a\nb");
+  EXPECT_TRUE(r->messages[2]["content"].is_null());
+  EXPECT_EQ(r->messages[2]["tool_calls"][0]["id"], "1");
+  EXPECT_TRUE(r->params.logprobs);
+  EXPECT_EQ(r->params.sampling.top_logprobs, 3);
+  EXPECT_EQ(r->params.max_tokens, 9);  // max_completion_tokens wins
+  EXPECT_TRUE(r->tools.is_null());
+  EXPECT_EQ(r->template_kwargs["enable_thinking"], false);
+  // Key order is the client's (templates print tool schemas in it).
+  auto ordered = parse_chat_request(body(R"({"messages": [{"role": "user", "content": "x"}],
+      "tools": [{"type": "function", "function": {"name": "f", "parameters": {"z": 1, "a": 2}}}]})"));
+  ASSERT_TRUE(ordered);
+  EXPECT_EQ(ordered->tools.dump(), R"([{"type":"function","function":{"name":"f","parameters":{"z":1,"a":2}}}])");
+}
+
+struct BadCase {
+  const char* body;
+  bool chat;
+  const char* message;
+  const char* param;
+};
+
+TEST(ProtocolTest, BadRequestsNameTheField) {
+  const BadCase cases[] = {
+      {R"({})", false, "'prompt' is required", "prompt"},
+      {R"({"prompt": []})", false, "'prompt' must not be empty", "prompt"},
+      {R"({"prompt": [1, "a"]})", false, "'prompt' token at index 1 must be a non-negative integer token id, got string", "prompt"},
+      {R"({"prompt": [[]]})", false, "found an element of type empty array", "prompt"},
+      {R"({"prompt": [-3]})", false, "got -3", "prompt"},
+      {R"({"prompt": "x", "n": 2.5})", false, "'n' must be an integer, got number", "n"},
+      {R"({"prompt": "x", "max_tokens": true})", false, "'max_tokens' must be an integer, got boolean", "max_tokens"},
+      {R"({"prompt": "x", "max_tokens": 99999999999})", false, "'max_tokens' must be in [1, 2147483647]", "max_tokens"},
+      {R"({"prompt": "x", "temperature": "hot"})", false, "'temperature' must be a number, got string", "temperature"},
+      {R"({"prompt": "x", "min_p": 1.5})", false, "'min_p' must be in [0, 1], got 1.5", "min_p"},
+      {R"({"prompt": "x", "presence_penalty": -3})", false, "'presence_penalty' must be in [-2, 2]", "presence_penalty"},
+      {R"({"prompt": "x", "repetition_penalty": 0})", false, "'repetition_penalty' must be in (0, 100]", "repetition_penalty"},
+      {R"({"prompt": "x", "top_k": -2})", false, "'top_k' must be in [-1,", "top_k"},
+      {R"({"prompt": "x", "seed": "1"})", false, "'seed' must be an integer, got string", "seed"},
+      {R"({"prompt": "x", "stop": ["a", ""]})", false, "'stop' strings must not be empty", "stop"},
+      {R"({"prompt": "x", "stop": ["1","2","3","4","5","6","7","8","9","10","11","12","13","14","15","16","17"]})", false,
+       "at most 16 strings, got 17", "stop"},
+      {R"({"prompt": "x", "stream": "yes"})", false, "'stream' must be a boolean", "stream"},
+      {R"({"prompt": "x", "logit_bias": {"1": 5}})", false, "'logit_bias' is not supported", "logit_bias"},
+      {R"({"prompt": "x", "best_of": 3})", false, "'best_of' other than 1", "best_of"},
+      {R"({"prompt": "x", "suffix": "y"})", false, "'suffix' is not supported", "suffix"},
+      {R"({"prompt": ["a","b","c"], "n": 50})", false, "asks for 150 choices; at most 128", "n"},
+      {R"({"prompt": "x", "user": 5})", false, "'user' must be a string, got integer", "user"},
+      {R"({"messages": "hi"})", true, "'messages' must be an array, got string", "messages"},
+      {R"({"messages": [5]})", true, "'messages[0]' must be an object, got integer", "messages[0]"},
+      {R"({"messages": [{"role": "user"}]})", true, "'messages[0].content' is required", "messages[0]"},
+      {R"({"messages": [{"role": "user", "content": 5}]})", true, "must be a string or an array of content parts", "messages[0].content"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})", true, "'messages[0].content[0].text' must be a string", "messages[0].content"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 1})", true, "'logprobs' must be a boolean", "logprobs"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 21, "logprobs": true})", true, "'top_logprobs' must be in [0, 20]", "top_logprobs"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})", true, "'tools' must be an array", "tools"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})", true, "only 'response_format'", "response_format"},
+  };
+  for (const BadCase& c : cases) {
+    const Json j = body(c.body);
+    const ApiError e = c.chat ? parse_chat_request(j).error() : parse_completion_request(j).error();
+    EXPECT_EQ(e.status, 400) << c.body;
+    EXPECT_NE(e.message.find(c.message), std::string::npos) << c.body << "\n  got: " << e.message;
+    EXPECT_EQ(e.param, c.param) << c.body;
+  }
+}
+
+TEST(ProtocolTest, MalformedBodies) {
+  EXPECT_NE(parse_body("").error().message.find("the body is empty"), std::string::npos);
+  EXPECT_NE(parse_body("{\"a\": ").error().message.find("not valid JSON (at byte"), std::string::npos);
+  EXPECT_NE(parse_body("\"x\"").error().message.find("must be a JSON object, got string"), std::string::npos);
+  EXPECT_NE(parse_body("{\"a\": \"\xff\"}").error().message.find("not valid JSON"), std::string::npos);
+  EXPECT_NE(parse_body(std::string(100000, '[')).error().message.find("deeper than 64"), std::string::npos);
+  // Brackets inside strings do not count as nesting.
+  EXPECT_TRUE(parse_body("{\"a\": \"" + std::string(1000, '[') + "\"}"));
+}
+
+TEST(ProtocolTest, ErrorBodyIsOpenAiShaped) {
+  const Json e = Json::parse(ApiError::invalid("bad \"thing\"", "n").body());
+  EXPECT_EQ(e["error"]["message"], "bad \"thing\"");
+  EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(e["error"]["param"], "n");
+  EXPECT_TRUE(e["error"]["code"].is_null());
+  EXPECT_EQ(ApiError::overloaded("full").status, 429);
+  EXPECT_GT(ApiError::overloaded("full").retry_after, 0);
+}
+
+// Mutated valid bodies: whatever comes out, parsing returns a value or an error.
+TEST(ProtocolTest, MutatedBodiesNeverCrash) {
+  const std::string seeds[] = {
+      R"({"prompt": ["a", [1, 2]], "n": 2, "max_tokens": 3, "stop": ["x"], "stream": true, "stream_options": {"include_usage": true}, "logprobs": 2})",
+      R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}]}], "tools": [{"type": "function"}], "top_logprobs": 2, "logprobs": true, "seed": 5})",
+      R"({"prompt": "hi", "messages": [{"role": "user", "content": "x"}], "tokens": [1, 2, 3], "add_special_tokens": false})",
+  };
+  const std::string alphabet = std::string("{}[]\",:0123456789-.eEtruefalsnl \\\xff") + '\0' + "abc";
+  std::mt19937 rng(1234);
+  int parsed = 0;
+  for (int i = 0; i < 6000; ++i) {
+    std::string s = seeds[i % 3];
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int k = 0; k < edits && !s.empty(); ++k) {
+      const size_t pos = rng() % s.size();
+      switch (rng() % 4) {
+        case 0: s[pos] = alphabet[rng() % alphabet.size()]; break;
+        case 1: s.erase(pos, 1 + rng() % 8); break;
+        case 2: s.insert(pos, 1, alphabet[rng() % alphabet.size()]); break;
+        default: s.resize(pos); break;
+      }
+    }
+    auto j = parse_body(s);
+    if (!j) continue;
+    ++parsed;
+    (void)parse_completion_request(*j);
+    (void)parse_chat_request(*j);
+    (void)parse_tokenize_request(*j);
+    (void)parse_detokenize_request(*j);
+  }
+  EXPECT_GT(parsed, 300);  // the mutations reach the field checks, not only the JSON parser
+}
+
+TEST(PrometheusTest, HistogramsAreCumulativeAndLabelsEscaped) {
+  EngineMetrics m;
+  m.ttft_seconds.observe(0.002);
+  m.ttft_seconds.observe(0.2);
+  m.ttft_seconds.observe(500);
+  m.prefix_cache_query_tokens = 100;
+  m.prefix_cache_hit_tokens = 60;
+  HttpMetrics http;
+  http.responses[{"/v1/completions", 200}] = 3;
+  const std::string text = prometheus_text(m, http, "a\"b\\c\nd");
+  const std::string label = R"(model_name="a\"b\\c\nd")";
+  EXPECT_NE(text.find("sluice_time_to_first_token_seconds_bucket{" + label + ",le=\"0.001\"} 0\n"), std::string::npos);
+  EXPECT_NE(text.find("sluice_time_to_first_token_seconds_bucket{" + label + ",le=\"0.0025\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("sluice_time_to_first_token_seconds_bucket{" + label + ",le=\"120\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("sluice_time_to_first_token_seconds_bucket{" + label + ",le=\"+Inf\"} 3\n"), std::string::npos);
+  EXPECT_NE(text.find("sluice_time_to_first_token_seconds_count{" + label + "} 3\n"), std::string::npos);
+  EXPECT_NE(text.find("sluice_prefix_cache_queries_total{" + label + "} 100\n"), std::string::npos);
+  EXPECT_NE(text.find("sluice_prefix_cache_hits_total{" + label + "} 60\n"), std::string::npos);
+  EXPECT_NE(text.find("sluice_http_responses_total{route=\"/v1/completions\",code=\"200\"} 3\n"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE sluice_time_to_first_token_seconds histogram\n"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sluice::server
