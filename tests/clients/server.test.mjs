@@ -68,7 +68,8 @@ async function waitAllBlocksFree() {
 
 before(async () => {
   const s = await startServer(["--api-key", API_KEY, "--max-num-seqs", "16", "--max-queued-requests", "64",
-                               "--max-request-bytes", "65536", "--served-model-name", "tiny"]);
+                               "--max-request-bytes", "65536", "--served-model-name", "tiny",
+                               "--drain-timeout", "600"]);
   server = s.proc;
   base = s.url;
   client = new OpenAI({ baseURL: `${base}/v1`, apiKey: API_KEY, maxRetries: 0 });
@@ -163,7 +164,7 @@ test("32 streaming clients, a third disconnect mid-stream: the rest complete and
   const results = await Promise.all(Array.from({ length: 32 }, async (_, i) => {
     const controller = new AbortController();
     const stream = await client.chat.completions.create(
-      { messages: [{ role: "user", content: `story ${i}` }], max_tokens: 256, temperature: 0, stream: true,
+      { messages: [{ role: "user", content: `story ${i}` }], max_tokens: 96, temperature: 0, stream: true,
         ignore_eos: true },
       { signal: controller.signal });
     let chunks = 0;
@@ -278,13 +279,26 @@ test("promtool accepts /metrics", async () => {
 });
 
 test("SIGTERM: in-flight requests finish, then the server exits cleanly", async () => {
-  // Long enough (1000 tokens) to be still running when the signal arrives.
-  const pending = client.completions.create({ prompt: "last one", max_tokens: 1000, temperature: 0, ignore_eos: true });
-  await new Promise((r) => setTimeout(r, 100));
-  server.kill("SIGTERM");
-  const r = await pending;
-  assert.equal(r.usage.completion_tokens, 1000);
+  // The signal goes out once the request is under way (its first chunk arrived).
+  const stream = await client.completions.create({
+    prompt: "last one", max_tokens: 300, temperature: 0, ignore_eos: true, stream: true,
+    stream_options: { include_usage: true },
+  });
+  let signalled = false;
+  let usage;
+  let finish;
+  for await (const chunk of stream) {
+    if (!signalled) {
+      server.kill("SIGTERM");
+      signalled = true;
+    }
+    if (chunk.usage) usage = chunk.usage;
+    finish = chunk.choices[0]?.finish_reason ?? finish;
+  }
+  assert.equal(finish, "length");
+  assert.equal(usage.completion_tokens, 300);
   const code = await new Promise((res) => (server.exitCode !== null ? res(server.exitCode) : server.on("exit", res)));
   assert.equal(code, 0, serverStderr);
+  assert.match(serverStderr, /SIGTERM: shutting down/);
   await assert.rejects(fetch(`${base}/health`));
 });
