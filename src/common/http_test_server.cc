@@ -92,6 +92,9 @@ struct TestHttpServer::Impl {
       auto [ec, socket] = co_await acceptor.async_accept(kTuple);
       if (ec) co_return;
       ++*num_connections;
+      // Without it, a chunk written right after another waits for the client's delayed ACK.
+      beast::error_code ignored;
+      socket.set_option(tcp::no_delay(true), ignored);
       net::co_spawn(io, session(std::move(socket)), net::detached);
     }
   }
