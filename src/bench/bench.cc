@@ -255,6 +255,7 @@ std::pair<std::vector<RequestRecord>, double> run_phase(net::io_context& io, Con
 
 Status validate(const BenchConfig& c) {
   if (Status s = validate(c.workload); !s) return s;
+  if (auto url = http::parse_url(c.url); !url) return url.error();
   auto invalid = [](std::string message) { return Status::error(std::move(message), StatusCode::kInvalid); };
   if (c.rate < 0) return invalid("--rate must be positive");
   if (c.rate == 0 && c.concurrency < 1) return invalid("--concurrency must be at least 1");
