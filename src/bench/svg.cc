@@ -80,13 +80,14 @@ class Svg {
     line(x - 3, y - 3, x + 3, y + 3, "#d62728", 1.5);
     line(x - 3, y + 3, x + 3, y - 3, "#d62728", 1.5);
   }
+  // Above the plot area, at its left, clear of the data.
   void legend(const Panel& p, const std::vector<std::string>& names) {
-    double x = p.x0 + 10;
+    double x = p.x0;
     for (size_t i = 0; i < names.size(); ++i) {
       const char* color = names[i] == "failed" ? "#d62728" : kColors[i % 4];
-      out_ += fmt::format(R"(<rect x="{:.1f}" y="{:.1f}" width="10" height="10" fill="{}"/>)", x, p.y0 + 6, color);
+      out_ += fmt::format(R"(<rect x="{:.1f}" y="{:.1f}" width="10" height="10" fill="{}"/>)", x, p.y0 - 20, color);
       out_ += '\n';
-      text(x + 14, p.y0 + 15, names[i], "start", 11);
+      text(x + 14, p.y0 - 11, names[i], "start", 11);
       x += 24 + 7.0 * static_cast<double>(names[i].size());
     }
   }
@@ -95,7 +96,7 @@ class Svg {
     out_ += fmt::format(R"(<rect x="{:.1f}" y="{:.1f}" width="{:.1f}" height="{:.1f}" fill="none" stroke="#444"/>)",
                         p.x0, p.y0, p.width, p.height);
     out_ += '\n';
-    text(p.x0 + p.width / 2, p.y0 - 10, title, "middle", 13);
+    text(p.x0 + p.width - 2, p.y0 - 10, title, "end", 13);
     text(p.x0 + p.width / 2, p.y0 + p.height + 32, xlabel);
     out_ += fmt::format(R"svg(<text x="{:.1f}" y="{:.1f}" font-size="11" text-anchor="middle" transform="rotate(-90 {:.1f} {:.1f})">{}</text>)svg",
                         p.x0 - 50, p.y0 + p.height / 2, p.x0 - 50, p.y0 + p.height / 2, xml_escape(ylabel));
@@ -211,7 +212,7 @@ std::string render_svg(const BenchReport& report) {
   const Summary& s = report.summary;
   double end_s = s.duration_s;
   for (const RequestRecord& r : report.records) end_s = std::max(end_s, r.start_s + r.e2e_s);
-  const double height = kTop + 3 * (kPanelHeight + kGap);
+  const double height = kTop + 3 * kPanelHeight + 2 * kGap;
   Svg svg;
   svg.out() += fmt::format(
       R"(<svg xmlns="http://www.w3.org/2000/svg" width="{0:g}" height="{1:g}" viewBox="0 0 {0:g} {1:g}" font-family="sans-serif">)",
