@@ -120,6 +120,23 @@ TEST(BenchRun, EveryRequestFailingIsAReportNotACrash) {
   EXPECT_NE(render_svg(*report).find("</svg>"), std::string::npos);
 }
 
+TEST(BenchRun, AnswersThatAreNotStreamsOrCarryAnErrorEventAreErrors) {
+  FakeOpenAi plain(FakeBehaviour{.no_stream = true});
+  auto report = run(random_config(plain.url(), 2));
+  ASSERT_TRUE(report) << report.error().message();
+  ASSERT_EQ(report->summary.errors.size(), 1u);
+  EXPECT_EQ(report->summary.errors[0].kind, "bad_stream");
+  EXPECT_NE(report->summary.errors[0].sample.find("not a stream"), std::string::npos)
+      << report->summary.errors[0].sample;
+
+  FakeOpenAi failing(FakeBehaviour{.error_event = true});
+  report = run(random_config(failing.url(), 2));
+  ASSERT_TRUE(report) << report.error().message();
+  ASSERT_EQ(report->summary.errors.size(), 1u);
+  EXPECT_EQ(report->summary.errors[0].kind, "stream_error");
+  EXPECT_NE(report->summary.errors[0].sample.find("out of KV blocks"), std::string::npos);
+}
+
 TEST(BenchRun, RefusedConnectionsAreErrorsNotAHang) {
   uint16_t port = 0;
   {

@@ -61,6 +61,10 @@ net::awaitable<void> FakeOpenAi::respond(const nlohmann::json& body, bool chat, 
     prompt_tokens = count_words(body["prompt"].get<std::string>());
   }
   const int max_tokens = body["max_tokens"].get<int>();
+  if (behaviour_.no_stream) {
+    co_await ex.respond(200, R"({"choices":[{"text":"all at once","finish_reason":"length"}]})");
+    co_return;
+  }
   co_await ex.begin_chunked(200, "text/event-stream");
   if (behaviour_.hang) {
     co_await ex.sleep(10s);  // cut short when the server is destroyed
@@ -72,6 +76,12 @@ net::awaitable<void> FakeOpenAi::respond(const nlohmann::json& body, bool chat, 
   for (int i = 0; i < max_tokens; ++i) {
     if (behaviour_.drop_every > 0 && arrival % behaviour_.drop_every == 0 && i == 2) {
       ex.close();
+      co_return;
+    }
+    if (behaviour_.error_event && i == 1) {
+      co_await ex.chunk(R"(data: {"error":{"message":"out of KV blocks","code":500}})" + eol + eol);
+      co_await ex.chunk("data: [DONE]" + eol + eol);
+      co_await ex.end_chunked();
       co_return;
     }
     const std::string piece = fmt::format("{}w{}", i == 0 ? "" : " ", i);

@@ -27,6 +27,8 @@ struct FakeBehaviour {
   int fail_all_with = 0;      // every request gets this status
   bool hang = false;          // stream the head, then nothing
   bool report_cached = true;  // usage has prompt_tokens_details.cached_tokens
+  bool no_stream = false;     // answer with one JSON body, as if "stream" were false
+  bool error_event = false;   // after the first token, an error event instead of the rest
 };
 
 class FakeOpenAi {

@@ -176,6 +176,10 @@ boost::asio::awaitable<RequestOutcome> send_request(http::HttpConnection& connec
     r.error_kind = e.kind == http::ErrorKind::kStatus ? fmt::format("http_{}", e.status)
                                                       : std::string(http::error_kind_name(e.kind));
     r.error = e.message;
+  } else if (response->header("content-type").find("text/event-stream") == std::string_view::npos) {
+    r.error_kind = "bad_stream";
+    r.error = fmt::format("POST {}: the response is not a stream (Content-Type: '{}')", request.target,
+                          response->header("content-type"));
   } else if (!stream_error.empty()) {
     r.error_kind = stream_error_kind;
     r.error = stream_error;
