@@ -109,16 +109,91 @@ Result<StreamChunk> parse_stream_chunk(std::string_view data, Api api) {
   return chunk;
 }
 
+namespace {
+
+// Reads the events of one stream as its pieces arrive, and keeps what the record is made of.
+class StreamReader {
+ public:
+  StreamReader(Api api, std::string target) : api_(api), target_(std::move(target)) {}
+
+  void on_piece(std::string_view piece) {
+    sse_.feed(piece, [this](const http::SseEvent& event) { on_event(event); });
+  }
+
+  // Fills the timings, token counts and outcome of `r` once the response has ended.
+  void finish(const http::HttpResult<http::HttpResponse>& response, Clock::time_point start, RequestRecord& r) const {
+    r.num_token_chunks = static_cast<int32_t>(token_times_.size());
+    if (!token_times_.empty()) r.ttft_s = seconds(token_times_.front() - start);
+    for (size_t i = 1; i < token_times_.size(); ++i) r.itl_s.push_back(seconds(token_times_[i] - token_times_[i - 1]));
+    r.finish_reason = finish_reason_;
+    r.output_tokens = r.num_token_chunks;
+    if (usage_) {
+      r.prompt_tokens = usage_->prompt_tokens;
+      r.cached_tokens = usage_->cached_tokens;
+      if (usage_->completion_tokens >= 0) r.output_tokens = usage_->completion_tokens, r.output_tokens_from_usage = true;
+    }
+    if (!response) {
+      const http::HttpError& e = response.error();
+      r.error_kind = e.kind == http::ErrorKind::kStatus ? fmt::format("http_{}", e.status)
+                                                        : std::string(http::error_kind_name(e.kind));
+      r.error = e.message;
+    } else if (response->header("content-type").find("text/event-stream") == std::string_view::npos) {
+      r.error_kind = "bad_stream";
+      r.error = fmt::format("POST {}: the response is not a stream (Content-Type: '{}')", target_,
+                            response->header("content-type"));
+    } else if (!error_.empty()) {
+      r.error_kind = error_kind_;
+      r.error = error_;
+    } else if (!done_ && finish_reason_.empty()) {
+      r.error_kind = "bad_stream";
+      r.error = fmt::format("POST {}: the stream ended without a finish_reason or [DONE]", target_);
+    } else {
+      r.ok = true;
+    }
+  }
+
+  std::string answer;  // the text of the token chunks
+
+ private:
+  void on_event(const http::SseEvent& event) {
+    if (done_ || !error_.empty()) return;
+    if (event.data == "[DONE]") {
+      done_ = true;
+      return;
+    }
+    auto chunk = parse_stream_chunk(event.data, api_);
+    if (!chunk) {
+      error_kind_ = "bad_stream";
+      error_ = fmt::format("POST {}: {}", target_, chunk.error().message());
+      return;
+    }
+    if (!chunk->error.empty()) {
+      error_kind_ = "stream_error";
+      error_ = fmt::format("POST {}: error in the stream: {}", target_, chunk->error);
+      return;
+    }
+    if (!chunk->text.empty()) {
+      token_times_.push_back(Clock::now());
+      answer += chunk->text;
+    }
+    if (!chunk->finish_reason.empty()) finish_reason_ = chunk->finish_reason;
+    if (chunk->usage) usage_ = chunk->usage;
+  }
+
+  const Api api_;
+  const std::string target_;
+  http::SseParser sse_;
+  std::vector<Clock::time_point> token_times_;  // [num_token_chunks] when each was read
+  std::string finish_reason_;
+  std::optional<Usage> usage_;
+  bool done_ = false;  // [DONE] was read
+  std::string error_kind_, error_;
+};
+
+}  // namespace
+
 boost::asio::awaitable<RequestOutcome> send_request(http::HttpConnection& connection, const ApiSettings& settings,
                                                     const RequestSpec& spec, Clock::time_point run_start) {
-  RequestOutcome out;
-  RequestRecord& r = out.record;
-  r.prefix_idx = spec.prefix_idx;
-  r.session_idx = spec.session_idx;
-  r.turn_idx = spec.turn_idx;
-  r.max_tokens = spec.max_tokens;
-  r.expected_prompt_tokens = spec.num_prompt_tokens;
-
   http::HttpRequest request;
   request.method = "POST";
   request.target = settings.url.target(settings.api == Api::kChat ? "/chat/completions" : "/completions");
@@ -126,69 +201,24 @@ boost::asio::awaitable<RequestOutcome> send_request(http::HttpConnection& connec
   request.headers.push_back({"Accept", "text/event-stream"});
   if (!settings.api_key.empty()) request.headers.push_back({"Authorization", "Bearer " + settings.api_key});
 
-  std::vector<Clock::time_point> token_times;
-  http::SseParser sse;
-  bool done = false;
-  std::optional<Usage> usage;
-  std::string stream_error, stream_error_kind;
-  auto on_event = [&](const http::SseEvent& event) {
-    if (done || !stream_error.empty()) return;
-    if (event.data == "[DONE]") {
-      done = true;
-      return;
-    }
-    auto chunk = parse_stream_chunk(event.data, settings.api);
-    if (!chunk) {
-      stream_error_kind = "bad_stream";
-      stream_error = fmt::format("POST {}: {}", request.target, chunk.error().message());
-      return;
-    }
-    if (!chunk->error.empty()) {
-      stream_error_kind = "stream_error";
-      stream_error = fmt::format("POST {}: error in the stream: {}", request.target, chunk->error);
-      return;
-    }
-    if (!chunk->text.empty()) {
-      token_times.push_back(Clock::now());
-      out.answer += chunk->text;
-    }
-    if (!chunk->finish_reason.empty()) r.finish_reason = chunk->finish_reason;
-    if (chunk->usage) usage = chunk->usage;
-  };
-  const Clock::time_point start = Clock::now();
-  r.start_s = seconds(start - run_start);
+  StreamReader reader(settings.api, request.target);
   // NOTE: the callback is a named variable: see the note on g++ 12 in http_client.h.
-  const http::BodyFn on_body = [&](std::string_view piece) { sse.feed(piece, on_event); };
+  const http::BodyFn on_body = [&reader](std::string_view piece) { reader.on_piece(piece); };
+  const Clock::time_point start = Clock::now();
   auto response = co_await connection.request(request, on_body);
-  r.e2e_s = seconds(Clock::now() - start);
+  const Clock::time_point end = Clock::now();
 
-  r.num_token_chunks = static_cast<int32_t>(token_times.size());
-  if (!token_times.empty()) r.ttft_s = seconds(token_times.front() - start);
-  for (size_t i = 1; i < token_times.size(); ++i) r.itl_s.push_back(seconds(token_times[i] - token_times[i - 1]));
-  r.output_tokens = r.num_token_chunks;
-  if (usage) {
-    r.prompt_tokens = usage->prompt_tokens;
-    r.cached_tokens = usage->cached_tokens;
-    if (usage->completion_tokens >= 0) r.output_tokens = usage->completion_tokens, r.output_tokens_from_usage = true;
-  }
-  if (!response) {
-    const http::HttpError& e = response.error();
-    r.error_kind = e.kind == http::ErrorKind::kStatus ? fmt::format("http_{}", e.status)
-                                                      : std::string(http::error_kind_name(e.kind));
-    r.error = e.message;
-  } else if (response->header("content-type").find("text/event-stream") == std::string_view::npos) {
-    r.error_kind = "bad_stream";
-    r.error = fmt::format("POST {}: the response is not a stream (Content-Type: '{}')", request.target,
-                          response->header("content-type"));
-  } else if (!stream_error.empty()) {
-    r.error_kind = stream_error_kind;
-    r.error = stream_error;
-  } else if (!done && r.finish_reason.empty()) {
-    r.error_kind = "bad_stream";
-    r.error = fmt::format("POST {}: the stream ended without a finish_reason or [DONE]", request.target);
-  } else {
-    r.ok = true;
-  }
+  RequestOutcome out;
+  RequestRecord& r = out.record;
+  r.prefix_idx = spec.prefix_idx;
+  r.session_idx = spec.session_idx;
+  r.turn_idx = spec.turn_idx;
+  r.max_tokens = spec.max_tokens;
+  r.expected_prompt_tokens = spec.num_prompt_tokens;
+  r.start_s = seconds(start - run_start);
+  r.e2e_s = seconds(end - start);
+  reader.finish(response, start, r);
+  out.answer = std::move(reader.answer);
   co_return out;
 }
 
