@@ -1,21 +1,24 @@
 // sluice bench: a load generator for any OpenAI-compatible server (sluice serve, vLLM,
 // llama.cpp's server). It speaks HTTP only and never links the engine.
 //
-// A run sends `warmup` requests that are not counted, then the measured requests of a workload
+// A run sends `warmup` requests that are not counted (closed loop at `concurrency`, or at
+// `max_concurrency` or 1 for an open-loop run), then the measured requests of a workload
 // (workload.h) in one of two loops:
 //   closed loop  `concurrency` clients, each sending its next request when the last one ended;
 //   open loop    requests arrive at `rate` per second, Poisson (exponential gaps from the seed),
 //                whether or not earlier ones have ended, at most `max_concurrency` in flight
 //                (an arrival over the cap waits for a free slot; 0 = no cap). The first request
-//                goes at once.
+//                goes at once. An arrival with no request ready (chat: every session left is
+//                waiting for an answer) waits for one.
 // Sending stops at whichever comes first: `num_requests` sent, `duration_s` elapsed, or the
 // workload run out; requests in flight then finish, for at most `drain_timeout_s` after a
 // duration ends, after which they are cancelled (and counted as errors of kind "cancelled").
 //
-// Everything runs on one thread and one io_context with asynchronous sockets (C++20 coroutines):
-// hundreds of connections cost no threads, and no thread waits on a lock while a token arrives
-// on another connection. The price is that parsing a chunk delays the reading of the next one;
-// a chunk's JSON takes microseconds, well below the latencies measured.
+// Everything runs on one thread and one io_context with asynchronous sockets (C++20 coroutines)
+// rather than a thread per client with blocking Beast: an open loop at a high rate holds hundreds
+// of connections, which then cost no threads, and the workload, counters and records need no
+// locks. The price is that parsing one chunk delays the reading of the next; a chunk's JSON takes
+// microseconds, well below the latencies measured.
 #pragma once
 
 #include <cstdint>

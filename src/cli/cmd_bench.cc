@@ -202,8 +202,9 @@ CommandFn add_bench_command(CLI::App& app) {
   auto* duration = cmd->add_option("--duration", c.duration_s, "Stop sending after S seconds")
                        ->check(CLI::PositiveNumber)->group(load);
   cmd->add_option("--warmup", c.warmup,
-                  "Send N random requests first, not counted (random prompts of the same lengths: warmup does not "
-                  "fill the prefix cache with the workload's own prefixes)")
+                  "Send N requests first, not counted, in closed loop at --concurrency (open loop: at "
+                  "--max-concurrency, or 1). They are random prompts of the same lengths, so that warmup does not "
+                  "fill the prefix cache with the workload's own prefixes")
       ->capture_default_str()->check(CLI::Range(0, 1000000))->group(load);
   cmd->add_option("--timeout", c.request_timeout_s, "Seconds one request may take before it counts as a timeout")
       ->capture_default_str()->check(CLI::PositiveNumber)->group(load);
