@@ -14,6 +14,7 @@ CommandFn add_generate_command(CLI::App& app);
 CommandFn add_serve_command(CLI::App& app);
 CommandFn add_tokenize_command(CLI::App& app);
 CommandFn add_model_command(CLI::App& app);
+CommandFn add_bench_command(CLI::App& app);
 
 // Exit codes shared by all commands.
 inline constexpr int kExitOk = 0;

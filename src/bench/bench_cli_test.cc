@@ -1,0 +1,125 @@
+// `sluice bench` as a user runs it: the binary against the fake server, its files, exit codes.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "bench/fake_openai_server.h"
+
+namespace sluice::bench {
+namespace {
+
+using testing::FakeBehaviour;
+using testing::FakeOpenAi;
+namespace fs = std::filesystem;
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class BenchCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / fmt::format("sluice_bench_cli_{}_{}", getpid(),
+                                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Runs `sluice bench ARGS` with stdout and stderr in files; returns the exit code.
+  int bench(const std::string& args) {
+    const std::string command = fmt::format("{}/src/cli/sluice bench --no-progress {} >{} 2>{}", SLUICE_BINARY_DIR,
+                                            args, (dir_ / "out").string(), (dir_ / "err").string());
+    const int status = std::system(command.c_str());
+    out_ = slurp(dir_ / "out");
+    err_ = slurp(dir_ / "err");
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+  fs::path dir_;
+  std::string out_, err_;
+};
+
+TEST_F(BenchCli, PrintsTheTableAndWritesJsonAndSvg) {
+  FakeOpenAi server;
+  const fs::path json = dir_ / "run.json", svg = dir_ / "run.svg";
+  ASSERT_EQ(bench(fmt::format("--url {} -n 6 -c 2 --prompt-tokens 8 --output-tokens 4 --token-range 10:20 --json {} "
+                              "--svg {}",
+                              server.url(), json.string(), svg.string())),
+            0)
+      << out_ << err_;
+  EXPECT_NE(out_.find("6 sent, 6 ok, 0 failed"), std::string::npos) << out_;
+  EXPECT_NE(out_.find("model fake-model"), std::string::npos) << out_;
+  EXPECT_NE(out_.find("25.0% of prompt tokens"), std::string::npos) << out_;  // 2 of 8 cached
+  const auto j = nlohmann::json::parse(slurp(json));
+  EXPECT_EQ(j["summary"]["num_ok"], 6);
+  EXPECT_EQ(j["summary"]["output_tokens"], 24);
+  EXPECT_EQ(j["config"]["concurrency"], 2);
+  EXPECT_EQ(j["config"]["token_range"], nlohmann::json({10, 20}));
+  EXPECT_EQ(j["requests"].size(), 6u);
+  const std::string chart = slurp(svg);
+  EXPECT_EQ(chart.rfind("<svg", 0), 0u);
+  EXPECT_NE(chart.find("</svg>"), std::string::npos);
+}
+
+TEST_F(BenchCli, ChatWorkloadUsesTheChatApi) {
+  FakeOpenAi server;
+  ASSERT_EQ(bench(fmt::format("--url {}/v1 --workload chat --sessions 2 --turns 2 --prompt-tokens 3 --output-tokens 2 "
+                              "-m named",
+                              server.url())),
+            0)
+      << out_ << err_;
+  EXPECT_NE(out_.find("4 sent, 4 ok"), std::string::npos) << out_;
+  for (const auto& b : server.bodies()) {
+    EXPECT_EQ(b["model"], "named");
+    EXPECT_TRUE(b.contains("messages"));
+  }
+}
+
+TEST_F(BenchCli, EveryRequestFailingExitsNonZeroWithTheFirstError) {
+  FakeOpenAi server(FakeBehaviour{.fail_all_with = 500});
+  EXPECT_EQ(bench(fmt::format("--url {} -n 3 -m m", server.url())), 1);
+  EXPECT_NE(err_.find("every request failed"), std::string::npos) << err_;
+  EXPECT_NE(err_.find("HTTP 500"), std::string::npos) << err_;
+  EXPECT_NE(out_.find("http_500"), std::string::npos) << out_;  // the table is printed all the same
+}
+
+TEST_F(BenchCli, BadFlagsAreUsageErrorsThatNameTheFlag) {
+  // flags                                   -> what the message names
+  const std::pair<const char*, const char*> cases[] = {
+      {"--rate 2 -c 3", "--concurrency excludes --rate"},
+      {"--max-concurrency 4", "--max-concurrency requires --rate"},
+      {"--workload chat --api completions", "--api chat"},
+      {"--api chat --prompt-format tokens", "--prompt-format text"},
+      {"--prompt-tokens 10:5", "--prompt-tokens"},
+      {"--token-range 9", "--token-range"},
+      {"--token-range 50:40", "--token-range"},
+      {"--extra-body '{oops'", "--extra-body"},
+      {"--url https://example.com", "https is not supported"},
+      {"--workload nope", "--workload"},
+  };
+  for (const auto& [flags, word] : cases) {
+    EXPECT_EQ(bench(flags), 2) << flags;
+    EXPECT_NE(err_.find(word), std::string::npos) << flags << ": " << err_;
+  }
+}
+
+TEST_F(BenchCli, HelpExplainsEveryFlag) {
+  ASSERT_EQ(bench("--help"), 0);
+  for (const char* flag :
+       {"--url", "--model", "--api-key", "--api", "--workload", "--prompt-tokens", "--output-tokens", "--prompt-format",
+        "--token-range", "--prefixes", "--questions", "--prefix-tokens", "--sessions", "--turns", "--seed",
+        "--concurrency", "--rate", "--max-concurrency", "--num-requests", "--duration", "--warmup", "--timeout",
+        "--drain-timeout", "--no-ignore-eos", "--temperature", "--extra-body", "--json", "--svg", "--no-progress"}) {
+    EXPECT_NE(out_.find(flag), std::string::npos) << flag;
+  }
+}
+
+}  // namespace
+}  // namespace sluice::bench
