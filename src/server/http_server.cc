@@ -403,6 +403,10 @@ void HttpServer::Impl::accept() {
       timer->async_wait([this, timer](beast::error_code) { accept(); });
       return;
     }
+    // Streamed tokens are small writes: without TCP_NODELAY, Nagle's algorithm holds each one
+    // back until the client's (delayed, ~40 ms) ACK of the previous.
+    beast::error_code opt_ec;
+    socket.set_option(tcp::no_delay(true), opt_ec);
     auto session = std::make_shared<Session>(std::move(socket), *this);
     {
       std::lock_guard lock(mu);

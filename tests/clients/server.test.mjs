@@ -6,6 +6,9 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, execFileSync } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
 import OpenAI from "openai";
 
 const BIN = process.env.SLUICE_BIN;
@@ -276,6 +279,25 @@ test("promtool accepts /metrics", async () => {
   }
   assert.ok(metricValue(text, "sluice_prefix_cache_hits_total") > 0);
   execFileSync("promtool", ["check", "metrics"], { input: text });  // throws on a non-zero exit
+});
+
+test("sluice bench against this server: every request ok, exact token counts, cache hits from usage", () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "sluice-bench-"));
+  const json = path.join(dir, "run.json");
+  execFileSync(BIN, ["bench", "--url", base, "--api-key", API_KEY, "--workload", "shared-prefix", "--prefixes", "2",
+                     "--questions", "6", "--prefix-tokens", "64", "--prompt-tokens", "8", "--output-tokens", "8",
+                     "--token-range", "3:500", "-c", "4", "--json", json, "--svg", path.join(dir, "run.svg"),
+                     "--no-progress"]);
+  const report = JSON.parse(fs.readFileSync(json, "utf8"));
+  assert.equal(report.summary.num_ok, 12, JSON.stringify(report.summary.errors));
+  assert.equal(report.summary.output_tokens, 96);
+  const requests = report.requests;
+  assert.equal(requests.length, 12);
+  assert.ok(requests.every((r) => r.ok && r.output_tokens === 8), JSON.stringify(requests[0]));
+  // 2 prefixes x 6 questions: after the first question of each, the 64-token prefix is cached.
+  const cached = requests.reduce((a, r) => a + r.cached_tokens, 0);
+  assert.ok(cached >= 10 * 64 - 10 * 16, `cached ${cached}`);
+  fs.rmSync(dir, { recursive: true });
 });
 
 test("SIGTERM: in-flight requests finish, then the server exits cleanly", async () => {
