@@ -26,6 +26,7 @@ double now() { return std::chrono::duration<double>(std::chrono::steady_clock::n
 
 struct Run {
   double tokens_per_second = 0;
+  double mean_ttft = 0;  // seconds, over the requests
   std::map<size_t, std::pair<double, int>> decode_steps;  // batch -> (sum of seconds, count)
 };
 
@@ -66,8 +67,14 @@ Run run(Model& model, const Tokenizer& tok, ThreadPool& pool, EngineConfig confi
     handles.push_back(std::move(*h));
   }
   int64_t tokens = 0;
-  for (auto& h : handles) tokens += static_cast<int64_t>(h.wait().tokens.size());
+  double ttft = 0;
+  for (auto& h : handles) {
+    StreamOutput out = h.wait();
+    tokens += static_cast<int64_t>(out.tokens.size());
+    ttft += out.metrics.ttft_seconds;
+  }
   r.tokens_per_second = static_cast<double>(tokens) / (now() - start);
+  r.mean_ttft = ttft / concurrency;
   return r;
 }
 
@@ -109,15 +116,16 @@ int main(int argc, char** argv) {
   std::printf("model: %s, threads: %d, SIMD: %s, KV cache %s, prompt %d, output %d, max-batch-tokens %d\n",
               model_path.c_str(), pool.num_threads(), kernels::simd_target_name(), kv_dtype.c_str(), prompt_len,
               output_len, max_batch_tokens);
-  std::printf("| concurrent | output tok/s | vs 1 stream | decode step | step vs batch 1 |\n");
-  std::printf("|---:|---:|---:|---:|---:|\n");
+  std::printf("| concurrent | output tok/s | vs 1 stream | decode step | step vs batch 1 | mean TTFT |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|\n");
   double single_tps = 0, single_step = 0;
   for (int c : concurrency) {
     bench::Run r = bench::run(*m.model, *m.tokenizer, pool, config, c, prompt_len, output_len, 1234 + c);
     const double step = bench::mean_step(r, static_cast<size_t>(c));
     if (c == concurrency.front()) single_tps = r.tokens_per_second, single_step = step;
-    std::printf("| %d | %.1f | %.2fx | %.1f ms | %.2fx |\n", c, r.tokens_per_second, r.tokens_per_second / single_tps,
-                step * 1e3, single_step > 0 ? step / single_step : 0.0);
+    std::printf("| %d | %.1f | %.2fx | %.1f ms | %.2fx | %.1f ms |\n", c, r.tokens_per_second,
+                r.tokens_per_second / single_tps, step * 1e3, single_step > 0 ? step / single_step : 0.0,
+                r.mean_ttft * 1e3);
     std::fflush(stdout);
   }
   return 0;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 
 #include "kernels/attention.h"
@@ -47,7 +48,10 @@ class KvPool {
   int64_t kv_dim_;
   KvType type_;
   size_t bytes_;
-  std::unique_ptr<uint8_t[]> data_;
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, Free> data_;
 };
 
 }  // namespace sluice
