@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -355,12 +356,27 @@ class Session : public std::enable_shared_from_this<Session> {
   void after_response() {
     response_done_ = false;
     end_request();
-    if (close_after_) {
-      beast::error_code ec;
-      stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
-      return close();
-    }
+    if (close_after_) return linger();
     do_read();
+  }
+
+  // Closing with unread request bytes in the socket (a body refused with 413, say) would
+  // send a reset that can destroy the response before the client reads it. So: stop
+  // sending, read and drop what the client still sends (for up to a second), then close.
+  void linger() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    if (ec) return close();
+    stream_.expires_after(std::chrono::seconds(1));  // a deadline for the whole drain
+    linger_read(std::make_shared<std::array<char, 16384>>());
+  }
+  void linger_read(std::shared_ptr<std::array<char, 16384>> scratch) {
+    stream_.async_read_some(net::buffer(*scratch), [self = shared_from_this(), scratch](beast::error_code rec, size_t n) {
+      if (rec) return self->close();
+      self->lingered_ += n;
+      if (self->lingered_ > (64u << 20)) return self->close();
+      self->linger_read(scratch);
+    });
   }
 
   void close() {
@@ -389,6 +405,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool writing_ = false;
   std::unique_ptr<Generation> gen_;
   uint64_t epoch_ = 0;           // tells a stale disconnect watch from the current one
+  size_t lingered_ = 0;          // bytes dropped while closing
 };
 
 }  // namespace

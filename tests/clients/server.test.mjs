@@ -247,6 +247,15 @@ test("API key: missing and wrong keys get 401; health and metrics stay open", as
   assert.equal((await fetch(`${base}/health`)).status, 200);
 });
 
+test("fetch: a body over --max-request-bytes, sent whole at once, still gets its 413", async () => {
+  const r = await fetch(`${base}/v1/completions`, {
+    method: "POST", body: JSON.stringify({ prompt: "y".repeat(300000) }),
+    headers: { "Content-Type": "application/json", Authorization: `Bearer ${API_KEY}` },
+  });
+  assert.equal(r.status, 413);
+  assert.match((await r.json()).error.message, /over the limit of 65536 bytes/);
+});
+
 test("curl: a body over --max-request-bytes gets 413; tokenize round-trips", () => {
   const big = "x".repeat(70000);
   const out = execFileSync("curl", ["-s", "-o", "/dev/null", "-w", "%{http_code}", "-H", `Authorization: Bearer ${API_KEY}`,
