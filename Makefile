@@ -15,7 +15,7 @@ endif
 
 SLUICE := $(BUILD_DIR)/src/cli/sluice
 
-.PHONY: all setup configure build run generate test test-asan test-tsan fuzz bench clean
+.PHONY: all setup configure build run generate test test-asan test-tsan fuzz fuzz-request bench clean
 
 all: build
 
@@ -59,6 +59,14 @@ fuzz:
 	bash fuzz/make_corpus.sh build/fuzz/src/cli/sluice build/fuzz/corpus
 	AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_NO_UI=1 AFL_AUTORESUME=1 \
 	  afl-fuzz -V $(FUZZ_SECONDS) -i build/fuzz/corpus -o build/fuzz/out -- build/fuzz/fuzz/gguf_fuzz @@
+
+# The same for the server's request path (HTTP parser, JSON, request parsers).
+fuzz-request:
+	@bash scripts/setup.sh --fuzz
+	cmake --preset fuzz > /dev/null
+	cmake --build --preset fuzz --target request_fuzz
+	AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_NO_UI=1 AFL_AUTORESUME=1 \
+	  afl-fuzz -V $(FUZZ_SECONDS) -i fuzz/request_seeds -o build/fuzz/out-request -- build/fuzz/fuzz/request_fuzz @@
 
 bench: build
 	$(BUILD_DIR)/bench/engine_bench $(BENCH_ARGS)
