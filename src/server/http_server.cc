@@ -439,9 +439,19 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(OpenAiApi& api, ServerCon
   auto impl = std::make_unique<Impl>(api, std::move(config));
   const ServerConfig& c = impl->config;
   beast::error_code ec;
-  const auto address = net::ip::make_address(c.host, ec);
-  if (ec) return Error("--host '{}' is not an IP address ({})", c.host, ec.message());
-  const tcp::endpoint endpoint(address, c.port);
+  tcp::endpoint endpoint;
+  if (const auto address = net::ip::make_address(c.host, ec); !ec) {
+    endpoint = tcp::endpoint(address, c.port);
+  } else {
+    // A name ("localhost"): its first address.
+    tcp::resolver resolver(impl->ioc);
+    auto results = resolver.resolve(c.host, std::to_string(c.port), tcp::resolver::passive, ec);
+    if (ec || results.empty()) {
+      return Error("--host '{}' is neither an IP address nor a name that resolves ({})", c.host,
+                   ec ? ec.message() : "no address");
+    }
+    endpoint = results.begin()->endpoint();
+  }
   tcp::acceptor& a = impl->acceptor;
   a.open(endpoint.protocol(), ec);
   if (!ec) a.set_option(net::socket_base::reuse_address(true), ec);
