@@ -237,3 +237,25 @@ TEST_F(ServerTest, DisconnectDuringNonStreamingRequestCancelsIt) {
 
 }  // namespace
 }  // namespace sluice::server
+
+namespace sluice::server {
+namespace {
+
+TEST_F(ServerTest, HostNamesResolveAndBadHostsAreClearErrors) {
+  ServerConfig sc;
+  sc.host = "localhost";
+  sc.port = 0;
+  auto named = HttpServer::create(*api_, sc);
+  ASSERT_TRUE(named) << named.error().message();
+  EXPECT_GT((*named)->port(), 0);
+  sc.host = "127.0.0.1";
+  sc.port = server_->port();  // taken by the fixture's server
+  auto taken = HttpServer::create(*api_, sc);
+  ASSERT_FALSE(taken);
+  EXPECT_NE(taken.error().message().find(fmt::format("cannot listen on 127.0.0.1:{}", server_->port())),
+            std::string::npos)
+      << taken.error().message();
+}
+
+}  // namespace
+}  // namespace sluice::server
