@@ -1,0 +1,132 @@
+// matmul_bench: the matmul kernels alone, against this machine's measured ceilings, as ratios
+// taken in one run.
+//
+// For each weight shape of a model (Qwen2.5-0.5B's by default) and each token count, the
+// multiply-accumulates per second of kernels::matmul, divided by:
+//   - the peak of the instruction mix the kernel is built from, measured here on registers
+//     only (Q8_0: int8 sign + multiply-add + widen + add; float types: FMA chains), and
+//   - for one token, the memory read bandwidth (weight bytes per second).
+//
+// Usage: matmul_bench [--dtype q8_0|f16|f32|bf16] [--tokens 1,4,16] [--threads N] [--seconds S]
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "bench/peak.h"
+#include "common/half.h"
+#include "kernels/matmul.h"
+
+namespace sluice::bench {
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+struct Shape {
+  const char* name;
+  int64_t rows, cols;
+};
+
+// Random weights of a type in ggml's layout.
+std::vector<uint8_t> make_weights(gguf::TensorType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+  kernels::WeightView probe{nullptr, type, rows, cols};
+  std::vector<uint8_t> data(probe.row_bytes() * rows);
+  std::uniform_int_distribution<int> byte(-127, 127);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  switch (type) {
+    case gguf::TensorType::kQ8_0:
+      for (size_t off = 0; off < data.size(); off += sizeof(gguf::BlockQ8_0)) {
+        const uint16_t d = f32_to_f16(0.001f + std::abs(normal(rng)) * 0.01f);
+        std::memcpy(&data[off], &d, 2);
+        for (int j = 0; j < gguf::kQ8_0BlockSize; ++j) data[off + 2 + j] = static_cast<uint8_t>(byte(rng));
+      }
+      break;
+    case gguf::TensorType::kF32:
+      for (size_t off = 0; off < data.size(); off += 4) { float v = normal(rng); std::memcpy(&data[off], &v, 4); }
+      break;
+    case gguf::TensorType::kF16:
+      for (size_t off = 0; off < data.size(); off += 2) { uint16_t v = f32_to_f16(normal(rng)); std::memcpy(&data[off], &v, 2); }
+      break;
+    case gguf::TensorType::kBF16:
+      for (size_t off = 0; off < data.size(); off += 2) { uint16_t v = f32_to_bf16(normal(rng)); std::memcpy(&data[off], &v, 2); }
+      break;
+    default: break;
+  }
+  return data;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"matmul_bench: matmul kernels against this machine's measured ceilings"};
+  std::string dtype = "q8_0";
+  std::vector<int> tokens = {1, 2, 4, 8, 16, 32, 64};
+  int threads = 0;
+  double seconds = 0.3;
+  app.add_option("--dtype", dtype, "Weight type: q8_0, f16, bf16, f32")->capture_default_str();
+  app.add_option("--tokens", tokens, "Token counts (rows of activations)")->delimiter(',')->capture_default_str();
+  app.add_option("-t,--threads", threads, "Threads; 0 = one per core")->capture_default_str();
+  app.add_option("--seconds", seconds, "Time per measurement (best of repeated runs)")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  gguf::TensorType type;
+  if (dtype == "q8_0") type = gguf::TensorType::kQ8_0;
+  else if (dtype == "f16") type = gguf::TensorType::kF16;
+  else if (dtype == "bf16") type = gguf::TensorType::kBF16;
+  else if (dtype == "f32") type = gguf::TensorType::kF32;
+  else return std::fprintf(stderr, "unknown --dtype '%s' (q8_0, f16, bf16, f32)\n", dtype.c_str()), 2;
+
+  ThreadPool pool(threads);
+  const double bw = measure_read_bandwidth(pool);
+  const bool int8 = type == gguf::TensorType::kQ8_0;
+  const double peak_mac = int8 ? measure_peak_int8_macs(pool) : measure_peak_flops(pool) / 2;
+  std::printf("threads: %d, SIMD: %s, read bandwidth %.1f GB/s, %s peak %.1f GMAC/s\n", pool.num_threads(),
+              kernels::simd_target_name(), bw / 1e9, int8 ? "int8 sign+maddubs+madd" : "f32 FMA", peak_mac / 1e9);
+
+  // Qwen2.5-0.5B: q (and o), k/v, gate/up, down, output.
+  const Shape shapes[] = {{"attn_q 896x896", 896, 896},
+                          {"attn_k 128x896", 128, 896},
+                          {"ffn_up 4864x896", 4864, 896},
+                          {"ffn_down 896x4864", 896, 4864},
+                          {"output 151936x896", 151936, 896}};
+  std::mt19937 rng(1);
+  std::printf("%-20s", "shape \\ tokens");
+  for (int t : tokens) std::printf(" %11d", t);
+  std::printf("\n");
+  for (const Shape& s : shapes) {
+    const auto data = make_weights(type, s.rows, s.cols, rng);
+    const kernels::WeightView w{data.data(), type, s.rows, s.cols};
+    std::printf("%-20s", s.name);
+    std::vector<double> ratios;
+    for (int t : tokens) {
+      std::vector<float> x(static_cast<size_t>(t) * s.cols), y(static_cast<size_t>(t) * s.rows);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (float& v : x) v = normal(rng);
+      kernels::matmul(pool, w, x.data(), t, y.data());  // warm-up
+      double best = 1e30;
+      const double end = now() + seconds;
+      int reps = 0;
+      do {
+        const double t0 = now();
+        kernels::matmul(pool, w, x.data(), t, y.data());
+        best = std::min(best, now() - t0);
+        ++reps;
+      } while (now() < end || reps < 3);
+      const double macs = static_cast<double>(s.rows) * s.cols * t / best;
+      std::printf(" %5.1f %4.2fc", macs / 1e9, macs / peak_mac);
+      if (t == 1) ratios.push_back(static_cast<double>(data.size()) / best / bw);
+    }
+    if (!ratios.empty()) std::printf("   1 token: %.2f of bandwidth", ratios[0]);
+    std::printf("\n");
+  }
+  std::printf("(GMAC/s, then the fraction c of the instruction-mix peak)\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace sluice::bench
+
+int main(int argc, char** argv) { return sluice::bench::run(argc, argv); }
