@@ -1,20 +1,32 @@
 // Highway compiles this file once per SIMD target and dispatches at run time (as matmul.cc).
 //
-// For one (token, head) the arithmetic is fixed by head_dim alone: each score is a dot product
-// over 8-lane vectors in ascending dimension with one lane reduction, then a scalar tail;
-// softmax over the scores in ascending position; the output accumulates p_j * v_j in ascending
-// position. Nothing depends on the batch, the block placement or the thread split.
+// For one (token, head) the arithmetic is fixed by head_dim and the key count alone: each score
+// is a dot product over 8-lane vectors in ascending dimension with one fixed lane reduction,
+// then a scalar tail; a vector softmax over the scores; the output accumulates p_j * v_j in
+// ascending position, per lane. Nothing depends on the batch, the block placement or the thread
+// split.
+//
+// Shape: for one (token, kv head) item, keys are scored 8 at a time (8 independent FMA chains,
+// reduced together), for every head of the GQA group; the outputs take one vector of the head
+// dimension at a time, with an accumulator per head, so each value row is read (and widened
+// from f16) once per vector for all heads of the group.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/attention.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "common/half.h"
 #include "kernels/attention.h"
 #include "kernels/ops.h"
+
+#if HWY_ARCH_X86
+#include <immintrin.h>
+#endif
 
 HWY_BEFORE_NAMESPACE();
 namespace sluice::kernels {
@@ -37,25 +49,113 @@ HWY_INLINE const float* widen(const uint16_t* src, int64_t n, float* dst) {
   return dst;
 }
 
-HWY_INLINE float dot(const float* a, const float* b, int64_t n) {
+// Loads lanes [i, i + lanes) of a cache row as floats.
+HWY_INLINE hn::Vec<DF> load_row(const float* src, int64_t i) { return hn::LoadU(DF(), src + i); }
+HWY_INLINE hn::Vec<DF> load_row(const uint16_t* src, int64_t i) {
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  return hn::PromoteTo(DF(), hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(src) + i));
+}
+HWY_INLINE float load_scalar(const float* src, int64_t i) { return src[i]; }
+HWY_INLINE float load_scalar(const uint16_t* src, int64_t i) { return f16_to_f32(src[i]); }
+
+// Keys scored at once: each has its own accumulator, so the FMA chains run side by side.
+constexpr int kKeyTile = 8;
+
+// s[j] = q . k[j] for kKeyTile keys. Per key: FMAs over 8-lane vectors in ascending dimension
+// into one accumulator, then the lane sum ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)),
+// then any scalar tail in ascending dimension.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+HWY_INLINE void score_tile(const float* q, const float* const* k, int64_t n, float* s) {
+  __m256 a[kKeyTile];
+  for (int j = 0; j < kKeyTile; ++j) a[j] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + i);
+    for (int j = 0; j < kKeyTile; ++j) a[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[j] + i), a[j]);
+  }
+  // hadd(x, y) = [x0+x1, x2+x3, y0+y1, y2+y3 | x4+x5, x6+x7, y4+y5, y6+y7]
+  const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+  // u0 = [key 0..3 low-half sums | key 0..3 high-half sums]; the same for u1 and keys 4..7.
+  _mm256_storeu_ps(s, _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31)));
+  for (; i < n; ++i) {
+    for (int j = 0; j < kKeyTile; ++j) s[j] += q[i] * k[j][i];
+  }
+}
+#else
+// Other targets: one key at a time, the same order within each of their vectors.
+HWY_INLINE void score_tile(const float* q, const float* const* k, int64_t n, float* s) {
   const DF df;
   const int64_t lanes = hn::Lanes(df);
-  auto acc = hn::Zero(df);
+  for (int j = 0; j < kKeyTile; ++j) {
+    auto acc = hn::Zero(df);
+    int64_t i = 0;
+    for (; i + lanes <= n; i += lanes) acc = hn::MulAdd(hn::LoadU(df, q + i), hn::LoadU(df, k[j] + i), acc);
+    s[j] = hn::GetLane(hn::SumOfLanes(df, acc));
+    for (; i < n; ++i) s[j] += q[i] * k[j][i];
+  }
+}
+#endif
+
+// x[0..n) = softmax(x[0..n)): the maximum (exact in any order), exp(x - max) per 8-lane vector
+// with a padded last vector, a lane sum of the vector partial sums, one multiply by 1 / sum.
+HWY_INLINE void softmax_row(float* x, int64_t n) {
+  const DF df;
+  const int64_t lanes = hn::Lanes(df);
+  auto vmax = hn::Set(df, -HUGE_VALF);
   int64_t i = 0;
-  for (; i + lanes <= n; i += lanes) acc = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), acc);
-  float s = hn::GetLane(hn::SumOfLanes(df, acc));
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
+  for (; i + lanes <= n; i += lanes) vmax = hn::Max(vmax, hn::LoadU(df, x + i));
+  float max = hn::GetLane(hn::MaxOfLanes(df, vmax));
+  for (int64_t j = i; j < n; ++j) max = std::max(max, x[j]);
+  const auto vm = hn::Set(df, max);
+  auto sum = hn::Zero(df);
+  for (i = 0; i + lanes <= n; i += lanes) {
+    const auto e = hn::Exp(df, hn::Sub(hn::LoadU(df, x + i), vm));
+    hn::StoreU(e, df, x + i);
+    sum = hn::Add(sum, e);
+  }
+  if (i < n) {  // pad with -inf: exp gives exactly 0
+    HWY_ALIGN float tail[hn::MaxLanes(df)];
+    for (int64_t j = 0; j < lanes; ++j) tail[j] = i + j < n ? x[i + j] : -HUGE_VALF;
+    const auto e = hn::Exp(df, hn::Sub(hn::Load(df, tail), vm));
+    hn::Store(e, df, tail);
+    for (int64_t j = i; j < n; ++j) x[j] = tail[j - i];
+    sum = hn::Add(sum, e);
+  }
+  const auto inv = hn::Set(df, 1.0f / hn::GetLane(hn::SumOfLanes(df, sum)));
+  for (i = 0; i + lanes <= n; i += lanes) hn::StoreU(hn::Mul(hn::LoadU(df, x + i), inv), df, x + i);
+  for (; i < n; ++i) x[i] *= hn::GetLane(inv);
 }
 
-// o[i] += p * v[i]
-HWY_INLINE void axpy(float p, const float* v, int64_t n, float* o) {
+// Heads of one GQA group handled together, at most this many (their accumulators stay in registers).
+constexpr int32_t kHeadTile = 8;
+
+// o[h][i] = sum_j p[h][j] * v[j][i] for kH heads (p: [kH, num_keys], o: [kH, hd]): per lane,
+// one FMA per key in ascending position; a scalar tail takes a product, then a sum.
+template <int kH, typename T>
+HWY_INLINE void weighted_sum(const float* p, const T* const* v_rows, int64_t num_keys, int64_t hd, float* o) {
   const DF df;
   const int64_t lanes = hn::Lanes(df);
-  const auto vp = hn::Set(df, p);
   int64_t i = 0;
-  for (; i + lanes <= n; i += lanes) hn::StoreU(hn::MulAdd(vp, hn::LoadU(df, v + i), hn::LoadU(df, o + i)), df, o + i);
-  for (; i < n; ++i) o[i] += p * v[i];
+  for (; i + lanes <= hd; i += lanes) {
+    hn::Vec<DF> acc[kH];
+    for (int h = 0; h < kH; ++h) acc[h] = hn::Zero(df);
+    for (int64_t j = 0; j < num_keys; ++j) {
+      const auto v = load_row(v_rows[j], i);
+      for (int h = 0; h < kH; ++h) acc[h] = hn::MulAdd(hn::Set(df, p[h * num_keys + j]), v, acc[h]);
+    }
+    for (int h = 0; h < kH; ++h) hn::StoreU(acc[h], df, o + h * hd + i);
+  }
+  for (; i < hd; ++i) {
+    for (int h = 0; h < kH; ++h) {
+      float a = 0;
+      for (int64_t j = 0; j < num_keys; ++j) {
+        const float prod = p[h * num_keys + j] * load_scalar(v_rows[j], i);
+        a += prod;
+      }
+      o[h * hd + i] = a;
+    }
+  }
 }
 
 template <typename T>
@@ -67,25 +167,56 @@ void attend(const AttentionShape& shape, const AttentionBatch& batch, const Page
   const int32_t group = shape.num_heads / shape.num_kv_heads;
   const T* k_cache = static_cast<const T*>(kv.k);
   const T* v_cache = static_cast<const T*>(kv.v);
-  std::vector<float> scores, row(hd);
+  std::vector<float> scores, k_rows(kKeyTile * hd);
+  std::vector<const T*> v_rows;
+  std::vector<int64_t> slots;
   for (int64_t item = begin; item < end; ++item) {
     const int64_t t = item / shape.num_kv_heads;
     const int64_t g = item % shape.num_kv_heads;
     const int32_t* table = batch.block_table + int64_t{batch.seq_idx[t]} * batch.max_blocks_per_seq;
     const int64_t num_keys = int64_t{batch.positions[t]} + 1;
-    auto slot = [&](int64_t pos) { return int64_t{table[pos / kv.block_size]} * kv.block_size + pos % kv.block_size; };
+    slots.resize(num_keys);  // position -> slot, block by block (no division per key)
+    for (int64_t j0 = 0, blk = 0; j0 < num_keys; j0 += kv.block_size, ++blk) {
+      const int64_t base = int64_t{table[blk]} * kv.block_size;
+      const int64_t stop = std::min<int64_t>(num_keys, j0 + kv.block_size);
+      for (int64_t j = j0; j < stop; ++j) slots[j] = base + (j - j0);
+    }
     const float* q = batch.q + t * q_dim + g * group * hd;
     scores.resize(group * num_keys);
-    for (int64_t j = 0; j < num_keys; ++j) {
-      const float* k = widen(k_cache + slot(j) * kv_dim + g * hd, hd, row.data());
-      for (int32_t h = 0; h < group; ++h) scores[h * num_keys + j] = dot(q + h * hd, k, hd) * shape.scale;
+    // Scores, kKeyTile keys at a time; a short last tile repeats its last key.
+    for (int64_t j0 = 0; j0 < num_keys; j0 += kKeyTile) {
+      const int nk = static_cast<int>(std::min<int64_t>(kKeyTile, num_keys - j0));
+      const float* k[kKeyTile];
+      for (int j = 0; j < kKeyTile; ++j) {
+        const int64_t pos = j0 + std::min(j, nk - 1);
+        k[j] = j < nk ? widen(k_cache + slots[pos] * kv_dim + g * hd, hd, k_rows.data() + j * hd) : k[nk - 1];
+      }
+      for (int32_t h = 0; h < group; ++h) {
+        float s[kKeyTile];
+        score_tile(q + h * hd, k, hd, s);
+        for (int j = 0; j < nk; ++j) scores[h * num_keys + j0 + j] = s[j] * shape.scale;
+      }
     }
-    for (int32_t h = 0; h < group; ++h) softmax(&scores[h * num_keys], num_keys);
+    for (int32_t h = 0; h < group; ++h) softmax_row(&scores[h * num_keys], num_keys);
+    // Outputs: o[h] = sum_j p[h][j] * v[j], one FMA per key in ascending position, per lane;
+    // lanes of the head dimension in vectors (each value row read once per vector for all heads).
+    v_rows.resize(num_keys);
+    for (int64_t j = 0; j < num_keys; ++j) v_rows[j] = v_cache + slots[j] * kv_dim + g * hd;
     float* o = out + t * q_dim + g * group * hd;
-    std::fill(o, o + group * hd, 0.0f);
-    for (int64_t j = 0; j < num_keys; ++j) {
-      const float* v = widen(v_cache + slot(j) * kv_dim + g * hd, hd, row.data());
-      for (int32_t h = 0; h < group; ++h) axpy(scores[h * num_keys + j], v, hd, o + h * hd);
+    for (int32_t h0 = 0; h0 < group; h0 += kHeadTile) {
+      const int32_t nh = std::min(kHeadTile, group - h0);
+      const float* p = &scores[h0 * num_keys];
+      float* oh = o + h0 * hd;
+      switch (nh) {  // a constant head count keeps the accumulators in registers
+        case 8: weighted_sum<8>(p, v_rows.data(), num_keys, hd, oh); break;
+        case 7: weighted_sum<7>(p, v_rows.data(), num_keys, hd, oh); break;
+        case 6: weighted_sum<6>(p, v_rows.data(), num_keys, hd, oh); break;
+        case 5: weighted_sum<5>(p, v_rows.data(), num_keys, hd, oh); break;
+        case 4: weighted_sum<4>(p, v_rows.data(), num_keys, hd, oh); break;
+        case 3: weighted_sum<3>(p, v_rows.data(), num_keys, hd, oh); break;
+        case 2: weighted_sum<2>(p, v_rows.data(), num_keys, hd, oh); break;
+        default: weighted_sum<1>(p, v_rows.data(), num_keys, hd, oh); break;
+      }
     }
   }
 }

@@ -1,5 +1,7 @@
 #include "kernels/attention.h"
+#include "kernels/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -10,93 +12,129 @@
 namespace sluice::kernels {
 namespace {
 
+// Head layout of a test: heads, kv heads, head_dim and sequence length. The shapes cover a
+// key count that is not a multiple of the key tile (8), GQA groups of 1, 2 and 9 heads (more
+// than the head tile of 8) and head dims with a scalar tail.
+struct Dims {
+  int32_t heads, kv_heads, head_dim;
+  int64_t len;
+};
+
 // One sequence of `len` positions stored in blocks of 4 slots, placed in physical blocks given by
 // `table`. Reference: contiguous attention in double.
 struct Fixture {
-  AttentionShape shape{4, 2, 8, 1.0f / std::sqrt(8.0f)};
+  Dims dims;
+  AttentionShape shape;
   int32_t block_size = 4;
-  int64_t len = 13;
   KvType type = KvType::kF32;
+  int64_t q_dim, kv_dim;
   std::vector<float> q, k_seq, v_seq;  // logical [len, ...]
 
-  Fixture() {
+  Fixture(Dims d, KvType t)
+      : dims(d),
+        shape{d.heads, d.kv_heads, d.head_dim, 1.0f / std::sqrt(static_cast<float>(d.head_dim))},
+        type(t),
+        q_dim(int64_t{d.heads} * d.head_dim),
+        kv_dim(int64_t{d.kv_heads} * d.head_dim) {
     std::mt19937 rng(7);
-    std::normal_distribution<float> d;
-    q.resize(len * 32);
-    k_seq.resize(len * 16);
-    v_seq.resize(len * 16);
-    for (auto* vec : {&q, &k_seq, &v_seq}) for (auto& x : *vec) x = d(rng);
+    std::normal_distribution<float> nd;
+    q.resize(d.len * q_dim);
+    k_seq.resize(d.len * kv_dim);
+    v_seq.resize(d.len * kv_dim);
+    for (auto* vec : {&q, &k_seq, &v_seq}) for (auto& x : *vec) x = nd(rng);
   }
 
+  int32_t num_blocks() const { return static_cast<int32_t>((dims.len + block_size - 1) / block_size); }
+
   std::vector<float> run(const std::vector<int32_t>& table, const std::vector<int32_t>& tokens, int threads) {
-    const int64_t num_slots = 8 * block_size;
+    const int64_t num_slots = 2 * num_blocks() * block_size;
     const size_t esize = kv_type_size(type);
     // Unwritten slots hold NaN (0xFF bytes are a NaN in f32 and in f16).
-    std::vector<uint8_t> k(num_slots * 16 * esize, 0xFF), v(num_slots * 16 * esize, 0xFF);
-    for (int64_t p = 0; p < len; ++p) {
+    std::vector<uint8_t> k(num_slots * kv_dim * esize, 0xFF), v(num_slots * kv_dim * esize, 0xFF);
+    for (int64_t p = 0; p < dims.len; ++p) {
       int64_t slot = int64_t{table[p / block_size]} * block_size + p % block_size;
-      store_kv(type, &k_seq[p * 16], 16, &k[slot * 16 * esize]);
-      store_kv(type, &v_seq[p * 16], 16, &v[slot * 16 * esize]);
+      store_kv(type, &k_seq[p * kv_dim], kv_dim, &k[slot * kv_dim * esize]);
+      store_kv(type, &v_seq[p * kv_dim], kv_dim, &v[slot * kv_dim * esize]);
     }
     std::vector<float> qb;
     std::vector<int32_t> pos, seq;
     for (int32_t t : tokens) {
-      qb.insert(qb.end(), q.begin() + t * 32, q.begin() + (t + 1) * 32);
+      qb.insert(qb.end(), q.begin() + t * q_dim, q.begin() + (t + 1) * q_dim);
       pos.push_back(t);
       seq.push_back(0);
     }
-    std::vector<float> out(tokens.size() * 32);
+    std::vector<float> out(tokens.size() * q_dim);
     AttentionBatch batch{qb.data(), pos.data(), seq.data(), table.data(),
                          static_cast<int32_t>(table.size()), static_cast<int64_t>(tokens.size())};
     ThreadPool pool(threads);
     paged_attention(pool, shape, batch, {k.data(), v.data(), block_size, type}, out.data());
     return out;
   }
+
+  // Distinct physical blocks out of twice as many, in a shuffled order.
+  std::vector<int32_t> scattered_table(uint32_t seed) const {
+    std::vector<int32_t> t(2 * num_blocks());
+    for (int32_t i = 0; i < 2 * num_blocks(); ++i) t[i] = i;
+    std::mt19937 rng(seed);
+    std::shuffle(t.begin(), t.end(), rng);
+    t.resize(num_blocks());
+    return t;
+  }
 };
 
-class PagedAttention : public testing::TestWithParam<KvType> {};
+class PagedAttention : public testing::TestWithParam<std::tuple<KvType, Dims>> {};
 
 TEST_P(PagedAttention, MatchesContiguousReference) {
-  Fixture f;
-  f.type = GetParam();
+  Fixture f(std::get<1>(GetParam()), std::get<0>(GetParam()));
+  const int32_t hd = f.dims.head_dim, group = f.dims.heads / f.dims.kv_heads;
   // f16 keys/values carry a relative rounding error of 2^-11.
   const double tol = f.type == KvType::kF16 ? 4e-3 : 1e-5;
-  std::vector<int32_t> all(f.len);
-  for (int i = 0; i < f.len; ++i) all[i] = i;
-  auto out = f.run({5, 2, 7, 0}, all, 2);
-  for (int64_t t = 0; t < f.len; ++t) {
-    for (int h = 0; h < 4; ++h) {
-      const int kvh = h / 2;
+  std::vector<int32_t> all(f.dims.len);
+  for (int i = 0; i < f.dims.len; ++i) all[i] = i;
+  auto out = f.run(f.scattered_table(3), all, 2);
+  for (int64_t t = 0; t < f.dims.len; ++t) {
+    for (int h = 0; h < f.dims.heads; ++h) {
+      const int kvh = h / group;
       std::vector<double> s(t + 1);
       double mx = -1e300, sum = 0;
       for (int64_t j = 0; j <= t; ++j) {
         double acc = 0;
-        for (int d = 0; d < 8; ++d) acc += double{f.q[t * 32 + h * 8 + d]} * f.k_seq[j * 16 + kvh * 8 + d];
-        s[j] = acc / std::sqrt(8.0);
+        for (int d = 0; d < hd; ++d) acc += double{f.q[t * f.q_dim + h * hd + d]} * f.k_seq[j * f.kv_dim + kvh * hd + d];
+        s[j] = acc / std::sqrt(static_cast<double>(hd));
         mx = std::max(mx, s[j]);
       }
       for (auto& x : s) sum += (x = std::exp(x - mx));
-      for (int d = 0; d < 8; ++d) {
+      for (int d = 0; d < hd; ++d) {
         double ref = 0;
-        for (int64_t j = 0; j <= t; ++j) ref += s[j] / sum * f.v_seq[j * 16 + kvh * 8 + d];
-        EXPECT_NEAR(out[t * 32 + h * 8 + d], ref, tol) << t << " " << h << " " << d;
+        for (int64_t j = 0; j <= t; ++j) ref += s[j] / sum * f.v_seq[j * f.kv_dim + kvh * hd + d];
+        ASSERT_NEAR(out[t * f.q_dim + h * hd + d], ref, tol) << t << " " << h << " " << d;
       }
     }
   }
 }
 
 TEST_P(PagedAttention, OutputIgnoresBlockPlacementBatchAndThreads) {
-  Fixture f;
-  f.type = GetParam();
-  auto last_alone = f.run({0, 1, 2, 3}, {12}, 1);
-  auto moved = f.run({6, 3, 1, 4}, {12}, 1);
-  auto in_batch = f.run({6, 3, 1, 4}, {9, 10, 11, 12}, 3);
-  EXPECT_EQ(0, std::memcmp(last_alone.data(), moved.data(), 32 * 4));
-  EXPECT_EQ(0, std::memcmp(last_alone.data(), in_batch.data() + 3 * 32, 32 * 4));
+  Fixture f(std::get<1>(GetParam()), std::get<0>(GetParam()));
+  const int32_t last = static_cast<int32_t>(f.dims.len - 1);
+  const size_t bytes = f.q_dim * sizeof(float);
+  std::vector<int32_t> identity(f.num_blocks());
+  for (int32_t i = 0; i < f.num_blocks(); ++i) identity[i] = i;
+  auto last_alone = f.run(identity, {last}, 1);
+  auto moved = f.run(f.scattered_table(1), {last}, 1);
+  auto in_batch = f.run(f.scattered_table(1), {last - 3, last - 2, last - 1, last}, 3);
+  EXPECT_EQ(0, std::memcmp(last_alone.data(), moved.data(), bytes));
+  EXPECT_EQ(0, std::memcmp(last_alone.data(), in_batch.data() + 3 * f.q_dim, bytes));
 }
 
-INSTANTIATE_TEST_SUITE_P(KvTypes, PagedAttention, testing::Values(KvType::kF32, KvType::kF16),
-                         [](const auto& info) { return std::string(kv_type_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(
+    KvTypesAndShapes, PagedAttention,
+    testing::Combine(testing::Values(KvType::kF32, KvType::kF16),
+                     testing::Values(Dims{4, 2, 8, 13}, Dims{18, 2, 12, 37}, Dims{3, 3, 20, 21})),
+    [](const auto& info) {
+      const Dims d = std::get<1>(info.param);
+      return std::string(kv_type_name(std::get<0>(info.param))) + "_h" + std::to_string(d.heads) + "_kv" +
+             std::to_string(d.kv_heads) + "_d" + std::to_string(d.head_dim) + "_n" + std::to_string(d.len);
+    });
 
 TEST(StoreKv, F16RoundsToNearestEven) {
   // 1 + 2^-11 is a tie between 1 and 1 + 2^-10 (rounds to the even 1); 1 + 3 * 2^-11 rounds up.
@@ -107,6 +145,28 @@ TEST(StoreKv, F16RoundsToNearestEven) {
   uint16_t dst[19];
   store_kv(KvType::kF16, src, 19, dst);
   for (int i = 0; i < 19; ++i) EXPECT_EQ(dst[i], expected[i % 4]) << i;
+}
+
+// silu_mul (activation.cc) against the formula in double: vector body and padded tail, the
+// extremes (exp clamped at 88: -inf-like inputs give -0, large inputs give x * b).
+TEST(SiluMul, MatchesFormulaAcrossRangeAndTail) {
+  std::vector<float> a, b;
+  for (int i = 0; i < 203; ++i) {  // 25 vectors of 8 and a tail of 3
+    a.push_back(-30.0f + 0.3f * i);
+    b.push_back(0.5f + 0.01f * i);
+  }
+  for (float x : {0.0f, -0.0f, 1e-30f, -87.0f, -89.0f, -200.0f, -3e38f, 88.0f, 200.0f, 3e38f}) {
+    a.push_back(x);
+    b.push_back(1.0f);
+  }
+  const std::vector<float> in = a;
+  silu_mul(a.data(), b.data(), static_cast<int64_t>(a.size()));
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = in[i];
+    const double ref = x / (1.0 + std::exp(-x)) * b[i];
+    EXPECT_TRUE(std::isfinite(a[i])) << x;
+    EXPECT_NEAR(a[i], ref, 4e-7 * std::max(1.0, std::abs(ref))) << "x = " << x;
+  }
 }
 
 }  // namespace

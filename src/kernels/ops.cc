@@ -21,10 +21,6 @@ void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* 
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
 }
 
-void silu_mul(float* a, const float* b, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) a[i] = a[i] / (1.0f + std::exp(-a[i])) * b[i];
-}
-
 void add_inplace(float* a, const float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) a[i] += b[i];
 }

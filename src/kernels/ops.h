@@ -14,7 +14,7 @@ float dot(const float* a, const float* b, int64_t n);
 // out[i] = x[i] / sqrt(mean(x^2) + eps) * weight[i]; out may alias x.
 void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* out);
 
-// a[i] = silu(a[i]) * b[i]
+// a[i] = silu(a[i]) * b[i], with a vector exp (activation.cc)
 void silu_mul(float* a, const float* b, int64_t n);
 
 // a[i] += b[i]
