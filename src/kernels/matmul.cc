@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "common/half.h"
 #include "kernels/matmul.h"
@@ -195,15 +196,39 @@ bool weight_type_supported(gguf::TensorType type) {
 }
 
 void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t num_tokens, float* y) {
-  if (w.type == gguf::TensorType::kQ8_0) {
-    matmul_q8_0(pool, w, x, num_tokens, y);
+  const MatmulTarget target{w, y};
+  matmul_multi(pool, {&target, 1}, x, num_tokens);
+}
+
+void matmul_multi(ThreadPool& pool, std::span<const MatmulTarget> targets, const float* x, int64_t num_tokens) {
+  if (targets.empty()) return;
+  const gguf::TensorType type = targets[0].w.type;
+  const bool same_type =
+      std::all_of(targets.begin(), targets.end(), [&](const MatmulTarget& t) { return t.w.type == type; });
+  if (!same_type) {  // one loop per type would need its own layout: one call per target
+    for (const MatmulTarget& t : targets) matmul_multi(pool, {&t, 1}, x, num_tokens);
     return;
   }
+  if (type == gguf::TensorType::kQ8_0) {
+    matmul_q8_0(pool, targets, x, num_tokens);
+    return;
+  }
+  // Rows of all targets, one index space: target i owns [first[i], first[i + 1]).
+  std::vector<int64_t> first(targets.size() + 1, 0);
+  for (size_t i = 0; i < targets.size(); ++i) first[i + 1] = first[i] + targets[i].w.rows;
   // Chunks of rows small enough that a chunk's weights stay in L2 while every token tile
   // passes over them.
-  const int64_t grain = std::max<int64_t>(4, (int64_t{64} << 10) / std::max<size_t>(1, w.row_bytes()));
+  const int64_t grain = std::max<int64_t>(4, (int64_t{64} << 10) / std::max<size_t>(1, targets[0].w.row_bytes()));
   auto fn = HWY_DYNAMIC_DISPATCH(MatmulRows);
-  pool.parallel_for(w.rows, [&](int64_t b, int64_t e) { fn(w, x, num_tokens, y, b, e); }, grain);
+  pool.parallel_for(
+      first.back(),
+      [&](int64_t b, int64_t e) {
+        for (size_t i = 0; i < targets.size(); ++i) {
+          const int64_t lo = std::max(b, first[i]), hi = std::min(e, first[i + 1]);
+          if (lo < hi) fn(targets[i].w, x, num_tokens, targets[i].y, lo - first[i], hi - first[i]);
+        }
+      },
+      grain);
 }
 
 void dequantize_row(const WeightView& w, int64_t n, float* out) {

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "common/thread_pool.h"
 #include "gguf/gguf_types.h"
@@ -36,6 +37,19 @@ bool weight_type_supported(gguf::TensorType type);
 
 // y: [num_tokens, w.rows]; x: [num_tokens, w.cols]. REQUIRES: supported type.
 void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t num_tokens, float* y);
+
+// One weight of several multiplied by the same activations, and where its output goes
+// ([num_tokens, w.rows]).
+struct MatmulTarget {
+  WeightView w;
+  float* y = nullptr;
+};
+
+// matmul for each target, as one parallel loop over the rows of all of them (and, for Q8_0,
+// one quantization of x): fewer hand-offs to the thread pool for the q/k/v and gate/up
+// projections. Results are bit-identical to separate matmul calls.
+// REQUIRES: every w has x's cols; supported types.
+void matmul_multi(ThreadPool& pool, std::span<const MatmulTarget> targets, const float* x, int64_t num_tokens);
 
 // Writes row n of w as floats (embedding look-up).
 void dequantize_row(const WeightView& w, int64_t n, float* out);

@@ -18,7 +18,7 @@ struct QuantizedActivations {
 // REQUIRES: cols % 32 == 0.
 void quantize_activations(const float* x, int64_t num_tokens, int64_t cols, QuantizedActivations& out);
 
-// y: [num_tokens, w.rows]. REQUIRES: w.type == Q8_0.
-void matmul_q8_0(ThreadPool& pool, const WeightView& w, const float* x, int64_t num_tokens, float* y);
+// matmul_multi for Q8_0 weights. REQUIRES: every target's type is Q8_0, cols equal.
+void matmul_q8_0(ThreadPool& pool, std::span<const MatmulTarget> targets, const float* x, int64_t num_tokens);
 
 }  // namespace sluice::kernels

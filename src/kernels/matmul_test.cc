@@ -178,6 +178,39 @@ TEST_P(MatmulTest, BatchInvariantOnEveryTarget) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
+// Several weights in one parallel loop give, bit for bit, what separate calls give: targets of
+// 37, 8 and 70 rows (partial row groups at the seams between targets), on 1 and 3 threads, for
+// 1, 3 and 16 tokens; and a call mixing this type with another (one loop per target).
+TEST_P(MatmulTest, MultiTargetMatchesSeparateCalls) {
+  const int64_t cols = test_cols(GetParam());
+  const TensorType other = GetParam() == TensorType::kQ8_0 ? TensorType::kF16 : TensorType::kQ8_0;
+  const TestWeight a = make_weight(GetParam(), 37, cols, 11), b = make_weight(GetParam(), 8, cols, 12),
+                   c = make_weight(GetParam(), 70, cols, 13), mixed = make_weight(other, 21, cols, 14);
+  for (int64_t tokens : {1, 3, 16}) {
+    const auto x = random_x(tokens * cols, 15);
+    for (int threads : {1, 3}) {
+      SCOPED_TRACE(::testing::Message() << tokens << " tokens, " << threads << " threads");
+      ThreadPool pool(threads);
+      for (const std::vector<const TestWeight*>& set :
+           {std::vector<const TestWeight*>{&a, &b, &c}, std::vector<const TestWeight*>{&a, &mixed, &c}}) {
+        std::vector<std::vector<float>> separate, fused;
+        std::vector<MatmulTarget> targets;
+        for (const TestWeight* w : set) {
+          separate.emplace_back(tokens * w->view.rows);
+          fused.emplace_back(tokens * w->view.rows, -1.0f);
+          matmul(pool, w->view, x.data(), tokens, separate.back().data());
+        }
+        for (size_t i = 0; i < set.size(); ++i) targets.push_back({set[i]->view, fused[i].data()});
+        matmul_multi(pool, targets, x.data(), tokens);
+        for (size_t i = 0; i < set.size(); ++i) {
+          ASSERT_EQ(0, std::memcmp(separate[i].data(), fused[i].data(), separate[i].size() * sizeof(float)))
+              << "target " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST_P(MatmulTest, DequantizeRowMatchesValues) {
   TestWeight w = make_weight(GetParam(), 3, 64, 5);
   std::vector<float> row(64);

@@ -76,9 +76,8 @@ void Model::attention_block(int32_t layer, const ForwardBatch& b, KvPool& kv, Th
   const LayerWeights& w = weights_.layers[layer];
   const int64_t n = b.num_tokens();
   for (int64_t t = 0; t < n; ++t) kernels::rms_norm(&x_[t * c.dim], w.attn_norm, c.dim, c.rms_eps, &xn_[t * c.dim]);
-  kernels::matmul(pool, w.wq, xn_.data(), n, q_.data());
-  kernels::matmul(pool, w.wk, xn_.data(), n, k_.data());
-  kernels::matmul(pool, w.wv, xn_.data(), n, v_.data());
+  const kernels::MatmulTarget qkv[] = {{w.wq, q_.data()}, {w.wk, k_.data()}, {w.wv, v_.data()}};
+  kernels::matmul_multi(pool, qkv, xn_.data(), n);
   auto* k_cache = static_cast<uint8_t*>(kv.k(layer));
   auto* v_cache = static_cast<uint8_t*>(kv.v(layer));
   const size_t row_bytes = kv.row_bytes();
@@ -118,8 +117,8 @@ void Model::ffn_block(int32_t layer, int64_t n, ThreadPool& pool) {
   const ModelConfig& c = config_;
   const LayerWeights& w = weights_.layers[layer];
   for (int64_t t = 0; t < n; ++t) kernels::rms_norm(&x_[t * c.dim], w.ffn_norm, c.dim, c.rms_eps, &xn_[t * c.dim]);
-  kernels::matmul(pool, w.gate, xn_.data(), n, gate_.data());
-  kernels::matmul(pool, w.up, xn_.data(), n, up_.data());
+  const kernels::MatmulTarget gate_up[] = {{w.gate, gate_.data()}, {w.up, up_.data()}};
+  kernels::matmul_multi(pool, gate_up, xn_.data(), n);
   // Per token, on the pool (exp is the costly part); each token's values are computed alike.
   pool.parallel_for(n, [&](int64_t b, int64_t e) {
     kernels::silu_mul(gate_.data() + b * c.ffn_dim, up_.data() + b * c.ffn_dim, (e - b) * c.ffn_dim);
