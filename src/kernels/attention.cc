@@ -13,6 +13,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/attention.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/cache_control.h>
 #include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
 
@@ -184,8 +185,21 @@ void attend(const AttentionShape& shape, const AttentionBatch& batch, const Page
     const float* q = batch.q + t * q_dim + g * group * hd;
     scores.resize(group * num_keys);
     // Scores, kKeyTile keys at a time; a short last tile repeats its last key.
+    // The cache rows come from memory (a step streams all the weights through the caches in
+    // between): prefetch the next tile's keys, and this tile's values for the sums below.
+    const size_t row_bytes = static_cast<size_t>(hd) * sizeof(T);
+    auto prefetch_rows = [&](const T* cache, int64_t j_begin, int64_t j_end) {
+      for (int64_t j = j_begin; j < std::min(j_end, num_keys); ++j) {
+        const auto* row = reinterpret_cast<const uint8_t*>(cache + slots[j] * kv_dim + g * hd);
+        for (size_t b = 0; b < row_bytes; b += 64) hwy::Prefetch(row + b);
+        hwy::Prefetch(row + row_bytes - 1);
+      }
+    };
+    prefetch_rows(k_cache, 0, kKeyTile);
     for (int64_t j0 = 0; j0 < num_keys; j0 += kKeyTile) {
       const int nk = static_cast<int>(std::min<int64_t>(kKeyTile, num_keys - j0));
+      prefetch_rows(k_cache, j0 + kKeyTile, j0 + 2 * kKeyTile);
+      prefetch_rows(v_cache, j0, j0 + kKeyTile);
       const float* k[kKeyTile];
       for (int j = 0; j < kKeyTile; ++j) {
         const int64_t pos = j0 + std::min(j, nk - 1);
