@@ -20,9 +20,6 @@ void silu_mul(float* a, const float* b, int64_t n);
 // a[i] += b[i]
 void add_inplace(float* a, const float* b, int64_t n);
 
-// In-place softmax over n values.
-void softmax(float* x, int64_t n);
-
 // Rotary embedding of one head vector of `head_dim` values (the first `rot_dim` rotated).
 // cos_sin holds rot_dim/2 (cos, sin) pairs for this token's position.
 // Normal order rotates pairs (2i, 2i+1); neox order rotates (i, i + rot_dim/2).
