@@ -141,10 +141,13 @@ HWY_INLINE void row_groups(const WeightView& w, const float* x, int64_t num_toke
       for (int r = 0; r < kRows; ++r)
         for (int t = 0; t < kTokens; ++t) y[(t0 + t) * w.rows + n + r] = out[r][t];
     };
+    // Tiles of kN = 3; a remainder of one after at least one full tile becomes two tiles of
+    // two (a one-token tile pays a weight conversion per FMA).
     int64_t t0 = 0;
-    for (; t0 + kN <= num_tokens; t0 += kN) run(std::integral_constant<int, kN>{}, t0);
-    if (num_tokens - t0 == 2) run(std::integral_constant<int, 2>{}, t0);
-    if (num_tokens - t0 == 1) run(std::integral_constant<int, 1>{}, t0);
+    const int64_t end3 = num_tokens % kN == 1 && num_tokens > kN ? num_tokens - 4 : num_tokens;
+    for (; t0 + kN <= end3; t0 += kN) run(std::integral_constant<int, kN>{}, t0);
+    for (; t0 + 2 <= num_tokens; t0 += 2) run(std::integral_constant<int, 2>{}, t0);
+    if (t0 < num_tokens) run(std::integral_constant<int, 1>{}, t0);
   };
   int64_t n = row_begin;
   for (; n + kR <= row_end; n += kR) token_tiles(std::integral_constant<int, kR>{}, n);
