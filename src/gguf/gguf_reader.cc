@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <bit>
-#include <cstdint>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -170,38 +169,6 @@ Status read_value(Cursor& c, ValueType type, Value& out, int depth, std::string_
 
 // ---- File -------------------------------------------------------------------------------
 
-namespace {
-
-constexpr size_t kHugePage = size_t{2} << 20;
-
-// Maps a file read-only at an address aligned to 2 MiB and asks for huge pages: when the page
-// cache holds the file in 2 MiB folios (as readahead makes them for such a mapping on kernels
-// with large folios), each 2 MiB of weights is then one TLB entry instead of 512, and a decode
-// step that streams all the weights spends less time on page walks (measured on the
-// 151936 x 896 Q8_0 output matrix at one token: about 10% faster with 2 MiB pages). Where the
-// kernel does not do this, the mapping works as a plain one.
-void* map_file(int fd, size_t size) {
-  if (size < kHugePage) return mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  // Reserve size + 2 MiB of address space, map the file at the first aligned address in it and
-  // give back the rest.
-  void* reserved = mmap(nullptr, size + kHugePage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (reserved == MAP_FAILED) return mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const auto start = reinterpret_cast<uintptr_t>(reserved);
-  const uintptr_t aligned = (start + kHugePage - 1) & ~(kHugePage - 1);
-  void* p = mmap(reinterpret_cast<void*>(aligned), size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
-  if (p == MAP_FAILED) {
-    munmap(reserved, size + kHugePage);
-    return MAP_FAILED;
-  }
-  if (aligned > start) munmap(reserved, aligned - start);
-  const uintptr_t end = aligned + ((size + 4095) & ~size_t{4095});
-  if (start + size + kHugePage > end) munmap(reinterpret_cast<void*>(end), start + size + kHugePage - end);
-  madvise(p, size, MADV_HUGEPAGE);  // a hint: failure changes nothing
-  return p;
-}
-
-}  // namespace
-
 File::~File() {
   if (mapped_ && base_ != nullptr) munmap(const_cast<uint8_t*>(base_), size_);
 }
@@ -221,7 +188,7 @@ Result<std::unique_ptr<File>> File::open(const std::string& path) {
     ::close(fd);
     return Error("'{}' is empty, not a GGUF file", path);
   }
-  void* p = map_file(fd, file->size_);
+  void* p = mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
   if (p == MAP_FAILED) return Error("cannot map '{}': {}", path, std::strerror(errno));
   file->base_ = static_cast<const uint8_t*>(p);

@@ -1,7 +1,5 @@
 #include "gguf/gguf_reader.h"
 
-#include <cstdint>
-#include <cstdio>
 #include <cstring>
 
 #include <gtest/gtest.h>
@@ -177,34 +175,6 @@ TEST(GgufReader, OpenReportsMissingFile) {
   auto f = File::open("/nonexistent/model.gguf");
   ASSERT_FALSE(f);
   EXPECT_NE(f.error().message().find("/nonexistent/model.gguf"), std::string::npos);
-}
-
-// Files of 2 MiB and more are mapped at a 2 MiB-aligned address (so that the page cache's
-// huge folios can be mapped whole); smaller ones plainly. Either way the tensors read back, and
-// opening and closing many times leaves nothing behind that breaks the next open.
-TEST(GgufReader, LargeFilesAreMappedAtA2MiBBoundary) {
-  const std::string dir = testing::TempDir();
-  for (const size_t floats : {size_t{1000}, size_t{3} << 20}) {  // 4 KB, 12 MiB
-    std::vector<float> values(floats);
-    for (size_t i = 0; i < floats; ++i) values[i] = static_cast<float>(i % 1000) - 500.0f;
-    Writer w;
-    w.set_string("general.architecture", "llama");
-    w.add_tensor("t", TensorType::kF32, {floats}, f32_bytes(values));
-    const std::string path = dir + "/mapped_" + std::to_string(floats) + ".gguf";
-    ASSERT_TRUE(w.write_file(path).is_ok());
-    for (int round = 0; round < 20; ++round) {
-      auto f = File::open(path);
-      ASSERT_TRUE(f) << f.error().message();
-      const TensorInfo* t = (*f)->find_tensor("t");
-      ASSERT_NE(t, nullptr);
-      const uint8_t* base = t->data - (*f)->data_offset() - t->offset;
-      if ((*f)->file_size() >= (size_t{2} << 20)) {
-        EXPECT_EQ(reinterpret_cast<uintptr_t>(base) % (size_t{2} << 20), 0u);
-      }
-      ASSERT_EQ(0, std::memcmp(t->data, values.data(), floats * 4));
-    }
-    std::remove(path.c_str());
-  }
 }
 
 TEST(GgufReader, OpensSharedModel) {
