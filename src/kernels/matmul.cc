@@ -216,22 +216,13 @@ void matmul_multi(ThreadPool& pool, std::span<const MatmulTarget> targets, const
     matmul_q8_0(pool, targets, x, num_tokens);
     return;
   }
-  // Rows of all targets, one index space: target i owns [first[i], first[i + 1]).
-  std::vector<int64_t> first(targets.size() + 1, 0);
-  for (size_t i = 0; i < targets.size(); ++i) first[i + 1] = first[i] + targets[i].w.rows;
   // Chunks of rows small enough that a chunk's weights stay in L2 while every token tile
   // passes over them.
   const int64_t grain = std::max<int64_t>(4, (int64_t{64} << 10) / std::max<size_t>(1, targets[0].w.row_bytes()));
   auto fn = HWY_DYNAMIC_DISPATCH(MatmulRows);
-  pool.parallel_for(
-      first.back(),
-      [&](int64_t b, int64_t e) {
-        for (size_t i = 0; i < targets.size(); ++i) {
-          const int64_t lo = std::max(b, first[i]), hi = std::min(e, first[i + 1]);
-          if (lo < hi) fn(targets[i].w, x, num_tokens, targets[i].y, lo - first[i], hi - first[i]);
-        }
-      },
-      grain);
+  parallel_over_targets(
+      pool, targets, [](const WeightView& w) { return w.rows; }, grain,
+      [&](size_t i, int64_t begin, int64_t end) { fn(targets[i].w, x, num_tokens, targets[i].y, begin, end); });
 }
 
 void dequantize_row(const WeightView& w, int64_t n, float* out) {

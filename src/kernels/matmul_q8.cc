@@ -411,24 +411,13 @@ void matmul_q8_0(ThreadPool& pool, std::span<const MatmulTarget> targets, const 
   const int64_t cols = targets[0].w.cols;
   QuantizedActivations xq;
   quantize_activations(x, num_tokens, cols, xq);
-  // Row groups of all targets, one index space: target i owns [first[i], first[i + 1]).
-  std::vector<int64_t> first(targets.size() + 1, 0);
-  for (size_t i = 0; i < targets.size(); ++i) {
-    first[i + 1] = first[i] + (targets[i].w.rows + kQ8GroupRows - 1) / kQ8GroupRows;
-  }
   // Ranges of at least ~64 KiB of weights, so that claiming a range costs little next to it.
   const size_t row_bytes = std::max<size_t>(1, targets[0].w.row_bytes());
   const int64_t grain = std::max<int64_t>(1, (int64_t{64} << 10) / (kQ8GroupRows * static_cast<int64_t>(row_bytes)));
   auto fn = HWY_DYNAMIC_DISPATCH(MatmulQ8Groups);
-  pool.parallel_for(
-      first.back(),
-      [&](int64_t b, int64_t e) {
-        for (size_t i = 0; i < targets.size(); ++i) {
-          const int64_t lo = std::max(b, first[i]), hi = std::min(e, first[i + 1]);
-          if (lo < hi) fn(targets[i].w, xq, num_tokens, targets[i].y, lo - first[i], hi - first[i]);
-        }
-      },
-      grain);
+  parallel_over_targets(
+      pool, targets, [](const WeightView& w) { return (w.rows + kQ8GroupRows - 1) / kQ8GroupRows; }, grain,
+      [&](size_t i, int64_t begin, int64_t end) { fn(targets[i].w, xq, num_tokens, targets[i].y, begin, end); });
 }
 
 }  // namespace sluice::kernels

@@ -1,7 +1,9 @@
 // Q8_0 matmul on integer dot products (see matmul_q8.cc); matmul() calls it for Q8_0 weights.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "common/thread_pool.h"
@@ -17,6 +19,25 @@ struct QuantizedActivations {
 
 // REQUIRES: cols % 32 == 0.
 void quantize_activations(const float* x, int64_t num_tokens, int64_t cols, QuantizedActivations& out);
+
+// One parallel loop over the work units (rows, or row groups) of several targets, as one index
+// space: target i owns [first[i], first[i + 1]). Calls part(i, begin, end) with a range of
+// target i's own units; a range of the loop that spans targets is split at their seams.
+template <class UnitsOf, class Part>
+void parallel_over_targets(ThreadPool& pool, std::span<const MatmulTarget> targets, UnitsOf units_of,
+                           int64_t grain, const Part& part) {
+  std::vector<int64_t> first(targets.size() + 1, 0);
+  for (size_t i = 0; i < targets.size(); ++i) first[i + 1] = first[i] + units_of(targets[i].w);
+  pool.parallel_for(
+      first.back(),
+      [&](int64_t b, int64_t e) {
+        for (size_t i = 0; i < targets.size(); ++i) {
+          const int64_t lo = std::max(b, first[i]), hi = std::min(e, first[i + 1]);
+          if (lo < hi) part(i, lo - first[i], hi - first[i]);
+        }
+      },
+      grain);
+}
 
 // matmul_multi for Q8_0 weights. REQUIRES: every target's type is Q8_0, cols equal.
 void matmul_q8_0(ThreadPool& pool, std::span<const MatmulTarget> targets, const float* x, int64_t num_tokens);
