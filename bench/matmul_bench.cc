@@ -3,8 +3,8 @@
 //
 // For each weight shape of a model (Qwen2.5-0.5B's by default) and each token count, the
 // multiply-accumulates per second of kernels::matmul, divided by:
-//   - the peak of the instruction mix the kernel is built from, measured here on registers
-//     only (Q8_0: int8 sign + multiply-add + widen + add; float types: FMA chains), and
+//   - the rate of a reference loop of the kernel's own instructions on data in L1 (Q8_0: a
+//     broadcast, sign, multiply-add, widen and add per 32 products; float types: FMA chains), and
 //   - for one token, the memory read bandwidth (weight bytes per second).
 //
 // Usage: matmul_bench [--dtype q8_0|f16|f32|bf16] [--tokens 1,4,16] [--threads N] [--seconds S]
@@ -67,9 +67,14 @@ int run(int argc, char** argv) {
   int threads = 0;
   double seconds = 0.3;
   app.add_option("--dtype", dtype, "Weight type: q8_0, f16, bf16, f32")->capture_default_str();
-  app.add_option("--tokens", tokens, "Token counts (rows of activations)")->delimiter(',')->capture_default_str();
-  app.add_option("-t,--threads", threads, "Threads; 0 = one per core")->capture_default_str();
-  app.add_option("--seconds", seconds, "Time per measurement (best of repeated runs)")->capture_default_str();
+  app.add_option("--tokens", tokens, "Token counts (rows of activations), each 1 to 4096")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("-t,--threads", threads, "Threads; 0 = one per core")->check(CLI::Range(0, 1024))->capture_default_str();
+  app.add_option("--seconds", seconds, "Time per measurement (best of repeated runs)")
+      ->check(CLI::Range(0.001, 60.0))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   gguf::TensorType type;
@@ -83,8 +88,8 @@ int run(int argc, char** argv) {
   const double bw = measure_read_bandwidth(pool);
   const bool int8 = type == gguf::TensorType::kQ8_0;
   const double peak_mac = int8 ? measure_peak_int8_macs(pool) : measure_peak_flops(pool) / 2;
-  std::printf("threads: %d, SIMD: %s, read bandwidth %.1f GB/s, %s peak %.1f GMAC/s\n", pool.num_threads(),
-              kernels::simd_target_name(), bw / 1e9, int8 ? "int8 sign+maddubs+madd" : "f32 FMA", peak_mac / 1e9);
+  std::printf("threads: %d, SIMD: %s, read bandwidth %.1f GB/s, %s reference loop %.1f GMAC/s\n", pool.num_threads(),
+              kernels::simd_target_name(), bw / 1e9, int8 ? "int8 (Q8_0 kernel's inner loop)" : "f32 FMA", peak_mac / 1e9);
 
   // Qwen2.5-0.5B: q (and o), k/v, gate/up, down, output.
   const Shape shapes[] = {{"attn_q 896x896", 896, 896},
@@ -100,7 +105,7 @@ int run(int argc, char** argv) {
     const auto data = make_weights(type, s.rows, s.cols, rng);
     const kernels::WeightView w{data.data(), type, s.rows, s.cols};
     std::printf("%-20s", s.name);
-    std::vector<double> ratios;
+    double one_token_of_bandwidth = -1;
     for (int t : tokens) {
       std::vector<float> x(static_cast<size_t>(t) * s.cols), y(static_cast<size_t>(t) * s.rows);
       std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -117,12 +122,12 @@ int run(int argc, char** argv) {
       } while (now() < end || reps < 3);
       const double macs = static_cast<double>(s.rows) * s.cols * t / best;
       std::printf(" %5.1f %4.2fc", macs / 1e9, macs / peak_mac);
-      if (t == 1) ratios.push_back(static_cast<double>(data.size()) / best / bw);
+      if (t == 1) one_token_of_bandwidth = static_cast<double>(data.size()) / best / bw;
     }
-    if (!ratios.empty()) std::printf("   1 token: %.2f of bandwidth", ratios[0]);
+    if (one_token_of_bandwidth >= 0) std::printf("   1 token: %.2f of bandwidth", one_token_of_bandwidth);
     std::printf("\n");
   }
-  std::printf("(GMAC/s, then the fraction c of the instruction-mix peak)\n");
+  std::printf("(GMAC/s, then c: the fraction of the reference loop's rate)\n");
   return 0;
 }
 

@@ -10,8 +10,8 @@ namespace sluice::bench {
 double measure_read_bandwidth(ThreadPool& pool);
 // Floating-point operations per second (an FMA counts 2) of independent FMA chains, all threads.
 double measure_peak_flops(ThreadPool& pool);
-// Int8 multiply-accumulates per second of the Q8_0 kernel's instruction mix (sign, maddubs,
-// madd, add) on registers, all threads; 0 where the SIMD target has no such instructions.
+// Int8 multiply-accumulates per second of the Q8_0 kernel's inner loop (broadcast, sign, maddubs,
+// madd, add) on data in L1, all threads; 0 where the SIMD target has no such instructions.
 double measure_peak_int8_macs(ThreadPool& pool);
 
 }  // namespace sluice::bench

@@ -184,7 +184,6 @@ void attend(const AttentionShape& shape, const AttentionBatch& batch, const Page
     }
     const float* q = batch.q + t * q_dim + g * group * hd;
     scores.resize(group * num_keys);
-    // Scores, kKeyTile keys at a time; a short last tile repeats its last key.
     // The cache rows come from memory (a step streams all the weights through the caches in
     // between): prefetch the next tile's keys, and this tile's values for the sums below.
     const size_t row_bytes = static_cast<size_t>(hd) * sizeof(T);
@@ -196,14 +195,14 @@ void attend(const AttentionShape& shape, const AttentionBatch& batch, const Page
       }
     };
     prefetch_rows(k_cache, 0, kKeyTile);
+    // Scores, kKeyTile keys at a time; a short last tile repeats its last key.
     for (int64_t j0 = 0; j0 < num_keys; j0 += kKeyTile) {
       const int nk = static_cast<int>(std::min<int64_t>(kKeyTile, num_keys - j0));
       prefetch_rows(k_cache, j0 + kKeyTile, j0 + 2 * kKeyTile);
       prefetch_rows(v_cache, j0, j0 + kKeyTile);
       const float* k[kKeyTile];
       for (int j = 0; j < kKeyTile; ++j) {
-        const int64_t pos = j0 + std::min(j, nk - 1);
-        k[j] = j < nk ? widen(k_cache + slots[pos] * kv_dim + g * hd, hd, k_rows.data() + j * hd) : k[nk - 1];
+        k[j] = j < nk ? widen(k_cache + slots[j0 + j] * kv_dim + g * hd, hd, k_rows.data() + j * hd) : k[nk - 1];
       }
       for (int32_t h = 0; h < group; ++h) {
         float s[kKeyTile];
