@@ -15,7 +15,7 @@ endif
 
 SLUICE := $(BUILD_DIR)/src/cli/sluice
 
-.PHONY: all setup configure build run generate test test-asan test-tsan fuzz fuzz-request bench clean
+.PHONY: all setup configure build run generate test test-asan test-tsan check-clang fuzz fuzz-request fuzz-gguf fuzz-chat bench clean
 
 all: build
 
@@ -38,7 +38,8 @@ generate: build
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
 
-# Sanitizer runs of the whole (fast) suite, as CI does.
+# Sanitizer runs, as CI does (.ci/run says why each is there): every test under ASan+UBSan;
+# the tests that run threads (label `threads`) under TSan.
 test-asan: setup
 	cmake --preset asan $(CMAKE_FLAGS) > /dev/null
 	cmake --build --preset asan -j $(JOBS)
@@ -49,24 +50,34 @@ test-tsan: setup
 	cmake --build --preset tsan -j $(JOBS)
 	ctest --preset tsan -j $(JOBS)
 
-# Coverage-guided fuzzing of the GGUF reader and loaders with AFL++, FUZZ_SECONDS long.
-# Crashes land in build/fuzz/out/default/crashes.
-FUZZ_SECONDS ?= 60
-fuzz:
-	@bash scripts/setup.sh --fuzz
-	cmake --preset fuzz > /dev/null
-	cmake --build --preset fuzz --target gguf_fuzz sluice
-	bash fuzz/make_corpus.sh build/fuzz/src/cli/sluice build/fuzz/corpus
-	AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_NO_UI=1 AFL_AUTORESUME=1 \
-	  afl-fuzz -V $(FUZZ_SECONDS) -i build/fuzz/corpus -o build/fuzz/out -- build/fuzz/fuzz/gguf_fuzz @@
+# clang-19 with -Wthread-safety -Werror (the SLUICE_GUARDED_BY annotations of common/mutex.h
+# checked at compile time), then every test on that build. Run it before a commit that
+# touches locking; CI runs it too.
+check-clang: setup
+	cmake --preset clang -DSLUICE_WERROR=ON > /dev/null
+	cmake --build --preset clang -j $(JOBS)
+	ctest --preset clang -j $(JOBS)
 
-# The same for the server's request path (HTTP parser, JSON, request parsers).
-fuzz-request:
+# Coverage-guided fuzzing with libFuzzer (clang-19, ASan+UBSan): each target of FUZZ_TARGETS
+# runs FUZZ_SECONDS from its seeds, on FUZZ_JOBS processes. The corpus grows in
+# build/fuzz/corpus/TARGET; crashes land in build/fuzz/crashes/TARGET (rerun one with
+# build/fuzz/fuzz/TARGET FILE).
+FUZZ_SECONDS ?= 180
+FUZZ_TARGETS ?= gguf_fuzz request_fuzz chat_template_fuzz
+FUZZ_JOBS ?= 1
+fuzz: build
 	@bash scripts/setup.sh --fuzz
 	cmake --preset fuzz > /dev/null
-	cmake --build --preset fuzz --target request_fuzz
-	AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_NO_UI=1 AFL_AUTORESUME=1 \
-	  afl-fuzz -V $(FUZZ_SECONDS) -i fuzz/request_seeds -o build/fuzz/out-request -- build/fuzz/fuzz/request_fuzz @@
+	cmake --build --preset fuzz -j $(JOBS)
+	@bash fuzz/run.sh $(SLUICE) $(FUZZ_SECONDS) $(FUZZ_JOBS) $(FUZZ_TARGETS)
+
+# One target at a time.
+fuzz-gguf:
+	@$(MAKE) --no-print-directory fuzz FUZZ_TARGETS=gguf_fuzz
+fuzz-request:
+	@$(MAKE) --no-print-directory fuzz FUZZ_TARGETS=request_fuzz
+fuzz-chat:
+	@$(MAKE) --no-print-directory fuzz FUZZ_TARGETS=chat_template_fuzz
 
 bench: build
 	$(BUILD_DIR)/bench/engine_bench $(BENCH_ARGS)

@@ -10,13 +10,14 @@
 
 #include <gtest/gtest.h>
 
+#include "common/test_paths.h"
 #include "fuzz/request_fuzz.h"
 
 namespace {
 
 std::vector<std::string> seeds() {
   std::vector<std::string> out;
-  for (const auto& e : std::filesystem::directory_iterator(SLUICE_SOURCE_DIR "/fuzz/request_seeds")) {
+  for (const auto& e : std::filesystem::directory_iterator(sluice::testing::source_dir() + "/fuzz/request_seeds")) {
     std::ifstream in(e.path(), std::ios::binary);
     out.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }

@@ -6,6 +6,8 @@ set -euo pipefail
 
 packages=(
   g++ cmake ninja-build make pkg-config
+  ccache              # compiler cache: CMake compiles through it when present (CMakeLists.txt)
+  clang-19            # second compiler: -Wthread-safety checks the locking (make check-clang)
   libhwy-dev          # Google Highway: portable SIMD with runtime dispatch (kernels/)
   libfmt-dev          # formatting
   libcli11-dev        # command line
@@ -18,9 +20,9 @@ packages=(
   prometheus          # promtool checks the /metrics exposition in the server tests
 )
 
-# `setup.sh --fuzz` adds AFL++ for `make fuzz`.
+# `setup.sh --fuzz` adds clang's runtimes (libFuzzer, ASan, UBSan) for `make fuzz`.
 if [ "${1:-}" = "--fuzz" ]; then
-  packages+=(afl++)
+  packages+=(libclang-rt-19-dev)
 fi
 
 missing=()

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/fake_openai_server.h"
+#include "common/test_paths.h"
 
 namespace sluice::bench {
 namespace {
@@ -34,7 +35,7 @@ class BenchCli : public ::testing::Test {
 
   // Runs `sluice bench ARGS` with stdout and stderr in files; returns the exit code.
   int bench(const std::string& args) {
-    const std::string command = fmt::format("{}/src/cli/sluice bench --no-progress {} >{} 2>{}", SLUICE_BINARY_DIR,
+    const std::string command = fmt::format("{}/src/cli/sluice bench --no-progress {} >{} 2>{}", sluice::testing::binary_dir(),
                                             args, (dir_ / "out").string(), (dir_ / "err").string());
     const int status = std::system(command.c_str());
     out_ = slurp(dir_ / "out");

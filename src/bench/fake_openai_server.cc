@@ -33,13 +33,13 @@ net::awaitable<void> FakeOpenAi::handle(const ReceivedRequest& r, TestExchange& 
   }
   int arrival = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     bodies_.push_back(body);
     arrival = static_cast<int>(bodies_.size());
     max_in_flight_ = std::max(max_in_flight_, ++in_flight_);
   }
   co_await respond(body, chat, arrival, ex);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   --in_flight_;
 }
 
@@ -106,7 +106,7 @@ net::awaitable<void> FakeOpenAi::respond(const nlohmann::json& body, bool chat, 
   co_await ex.chunk(": a comment line, as some servers send to keep the connection alive" + eol + eol);
   co_await ex.chunk("data: " + last.dump() + eol + eol + "data: [DONE]" + eol + eol);
   co_await ex.end_chunked();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   answers_.insert(answer);
 }
 

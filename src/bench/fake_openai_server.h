@@ -9,7 +9,6 @@
 // a quarter of the prompt tokens, rounded down.
 #pragma once
 
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -18,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/http_test_server.h"
+#include "common/mutex.h"
 
 namespace sluice::bench::testing {
 
@@ -44,15 +44,15 @@ class FakeOpenAi {
 
   // Read once the run has ended.
   std::vector<nlohmann::json> bodies() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return bodies_;
   }
   std::set<std::string> answers() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return answers_;
   }
   int max_in_flight() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return max_in_flight_;
   }
 
@@ -62,11 +62,11 @@ class FakeOpenAi {
                                        http::testing::TestExchange& ex);
 
   FakeBehaviour behaviour_;
-  mutable std::mutex mu_;
-  std::vector<nlohmann::json> bodies_;  // GUARDED_BY(mu_), in arrival order
-  std::set<std::string> answers_;       // GUARDED_BY(mu_)
-  int in_flight_ = 0;                   // GUARDED_BY(mu_)
-  int max_in_flight_ = 0;               // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::vector<nlohmann::json> bodies_ SLUICE_GUARDED_BY(mu_);  // in arrival order
+  std::set<std::string> answers_ SLUICE_GUARDED_BY(mu_);
+  int in_flight_ SLUICE_GUARDED_BY(mu_) = 0;
+  int max_in_flight_ SLUICE_GUARDED_BY(mu_) = 0;
   // Last: destroyed first, so the server stops while the fields above still exist.
   http::testing::TestHttpServer server_;
 };

@@ -5,9 +5,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/test_paths.h"
+
 namespace sluice::chat::testing {
 
-std::string testdata_dir() { return std::string(SLUICE_SOURCE_DIR) + "/src/chat/testdata"; }
+std::string testdata_dir() { return sluice::testing::source_dir() + "/src/chat/testdata"; }
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "common/test_paths.h"
 #include "common/utf8.h"
 
 namespace sluice {
@@ -24,7 +25,7 @@ struct Output {
 // to that file instead and only stderr is captured.
 Output run(const std::string& args, bool with_stderr = false, const std::string& stdout_to = "") {
   const std::string redirect = !stdout_to.empty() ? " 2>&1 >" + stdout_to : with_stderr ? " 2>&1" : " 2>/dev/null";
-  const std::string cmd = std::string(SLUICE_BINARY_DIR) + "/src/cli/sluice " + args + redirect;
+  const std::string cmd = sluice::testing::binary_dir() + "/src/cli/sluice " + args + redirect;
   FILE* p = popen(cmd.c_str(), "r");
   Output o{-1, ""};
   if (!p) return o;
@@ -36,7 +37,7 @@ Output run(const std::string& args, bool with_stderr = false, const std::string&
   return o;
 }
 
-const std::string kShared = SLUICE_SHARED_DIR;
+const std::string kShared = sluice::testing::shared_dir();
 bool have_shared() { return std::filesystem::exists(kShared + "/models/stories260K.gguf"); }
 
 TEST(Cli, HelpListsTheCommands) {

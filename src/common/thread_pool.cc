@@ -23,7 +23,7 @@ ThreadPool::ThreadPool(int num_threads) {
 
 ThreadPool::~ThreadPool() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
   }
   work_cv_.notify_all();
@@ -37,7 +37,7 @@ void ThreadPool::run_chunks(Job& job) {
     const int64_t end = std::min(job.n, begin + job.chunk);
     (*job.fn)(begin, end);
     if (job.done.fetch_add(end - begin) + (end - begin) == job.n) {
-      std::lock_guard lock(mu_);  // pairs with the caller's wait on done_cv_
+      MutexLock lock(mu_);  // pairs with the caller's wait on done_cv_
       done_cv_.notify_one();
     }
   }
@@ -52,8 +52,8 @@ void ThreadPool::worker_loop() {
       if (!got) SLUICE_CPU_RELAX();
     }
     if (!got) {
-      std::unique_lock lock(mu_);
-      work_cv_.wait(lock, [&] { return stop_ || generation_.load() != seen; });
+      MutexLock lock(mu_);
+      while (!stop_ && generation_.load() == seen) work_cv_.wait(lock);
       if (stop_) return;
     }
     seen = generation_.load();
@@ -77,7 +77,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   Job job{&fn, n, std::max(grain, (n + chunks - 1) / chunks)};
   job_.store(&job);
   {
-    std::lock_guard lock(mu_);  // so a worker between its check and its wait cannot miss this
+    MutexLock lock(mu_);  // so a worker between its check and its wait cannot miss this
     generation_.fetch_add(1);
   }
   work_cv_.notify_all();
@@ -85,8 +85,8 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   // Ranges claimed by workers may still be running.
   for (int i = 0; i < kSpinIterations && job.done.load() != n; ++i) SLUICE_CPU_RELAX();
   if (job.done.load() != n) {
-    std::unique_lock lock(mu_);
-    done_cv_.wait(lock, [&] { return job.done.load() == n; });
+    MutexLock lock(mu_);
+    while (job.done.load() != n) done_cv_.wait(lock);
   }
   job_.store(nullptr);
   while (in_job_.load() != 0) std::this_thread::yield();

@@ -16,12 +16,12 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace sluice {
 
@@ -53,13 +53,13 @@ class ThreadPool {
   void run_chunks(Job& job);
 
   std::vector<std::thread> workers_;
-  std::mutex mu_;
-  std::condition_variable work_cv_;
-  std::condition_variable done_cv_;
+  Mutex mu_;
+  CondVar work_cv_;
+  CondVar done_cv_;
   std::atomic<Job*> job_{nullptr};       // the current job, null between calls
   std::atomic<uint64_t> generation_{0};  // bumped for each job
   std::atomic<int> in_job_{0};           // workers that may be looking at job_
-  bool stop_ = false;                    // GUARDED_BY(mu_)
+  bool stop_ SLUICE_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace sluice

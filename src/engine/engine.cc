@@ -24,20 +24,20 @@ std::string_view finish_reason_name(FinishReason r) {
 struct StreamState {
   explicit StreamState(uint64_t request_id) : id(request_id) {}
   const uint64_t id;
-  std::mutex mu;
-  std::condition_variable cv;
-  StreamOutput pending;       // GUARDED_BY(mu) output not yet read
-  bool has_pending = false;   // GUARDED_BY(mu)
-  bool final_read = false;    // GUARDED_BY(mu) the finished output was handed out
-  StreamOutput final_copy;    // GUARDED_BY(mu) finish fields, repeated after the end
-  std::atomic<bool> finished{false};  // the engine pushed the finished output
-  std::function<void()> notify;       // GUARDED_BY(mu) RequestHandle::on_output
+  Mutex mu;
+  CondVar cv;
+  StreamOutput pending SLUICE_GUARDED_BY(mu);      // output not yet read
+  bool has_pending SLUICE_GUARDED_BY(mu) = false;
+  bool final_read SLUICE_GUARDED_BY(mu) = false;   // the finished output was handed out
+  StreamOutput final_copy SLUICE_GUARDED_BY(mu);   // finish fields, repeated after the end
+  std::atomic<bool> finished{false};               // the engine pushed the finished output
+  std::function<void()> notify SLUICE_GUARDED_BY(mu);  // RequestHandle::on_output
 
   // Engine thread: appends output and wakes the reader.
   void push(const std::vector<TokenOutput>& tokens, const std::string& text, const StreamOutput* final) {
     std::function<void()> callback;
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       callback = notify;
       if (final) notify = nullptr;  // nothing follows; drop what the callback holds
       pending.tokens.insert(pending.tokens.end(), tokens.begin(), tokens.end());
@@ -59,8 +59,10 @@ struct StreamState {
     if (callback) callback();
   }
 
-  // REQUIRES: mu held and has_pending || final_read.
-  StreamOutput take() {
+  bool readable() const SLUICE_REQUIRES(mu) { return has_pending || final_read; }
+
+  // REQUIRES: readable().
+  StreamOutput take() SLUICE_REQUIRES(mu) {
     if (!has_pending) return final_copy;
     StreamOutput out = std::move(pending);
     pending = StreamOutput{};
@@ -79,16 +81,16 @@ struct Command {
 };
 
 struct Inbox {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Command> commands;  // GUARDED_BY(mu)
-  int32_t num_submits = 0;       // GUARDED_BY(mu) kSubmit commands in `commands`
-  int32_t num_waiting = 0;       // GUARDED_BY(mu) scheduler's waiting count, after the last step
-  bool closed = false;           // GUARDED_BY(mu)
+  Mutex mu;
+  CondVar cv;
+  std::deque<Command> commands SLUICE_GUARDED_BY(mu);
+  int32_t num_submits SLUICE_GUARDED_BY(mu) = 0;  // kSubmit commands in `commands`
+  int32_t num_waiting SLUICE_GUARDED_BY(mu) = 0;  // scheduler's waiting count, after the last step
+  bool closed SLUICE_GUARDED_BY(mu) = false;
 
   void cancel(uint64_t request_id) {
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       if (closed) return;
       commands.push_back({Command::kCancel, nullptr, {}, 0, request_id});
     }
@@ -117,31 +119,36 @@ uint64_t RequestHandle::id() const { return state_->id; }
 void RequestHandle::cancel() { inbox_->cancel(state_->id); }
 
 StreamOutput RequestHandle::next() {
-  std::unique_lock lock(state_->mu);
-  state_->cv.wait(lock, [&] { return state_->has_pending || state_->final_read; });
-  return state_->take();
+  StreamState& s = *state_;
+  MutexLock lock(s.mu);
+  while (!s.readable()) s.cv.wait(lock);
+  return s.take();
 }
 
 std::optional<StreamOutput> RequestHandle::next_for(std::chrono::milliseconds timeout) {
-  std::unique_lock lock(state_->mu);
-  if (!state_->cv.wait_for(lock, timeout, [&] { return state_->has_pending || state_->final_read; })) {
-    return std::nullopt;
+  StreamState& s = *state_;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  MutexLock lock(s.mu);
+  while (!s.readable()) {
+    if (!s.cv.wait_until(lock, deadline) && !s.readable()) return std::nullopt;
   }
-  return state_->take();
+  return s.take();
 }
 
 std::optional<StreamOutput> RequestHandle::try_next() {
-  std::lock_guard lock(state_->mu);
-  if (!state_->has_pending && !state_->final_read) return std::nullopt;
-  return state_->take();
+  StreamState& s = *state_;
+  MutexLock lock(s.mu);
+  if (!s.readable()) return std::nullopt;
+  return s.take();
 }
 
 void RequestHandle::on_output(std::function<void()> callback) {
+  StreamState& s = *state_;
   bool ready = false;
   {
-    std::lock_guard lock(state_->mu);
-    ready = state_->has_pending || state_->final_read;
-    if (!state_->final_read && !state_->finished) state_->notify = callback;
+    MutexLock lock(s.mu);
+    ready = s.readable();
+    if (!s.final_read && !s.finished) s.notify = callback;
   }
   if (ready && callback) callback();
 }
@@ -280,11 +287,11 @@ Engine::~Engine() { shutdown(); }
 
 void Engine::shutdown() {
   {
-    std::lock_guard lock(inbox_->mu);
+    MutexLock lock(inbox_->mu);
     inbox_->closed = true;
   }
   inbox_->cv.notify_all();
-  std::lock_guard lock(shutdown_mu_);
+  MutexLock lock(shutdown_mu_);
   if (thread_.joinable()) thread_.join();
 }
 
@@ -323,16 +330,16 @@ Status Engine::validate(const Request& r) const {
 
 Result<RequestHandle> Engine::submit(Request request) {
   if (Status s = validate(request); !s) {
-    std::lock_guard lock(metrics_mu_);
+    MutexLock lock(metrics_mu_);
     ++metrics_.num_requests_rejected;
     return Error(s);
   }
   auto stream = std::make_shared<StreamState>(next_request_id_++);
   {
-    std::lock_guard lock(inbox_->mu);
+    MutexLock lock(inbox_->mu);
     if (inbox_->closed) return Error(StatusCode::kUnavailable, "the engine is shutting down");
     if (inbox_->num_submits + inbox_->num_waiting >= config_.max_queued_requests) {
-      std::lock_guard mlock(metrics_mu_);
+      MutexLock mlock(metrics_mu_);
       ++metrics_.num_requests_rejected;
       ++metrics_.num_requests_overloaded;
       return Error(StatusCode::kOverloaded, "overloaded: {} requests are already waiting (--max-queued-requests {})",
@@ -340,7 +347,7 @@ Result<RequestHandle> Engine::submit(Request request) {
     }
     inbox_->commands.push_back({Command::kSubmit, stream, std::move(request), now(), 0});
     ++inbox_->num_submits;
-    std::lock_guard mlock(metrics_mu_);
+    MutexLock mlock(metrics_mu_);
     ++metrics_.num_requests_submitted;
     idle_ = false;
   }
@@ -349,13 +356,13 @@ Result<RequestHandle> Engine::submit(Request request) {
 }
 
 EngineMetrics Engine::metrics() const {
-  std::lock_guard lock(metrics_mu_);
+  MutexLock lock(metrics_mu_);
   return metrics_;
 }
 
 EngineMetrics Engine::wait_until_idle() const {
-  std::unique_lock lock(metrics_mu_);
-  idle_cv_.wait(lock, [&] { return idle_; });
+  MutexLock lock(metrics_mu_);
+  while (!idle_) idle_cv_.wait(lock);
   return metrics_;
 }
 
@@ -363,8 +370,8 @@ void Engine::loop() {
   for (;;) {
     std::deque<Command> commands;
     {
-      std::unique_lock lock(inbox_->mu);
-      inbox_->cv.wait(lock, [&] { return inbox_->closed || !inbox_->commands.empty() || !computations_.empty(); });
+      MutexLock lock(inbox_->mu);
+      while (!inbox_->closed && inbox_->commands.empty() && computations_.empty()) inbox_->cv.wait(lock);
       if (inbox_->closed) break;
       commands.swap(inbox_->commands);
       inbox_->num_submits = 0;
@@ -385,7 +392,7 @@ void Engine::loop() {
   // Shutting down: everything outstanding ends now.
   std::deque<Command> left;
   {
-    std::lock_guard lock(inbox_->mu);
+    MutexLock lock(inbox_->mu);
     left.swap(inbox_->commands);
   }
   for (Command& c : left) {
@@ -396,7 +403,7 @@ void Engine::loop() {
     c.stream->push({}, {}, &final);
   }
   while (!computations_.empty()) finish(*computations_.begin()->second, FinishReason::kCancelled, "engine shut down");
-  std::lock_guard lock(metrics_mu_);
+  MutexLock lock(metrics_mu_);
   idle_ = true;
   idle_cv_.notify_all();
 }
@@ -413,7 +420,7 @@ void Engine::handle_submit(Subscriber sub, Request request) {
       sub.stream->push(c.history_tokens, c.history_text, nullptr);
       request_to_seq_[sub.stream->id] = c.id;
       c.subs.push_back(std::move(sub));
-      std::lock_guard lock(metrics_mu_);
+      MutexLock lock(metrics_mu_);
       ++metrics_.num_requests_coalesced;
       return;
     }
@@ -460,7 +467,7 @@ void Engine::step() {
                              << scheduler_.num_waiting() << " waiting";
   {
     // Admitted requests stop counting against the queue bound before the forward pass runs.
-    std::lock_guard lock(inbox_->mu);
+    MutexLock lock(inbox_->mu);
     inbox_->num_waiting = scheduler_.num_waiting();
   }
   const double t = now();
@@ -478,7 +485,7 @@ void Engine::step() {
   for (size_t i = 0; i < result->sampled.size(); ++i) {
     process_sample(*computations_.at(result->sampled[i].seq_id), result->samples[i]);  // may finish it
   }
-  std::lock_guard lock(metrics_mu_);
+  MutexLock lock(metrics_mu_);
   ++metrics_.num_steps;
   metrics_.num_scheduled_tokens += out.num_tokens;
   metrics_.num_preemptions += static_cast<int64_t>(out.preempted.size());
@@ -555,7 +562,7 @@ void Engine::finish_subscriber(Computation& c, Subscriber& sub, FinishReason rea
   m.cached_tokens = scheduler_.has(c.id) ? scheduler_.num_cached_tokens(c.id) : 0;
   request_to_seq_.erase(sub.stream->id);
   sub.stream->push({}, {}, &final);
-  std::lock_guard lock(metrics_mu_);
+  MutexLock lock(metrics_mu_);
   ++metrics_.num_requests_finished[static_cast<size_t>(reason)];
   metrics_.num_prompt_tokens += m.num_prompt_tokens;
   metrics_.num_generation_tokens += m.num_output_tokens;
@@ -574,9 +581,9 @@ void Engine::finish(Computation& c, FinishReason reason, std::string error) {
 }
 
 void Engine::update_gauges() {
-  std::lock_guard lock(inbox_->mu);  // submit() takes inbox then metrics: same order here
+  MutexLock lock(inbox_->mu);  // submit() takes inbox then metrics: same order here
   inbox_->num_waiting = scheduler_.num_waiting();
-  std::lock_guard mlock(metrics_mu_);
+  MutexLock mlock(metrics_mu_);
   metrics_.num_running = scheduler_.num_running();
   metrics_.num_waiting = scheduler_.num_waiting();
   metrics_.kv_blocks_used = cache_.num_held();

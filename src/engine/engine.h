@@ -22,16 +22,15 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "common/thread_pool.h"
 #include "engine/kv_cache.h"
@@ -161,13 +160,13 @@ class Engine {
   SeqId next_seq_id_ = 1;
   uint64_t seed_state_;
 
-  mutable std::mutex metrics_mu_;
-  mutable std::condition_variable idle_cv_;
-  EngineMetrics metrics_;  // GUARDED_BY(metrics_mu_)
-  bool idle_ = true;       // GUARDED_BY(metrics_mu_) no computation and nothing in the inbox
+  mutable Mutex metrics_mu_;
+  mutable CondVar idle_cv_;
+  EngineMetrics metrics_ SLUICE_GUARDED_BY(metrics_mu_);
+  bool idle_ SLUICE_GUARDED_BY(metrics_mu_) = true;  // no computation and nothing in the inbox
 
-  std::mutex shutdown_mu_;
-  std::thread thread_;
+  Mutex shutdown_mu_;
+  std::thread thread_ SLUICE_GUARDED_BY(shutdown_mu_);
 };
 
 }  // namespace sluice

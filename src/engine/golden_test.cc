@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/test_paths.h"
 #include "engine/engine.h"
 #include "model/loader.h"
 #include "model/reference_forward.h"
@@ -12,7 +13,7 @@
 namespace sluice {
 namespace {
 
-const std::string kModel = std::string(SLUICE_SHARED_DIR) + "/models/stories260K.gguf";
+const std::string kModel = testing::shared_dir() + "/models/stories260K.gguf";
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -25,7 +26,7 @@ TEST(Stories260K, GreedyTranscriptIsGolden) {
   if (!std::ifstream(kModel)) GTEST_SKIP() << "no " << kModel << " (the shared models folder is absent)";
   auto m = load_model(kModel);
   ASSERT_TRUE(m) << m.error().message();
-  const std::string golden = read_file(std::string(SLUICE_SOURCE_DIR) + "/src/engine/testdata/stories260K_greedy.txt");
+  const std::string golden = read_file(testing::source_dir() + "/src/engine/testdata/stories260K_greedy.txt");
   ASSERT_FALSE(golden.empty());
   ThreadPool pool(2);
   // The golden transcript holds with either KV cache type.

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/test_paths.h"
 #include "gguf/gguf_writer.h"
 
 namespace sluice::gguf {
@@ -178,7 +179,7 @@ TEST(GgufReader, OpenReportsMissingFile) {
 }
 
 TEST(GgufReader, OpensSharedModel) {
-  std::string path = std::string(SLUICE_SHARED_DIR) + "/models/stories260K.gguf";
+  std::string path = testing::shared_dir() + "/models/stories260K.gguf";
   auto f = File::open(path);
   if (!f && f.error().message().find("cannot open") != std::string::npos) GTEST_SKIP() << "no " << path;
   ASSERT_TRUE(f) << f.error().message();

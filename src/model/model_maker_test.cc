@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/test_paths.h"
 #include "model/loader.h"
 
 namespace sluice {
@@ -81,7 +82,7 @@ TEST(ModelMaker, MadeModelLoadsWithItsTokenizer) {
 }
 
 TEST(ModelMaker, VocabFromAnotherFileIsCopied) {
-  const std::string vocab = std::string(SLUICE_SHARED_DIR) + "/tokenizer/ggml-vocab-llama-spm.gguf";
+  const std::string vocab = testing::shared_dir() + "/tokenizer/ggml-vocab-llama-spm.gguf";
   if (!gguf::File::open(vocab)) GTEST_SKIP() << "no " << vocab;
   ModelSpec s = *preset_spec("tiny");
   s.vocab_file = vocab;

@@ -7,17 +7,17 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <csignal>
 #include <deque>
 #include <iostream>
-#include <mutex>
 #include <optional>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
+
+#include "common/mutex.h"
 
 namespace sluice::server {
 
@@ -45,18 +45,18 @@ struct HttpServer::Impl {
   std::atomic<bool> draining{false};
   std::atomic<int64_t> in_flight{0};
 
-  std::mutex mu;
-  std::condition_variable cv;
-  bool shutdown_requested = false;                // GUARDED_BY(mu)
-  std::vector<std::weak_ptr<Session>> sessions;   // GUARDED_BY(mu) pruned as they close
-  HttpMetrics metrics;                            // GUARDED_BY(mu)
+  Mutex mu;
+  CondVar cv;
+  bool shutdown_requested SLUICE_GUARDED_BY(mu) = false;
+  std::vector<std::weak_ptr<Session>> sessions SLUICE_GUARDED_BY(mu);  // pruned as they close
+  HttpMetrics metrics SLUICE_GUARDED_BY(mu);
 
   void count_response(const std::string& route, int status) {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     ++metrics.responses[{route, status}];
   }
   void count_disconnect() {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     ++metrics.client_disconnects;
   }
   void accept();
@@ -230,7 +230,7 @@ class Session : public std::enable_shared_from_this<Session> {
     // /metrics
     HttpMetrics http_metrics;
     {
-      std::lock_guard lock(server_.mu);
+      MutexLock lock(server_.mu);
       http_metrics = server_.metrics;
       http_metrics.open_connections =
           std::count_if(server_.sessions.begin(), server_.sessions.end(), [](const auto& w) { return !w.expired(); });
@@ -426,7 +426,7 @@ void HttpServer::Impl::accept() {
     socket.set_option(tcp::no_delay(true), opt_ec);
     auto session = std::make_shared<Session>(std::move(socket), *this);
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       std::erase_if(sessions, [](const std::weak_ptr<Session>& w) { return w.expired(); });
       sessions.push_back(session);
     }
@@ -483,7 +483,7 @@ void HttpServer::start() {
 
 void HttpServer::request_shutdown() {
   {
-    std::lock_guard lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     impl_->shutdown_requested = true;
   }
   impl_->cv.notify_all();
@@ -491,14 +491,14 @@ void HttpServer::request_shutdown() {
 
 void HttpServer::run_until_shutdown() {
   {
-    std::unique_lock lock(impl_->mu);
-    impl_->cv.wait(lock, [&] { return impl_->shutdown_requested; });
+    MutexLock lock(impl_->mu);
+    while (!impl_->shutdown_requested) impl_->cv.wait(lock);
   }
   drain_and_stop();
 }
 
 HttpMetrics HttpServer::http_metrics() const {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return impl_->metrics;
 }
 
@@ -515,7 +515,7 @@ void HttpServer::drain_and_stop() {
     s.signals.cancel(ec);
     std::vector<std::shared_ptr<Session>> live;
     {
-      std::lock_guard lock(s.mu);
+      MutexLock lock(s.mu);
       for (auto& w : s.sessions) {
         if (auto p = w.lock()) live.push_back(std::move(p));
       }

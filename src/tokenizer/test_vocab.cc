@@ -6,11 +6,12 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "common/test_paths.h"
 #include "tokenizer/byte_level.h"
 
 namespace sluice::testing {
 
-std::string shared_tokenizer_dir() { return std::string(SLUICE_SHARED_DIR) + "/tokenizer"; }
+std::string shared_tokenizer_dir() { return shared_dir() + "/tokenizer"; }
 
 const Tokenizer* shared_tokenizer(std::string_view name) {
   // Test-only cache: the 151k-token Qwen2 vocabulary is loaded once, not once per test.
