@@ -267,7 +267,6 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
 Engine::Engine(Model& model, const Tokenizer& tokenizer, ThreadPool& pool, EngineConfig config, int32_t num_blocks)
     : model_(model),
       tokenizer_(tokenizer),
-      pool_(pool),
       config_(std::move(config)),
       num_blocks_(num_blocks),
       kv_(std::make_unique<KvPool>(model.config(), num_blocks, config_.block_size, config_.kv_type)),

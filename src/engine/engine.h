@@ -143,7 +143,6 @@ class Engine {
 
   Model& model_;
   const Tokenizer& tokenizer_;
-  ThreadPool& pool_;
   EngineConfig config_;
   int32_t num_blocks_;
   std::unique_ptr<KvPool> kv_;
