@@ -114,22 +114,33 @@ class Phase {
   }
 
  private:
-  bool may_send() const {
-    return (limits_.num_requests == 0 || num_sent_ < limits_.num_requests) &&
-           (!deadline_ || Clock::now() < *deadline_) && !workload_.exhausted();
+  bool may_send(Clock::time_point now) const {
+    return (limits_.num_requests == 0 || num_sent_ < limits_.num_requests) && (!deadline_ || now < *deadline_) &&
+           !workload_.exhausted();
   }
 
   net::awaitable<void> wait_for_change() { co_await wake_.async_wait(kTuple); }
 
-  net::awaitable<void> closed_loop_client() {
-    while (may_send()) {
-      std::optional<RequestSpec> spec = workload_.next();
-      if (!spec) {
-        co_await wait_for_change();  // chat: every ready turn is taken; one will come back
-        continue;
-      }
-      co_await send(std::move(*spec));
+  // A request admitted at `at`, which is its start time: the phase's deadline is checked
+  // against the same instant, so no request of a phase starts after its duration.
+  struct Admitted {
+    RequestSpec spec;
+    Clock::time_point at;
+  };
+
+  // The next request to send, or none once the phase's limits say stop. Waits while a chat
+  // workload has every ready turn taken (one comes back when its answer does).
+  net::awaitable<std::optional<Admitted>> admit_next() {
+    for (;;) {
+      const Clock::time_point now = Clock::now();
+      if (!may_send(now)) co_return std::nullopt;
+      if (std::optional<RequestSpec> spec = workload_.next()) co_return Admitted{std::move(*spec), now};
+      co_await wait_for_change();
     }
+  }
+
+  net::awaitable<void> closed_loop_client() {
+    while (std::optional<Admitted> next = co_await admit_next()) co_await send(std::move(*next));
     --num_senders_;
     finish_if_done();
   }
@@ -138,28 +149,28 @@ class Phase {
     PoissonArrivals arrivals(limits_.rate, limits_.arrival_seed);
     net::steady_timer timer(io_);
     double next_at_s = 0;
-    while (may_send() && (limits_.duration_s == 0 || next_at_s < limits_.duration_s)) {
+    while (may_send(Clock::now()) && (limits_.duration_s == 0 || next_at_s < limits_.duration_s)) {
       timer.expires_at(start_ + from_seconds(next_at_s));
       co_await timer.async_wait(kTuple);
-      while (limits_.max_concurrency > 0 && num_in_flight_ >= limits_.max_concurrency && may_send()) {
+      while (limits_.max_concurrency > 0 && num_in_flight_ >= limits_.max_concurrency && may_send(Clock::now())) {
         co_await wait_for_change();
       }
-      std::optional<RequestSpec> spec;
-      while (may_send() && !(spec = workload_.next())) co_await wait_for_change();
-      if (!spec) break;
-      net::co_spawn(io_, send(std::move(*spec)), rethrow);
+      std::optional<Admitted> next = co_await admit_next();
+      if (!next) break;
+      net::co_spawn(io_, send(std::move(*next)), rethrow);
       next_at_s += arrivals.next_gap_s();
     }
     --num_senders_;
     finish_if_done();
   }
 
-  net::awaitable<void> send(RequestSpec spec) {
+  net::awaitable<void> send(Admitted admitted) {
+    const RequestSpec& spec = admitted.spec;
     const int64_t request_idx = num_sent_++;
     ++num_in_flight_;
     std::unique_ptr<http::HttpConnection> connection = pool_.acquire();
     busy_.insert(connection.get());
-    RequestOutcome outcome = co_await send_request(*connection, api_, spec, start_);
+    RequestOutcome outcome = co_await send_request(*connection, api_, spec, start_, admitted.at);
     busy_.erase(connection.get());
     pool_.release(std::move(connection));
     --num_in_flight_;

@@ -193,7 +193,8 @@ class StreamReader {
 }  // namespace
 
 boost::asio::awaitable<RequestOutcome> send_request(http::HttpConnection& connection, const ApiSettings& settings,
-                                                    const RequestSpec& spec, Clock::time_point run_start) {
+                                                    const RequestSpec& spec, Clock::time_point run_start,
+                                                    Clock::time_point start) {
   http::HttpRequest request;
   request.method = "POST";
   request.target = settings.url.target(settings.api == Api::kChat ? "/chat/completions" : "/completions");
@@ -204,7 +205,6 @@ boost::asio::awaitable<RequestOutcome> send_request(http::HttpConnection& connec
   StreamReader reader(settings.api, request.target);
   // NOTE: the callback is a named variable: see the note on g++ 12 in http_client.h.
   const http::BodyFn on_body = [&reader](std::string_view piece) { reader.on_piece(piece); };
-  const Clock::time_point start = Clock::now();
   auto response = co_await connection.request(request, on_body);
   const Clock::time_point end = Clock::now();
 

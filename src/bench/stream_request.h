@@ -93,9 +93,11 @@ struct RequestOutcome {
   std::string answer;  // the generated text
 };
 
-// Sends `spec`, reads its stream and times it; never fails: failures are in the record.
-// `run_start` is the zero of RequestRecord::start_s.
+// Sends `spec`, reads its stream and times it from `start` (when it was admitted: building
+// its body counts in its latency); never fails: failures are in the record. `run_start` is
+// the zero of RequestRecord::start_s.
 boost::asio::awaitable<RequestOutcome> send_request(http::HttpConnection& connection, const ApiSettings& settings,
-                                                    const RequestSpec& spec, Clock::time_point run_start);
+                                                    const RequestSpec& spec, Clock::time_point run_start,
+                                                    Clock::time_point start);
 
 }  // namespace sluice::bench
