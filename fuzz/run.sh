@@ -6,7 +6,7 @@
 set -euo pipefail
 sluice=$1 seconds=$2 jobs=$3
 shift 3
-root=build/fuzz
+root=$PWD/build/fuzz
 status=0
 for target in "$@"; do
   corpus=$root/corpus/$target crashes=$root/crashes/$target
@@ -20,9 +20,12 @@ for target in "$@"; do
   echo "fuzz: $target for ${seconds}s ($(ls "$corpus" | wc -l) inputs in $corpus)"
   # -timeout: an input that takes over 10 s is a hang; -rss_limit_mb: over 2 GiB is a leak or
   # an unbounded allocation. Both are reported as crashes.
-  if ! "$root/fuzz/$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+  # With -jobs, libFuzzer writes each job's log (fuzz-N.log) to the working directory.
+  logs=$root/logs/$target
+  mkdir -p "$logs"
+  if ! (cd "$logs" && "$root/fuzz/$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
       -jobs="$jobs" -workers="$jobs" -print_final_stats=1 \
-      -artifact_prefix="$crashes/" "$corpus"; then
+      -artifact_prefix="$crashes/" "$corpus"); then
     echo "fuzz: $target found a crash; its input is in $crashes" >&2
     status=1
   fi
