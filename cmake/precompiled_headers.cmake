@@ -6,7 +6,9 @@
 #
 # The headers are named with <>, so the generated cmake_pch.hxx holds no path of the checkout
 # and a compiler cache shares the compiled header between two clones (see ccache in
-# CMakeLists.txt).
+# CMakeLists.txt). That holds for g++ only: clang is handed the PCH as `-Xclang -include-pch
+# PATH`, an absolute path that ccache does not rewrite, so a second clone would miss every file;
+# the clang preset builds without (SLUICE_PCH=OFF).
 #
 # Left out, on purpose:
 #   - CLI11: its header defines validator objects that every file including it compiles
