@@ -6,3 +6,5 @@
 #include <cstdint>
 
 int sluice_fuzz_request(const uint8_t* data, size_t size);
+// A request body alone: 0 = not a JSON object, 1 = through every request parser.
+int sluice_fuzz_body(const uint8_t* data, size_t size);

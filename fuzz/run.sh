@@ -11,9 +11,10 @@ status=0
 for target in "$@"; do
   corpus=$root/corpus/$target crashes=$root/crashes/$target
   mkdir -p "$corpus" "$crashes"
+  extra=()
   case $target in
     gguf_fuzz) bash fuzz/make_corpus.sh "$sluice" "$corpus" ;;
-    request_fuzz) cp fuzz/request_seeds/* "$corpus"/ ;;
+    request_fuzz) cp fuzz/request_seeds/* "$corpus"/; extra=(-dict="$PWD/fuzz/request.dict") ;;
     chat_template_fuzz) cp src/chat/testdata/templates/*.jinja "$corpus"/ ;;
     *) echo "fuzz: unknown target $target" >&2; exit 2 ;;
   esac
@@ -24,7 +25,7 @@ for target in "$@"; do
   logs=$root/logs/$target
   mkdir -p "$logs"
   if ! (cd "$logs" && "$root/fuzz/$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-      -jobs="$jobs" -workers="$jobs" -print_final_stats=1 \
+      -jobs="$jobs" -workers="$jobs" -print_final_stats=1 "${extra[@]}" \
       -artifact_prefix="$crashes/" "$corpus"); then
     echo "fuzz: $target found a crash; its input is in $crashes" >&2
     status=1

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "common/json.h"
+
 namespace sluice::server {
 
 // ---- errors ----
@@ -55,36 +57,18 @@ std::string json_type_name(const Json& v) {
 }
 
 ApiResult<Json> parse_body(std::string_view body) {
-  Json j;
-  try {
-    // Depth is bounded by nlohmann's recursive parser only through the stack; reject deep
-    // nesting first so that a hostile body cannot overflow it.
-    int depth = 0;
-    bool in_string = false, escaped = false;
-    for (char c : body) {
-      if (in_string) {
-        if (escaped) escaped = false;
-        else if (c == '\\') escaped = true;
-        else if (c == '"') in_string = false;
-      } else if (c == '"') {
-        in_string = true;
-      } else if (c == '[' || c == '{') {
-        if (++depth > 64) return std::unexpected(ApiError::invalid("the request body nests deeper than 64 levels"));
-      } else if (c == ']' || c == '}') {
-        --depth;
-      }
-    }
-    j = Json::parse(body);
-  } catch (const Json::parse_error& e) {
-    // e.byte is 1-based and points just past the bad character.
+  if (body.empty()) return std::unexpected(ApiError::invalid("the request body is empty; send a JSON object"));
+  auto j = parse_json(body);
+  if (!j) {
     return std::unexpected(ApiError::invalid(
-        fmt::format("the request body is not valid JSON (at byte {}): {}", e.byte,
-                    body.empty() ? "the body is empty" : std::string(e.what()).substr(std::string(e.what()).find(':') + 2))));
+        j.error().byte > 0 ? fmt::format("the request body is not valid JSON (at byte {}): {}", j.error().byte,
+                                         j.error().message)
+                           : fmt::format("the request body is not valid JSON: {}", j.error().message)));
   }
-  if (!j.is_object()) {
-    return std::unexpected(ApiError::invalid(fmt::format("the request body must be a JSON object, got {}", json_type_name(j))));
+  if (!j->is_object()) {
+    return std::unexpected(ApiError::invalid(fmt::format("the request body must be a JSON object, got {}", json_type_name(*j))));
   }
-  return j;
+  return std::move(*j);
 }
 
 // ---- typed field access: null counts as absent ----

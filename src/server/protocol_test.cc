@@ -136,7 +136,7 @@ TEST(ProtocolTest, BadRequestsNameTheField) {
 }
 
 TEST(ProtocolTest, MalformedBodies) {
-  EXPECT_NE(parse_body("").error().message.find("the body is empty"), std::string::npos);
+  EXPECT_NE(parse_body("").error().message.find("the request body is empty"), std::string::npos);
   EXPECT_NE(parse_body("{\"a\": ").error().message.find("not valid JSON (at byte"), std::string::npos);
   EXPECT_NE(parse_body("\"x\"").error().message.find("must be a JSON object, got string"), std::string::npos);
   EXPECT_NE(parse_body("{\"a\": \"\xff\"}").error().message.find("not valid JSON"), std::string::npos);
