@@ -178,7 +178,8 @@ struct Engine::Subscriber {
 
 struct Engine::Computation {
   Computation(SeqId seq_id, Request r, const Tokenizer& tokenizer)
-      : id(seq_id), request(std::move(r)), decoder(tokenizer), stops(request.stop_strings) {}
+      : id(seq_id), request(std::move(r)), decoder(tokenizer),
+        stops(request.stop_strings, request.include_stop_str_in_output) {}
   SeqId id;
   Request request;
   std::string coalesce_key;  // empty: not coalescable
@@ -211,7 +212,7 @@ std::string coalesce_key(const Request& r) {
   put(s.temperature), put(s.top_k), put(s.top_p), put(s.min_p), put(s.repetition_penalty);
   put(s.presence_penalty), put(s.frequency_penalty), put(s.top_logprobs);
   put(r.sampling.temperature > 0 ? *r.seed : uint64_t{0});
-  put(r.max_tokens), put(r.ignore_eos), put(r.logprobs);
+  put(r.max_tokens), put(r.ignore_eos), put(r.logprobs), put(r.min_tokens), put(r.include_stop_str_in_output);
   put_ints(r.stop_token_ids);
   put(r.stop_strings.size());
   for (const std::string& st : r.stop_strings) put(st.size()), key += st;
@@ -318,6 +319,9 @@ Status Engine::validate(const Request& r) const {
                                num_prompt, kv_capacity_tokens()));
   }
   if (r.max_tokens < 0) return invalid(fmt::format("max tokens must be >= 0, got {}", r.max_tokens));
+  if (r.min_tokens < 0 || r.min_tokens > r.max_tokens) {
+    return invalid(fmt::format("min_tokens must be in [0, max_tokens = {}], got {}", r.max_tokens, r.min_tokens));
+  }
   if (Status s = r.sampling.validate(); !s) return invalid(s.message());
   for (int32_t id : r.stop_token_ids) {
     if (id < 0 || id >= c.vocab_size) {
@@ -402,6 +406,7 @@ void Engine::loop() {
     c.stream->push({}, {}, &final);
   }
   while (!computations_.empty()) finish(*computations_.begin()->second, FinishReason::kCancelled, "engine shut down");
+  update_gauges();  // the blocks they held are free: metrics() says so after shutdown too
   MutexLock lock(metrics_mu_);
   idle_ = true;
   idle_cv_.notify_all();
@@ -439,7 +444,17 @@ void Engine::handle_submit(Subscriber sub, Request request) {
   c->coalesce_key = std::move(key);
   if (!c->coalesce_key.empty()) by_coalesce_key_.emplace(c->coalesce_key, id);
   scheduler_.add(id, c->request.prompt_tokens, c->request.priority);
-  runner_.add_sequence(id, c->request.sampling, c->request.prompt_tokens);
+  std::vector<int32_t> suppressed;
+  if (c->request.min_tokens > 0) {
+    suppressed = c->request.stop_token_ids;
+    if (!c->request.ignore_eos) {
+      for (int32_t t = 0; t < tokenizer_.vocab_size(); ++t) {
+        if (tokenizer_.is_end_of_generation(t)) suppressed.push_back(t);
+      }
+    }
+  }
+  runner_.add_sequence(id, c->request.sampling, c->request.prompt_tokens, std::move(suppressed),
+                       c->request.min_tokens);
   computations_.emplace(id, std::move(c));
 }
 
@@ -502,16 +517,24 @@ void Engine::process_sample(Computation& c, const SampleResult& sample) {
     token.top = sample.top;
   }
   const Request& r = c.request;
+  // Within the first min_tokens outputs nothing stops the request (the sampler keeps stop
+  // tokens out; stop strings are matched only in the text after them).
+  const bool before_min = c.num_output <= r.min_tokens;
+  const bool user_stop_token =
+      std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), sample.token_id) != r.stop_token_ids.end();
   const bool stop_token =
-      std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), sample.token_id) != r.stop_token_ids.end() ||
-      (!r.ignore_eos && tokenizer_.is_end_of_generation(sample.token_id));
+      !before_min && (user_stop_token || (!r.ignore_eos && tokenizer_.is_end_of_generation(sample.token_id)));
   std::string text;
   bool stopped = stop_token;
-  if (!stop_token) {  // a stop token's own text is not part of the output
+  if (before_min) {
+    text = c.decoder.push(sample.token_id);
+  } else if (!stop_token) {  // a stop token's own text is not part of the output...
     StopMatcher::Step s = c.stops.push(c.decoder.push(sample.token_id));
     text = std::move(s.emit);
     stopped = s.stopped;
     c.stop_matched = s.matched;
+  } else if (user_stop_token && r.include_stop_str_in_output) {  // ...unless asked for (as vLLM)
+    text = c.stops.flush() + c.decoder.push(sample.token_id);
   }
   const bool done = stopped || c.num_output == c.max_new;
   if (done && !c.stops.stopped()) {

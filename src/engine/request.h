@@ -17,7 +17,12 @@ struct Request {
   std::optional<uint64_t> seed;          // none: a fresh seed per request (not reproducible)
   int32_t max_tokens = 128;              // clamped to what the context and the KV pool allow
   std::vector<int32_t> stop_token_ids;   // in addition to the vocabulary's end-of-generation tokens
-  std::vector<std::string> stop_strings; // never part of the output text
+  std::vector<std::string> stop_strings; // not part of the output text (unless include_stop_str_in_output)
+  bool include_stop_str_in_output = false;  // the matched stop string (or stop_token_ids token) ends the text
+  // The first min_tokens outputs can be neither an end-of-generation token (unless ignore_eos)
+  // nor one of stop_token_ids (the sampler gives them probability 0), and stop strings are
+  // matched only in text after them, as vLLM's min_tokens.
+  int32_t min_tokens = 0;
   bool ignore_eos = false;
   bool logprobs = false;                 // report each token's logprob (and sampling.top_logprobs)
   int32_t priority = 0;                  // lower values are served first (as vLLM)

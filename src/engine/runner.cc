@@ -8,9 +8,11 @@ namespace sluice {
 
 Runner::Runner(Model& model, KvPool& kv, ThreadPool& pool) : model_(model), kv_(kv), pool_(pool) {}
 
-void Runner::add_sequence(SeqId seq_id, const SamplingParams& params, std::span<const int32_t> prompt) {
-  const bool inserted = samplers_.try_emplace(seq_id, params, prompt).second;
+void Runner::add_sequence(SeqId seq_id, const SamplingParams& params, std::span<const int32_t> prompt,
+                          std::vector<int32_t> suppressed, int32_t suppress_until) {
+  auto [it, inserted] = samplers_.try_emplace(seq_id, params, prompt);
   SLUICE_CHECK(inserted) << "sequence " << seq_id << " added twice";
+  if (suppress_until > 0) it->second.suppress_until(std::move(suppressed), suppress_until);
 }
 
 void Runner::remove_sequence(SeqId seq_id) { samplers_.erase(seq_id); }

@@ -31,7 +31,9 @@ class Runner {
   Runner(Model& model, KvPool& kv, ThreadPool& pool);
 
   // REQUIRES: params.validate() is ok.
-  void add_sequence(SeqId seq_id, const SamplingParams& params, std::span<const int32_t> prompt);
+  // `suppressed` tokens cannot be sampled until `suppress_until` tokens were (min_tokens).
+  void add_sequence(SeqId seq_id, const SamplingParams& params, std::span<const int32_t> prompt,
+                    std::vector<int32_t> suppressed = {}, int32_t suppress_until = 0);
   void remove_sequence(SeqId seq_id);
   size_t num_sequences() const { return samplers_.size(); }
 

@@ -248,7 +248,15 @@ Sampler::Sampler(const SamplingParams& params, std::span<const int32_t> prompt_t
   }
 }
 
+void Sampler::suppress_until(std::vector<int32_t> token_ids, int32_t num_outputs) {
+  std::sort(token_ids.begin(), token_ids.end());
+  token_ids.erase(std::unique(token_ids.begin(), token_ids.end()), token_ids.end());
+  suppressed_ = std::move(token_ids);
+  suppress_until_ = num_outputs;
+}
+
 void Sampler::accept(int32_t token_id) {
+  ++num_accepted_;
   ++output_counts_[token_id];
   auto pos = std::lower_bound(context_ids_.begin(), context_ids_.end(), token_id);
   if (pos == context_ids_.end() || *pos != token_id) context_ids_.insert(pos, token_id);
@@ -261,19 +269,33 @@ bool Sampler::penalties_active() const {
 
 void Sampler::build_overrides(std::span<const float> logits) {
   overrides_.clear();
-  if (!penalties_active()) return;
-  const float rep = params_.repetition_penalty;
-  for (int32_t id : context_ids_) {
+  if (penalties_active()) {
+    const float rep = params_.repetition_penalty;
+    for (int32_t id : context_ids_) {
+      if (id < 0) continue;
+      if (id >= static_cast<int32_t>(logits.size())) break;
+      float z = clean(logits[id]);
+      if (rep != 1.0f) z = z > 0.0f ? z / rep : z * rep;
+      if (auto it = output_counts_.find(id); it != output_counts_.end()) {
+        z -= params_.presence_penalty;
+        z -= params_.frequency_penalty * static_cast<float>(it->second);
+      }
+      overrides_.push_back({id, z});
+    }
+  }
+  if (num_accepted_ >= suppress_until_ || suppressed_.empty()) return;
+  // Merge the suppressed ids (as -inf) into the sorted overrides.
+  merged_.clear();
+  size_t o = 0;
+  for (int32_t id : suppressed_) {
     if (id < 0) continue;
     if (id >= static_cast<int32_t>(logits.size())) break;
-    float z = clean(logits[id]);
-    if (rep != 1.0f) z = z > 0.0f ? z / rep : z * rep;
-    if (auto it = output_counts_.find(id); it != output_counts_.end()) {
-      z -= params_.presence_penalty;
-      z -= params_.frequency_penalty * static_cast<float>(it->second);
-    }
-    overrides_.push_back({id, z});
+    while (o < overrides_.size() && overrides_[o].token_id < id) merged_.push_back(overrides_[o++]);
+    if (o < overrides_.size() && overrides_[o].token_id == id) ++o;
+    merged_.push_back({id, -kInf});
   }
+  while (o < overrides_.size()) merged_.push_back(overrides_[o++]);
+  overrides_.swap(merged_);
 }
 
 SampleResult Sampler::sample(std::span<const float> logits) {

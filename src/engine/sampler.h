@@ -97,6 +97,10 @@ class Sampler {
   // speculative step can reject tokens. Ids outside [0, vocab) are recorded but never match.
   void accept(int32_t token_id);
 
+  // Until `num_outputs` tokens have been accepted, `token_ids` get logit -inf (after the
+  // penalties): they cannot be drawn and their reported logprob is -inf. For min_tokens.
+  void suppress_until(std::vector<int32_t> token_ids, int32_t num_outputs);
+
   const SamplingParams& params() const { return params_; }
 
   // A candidate of the temperature path: p = exp((z' - max z') / T) in (0, 1], unnormalised.
@@ -119,6 +123,10 @@ class Sampler {
   Xoshiro256 rng_;
   std::vector<int32_t> context_ids_;  // distinct ids of prompt (if repetition on) + output, sorted
   std::unordered_map<int32_t, int32_t> output_counts_;  // generated token -> count
+  int32_t num_accepted_ = 0;
+  std::vector<int32_t> suppressed_;   // sorted, unique
+  int32_t suppress_until_ = 0;
+  std::vector<Override> merged_;      // scratch: overrides_ with the suppressed tokens
   // Scratch reused across steps (allocated once per request).
   std::vector<Override> overrides_;     // [distinct context tokens in range]
   std::vector<Candidate> candidates_;   // [tokens with p > 0]

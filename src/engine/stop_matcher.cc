@@ -9,7 +9,7 @@
 
 namespace sluice {
 
-StopMatcher::StopMatcher(std::vector<std::string> stop_strings) {
+StopMatcher::StopMatcher(std::vector<std::string> stop_strings, bool include_stop) : include_stop_(include_stop) {
   for (std::string& s : stop_strings) {
     if (s.empty()) continue;
     max_stop_len_ = std::max(max_stop_len_, s.size());
@@ -57,7 +57,7 @@ StopMatcher::Step StopMatcher::push(std::string_view text) {
   if (best != nullptr) {
     stopped_ = true;
     matched_ = *best;
-    buffer.resize(best_start);
+    buffer.resize(include_stop_ ? best_end : best_start);
     step.emit = std::move(buffer);
     step.stopped = true;
     step.matched = matched_;

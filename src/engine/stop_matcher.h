@@ -28,7 +28,8 @@ namespace sluice {
 class StopMatcher {
  public:
   // Empty strings are ignored; with no stop strings every push is emitted at once.
-  explicit StopMatcher(std::vector<std::string> stop_strings);
+  // include_stop: the matched stop string is emitted too (the text ends with it).
+  explicit StopMatcher(std::vector<std::string> stop_strings, bool include_stop = false);
 
   struct Step {
     std::string emit;     // text now safe to show
@@ -54,6 +55,7 @@ class StopMatcher {
 
   std::vector<std::string> stop_strings_;
   size_t max_stop_len_ = 0;
+  bool include_stop_ = false;
   std::string held_;
   bool stopped_ = false;
   std::string matched_;

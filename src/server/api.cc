@@ -128,7 +128,8 @@ std::string Generation::chunk(Json choices) const {
 void Generation::emit_text(Choice& c, const StreamOutput& out, std::string& events) {
   if (kind_ == Kind::kChat && !c.role_sent) {
     c.role_sent = true;
-    events += chunk(Json::array({{{"index", c.index}, {"delta", {{"role", "assistant"}, {"content", ""}}},
+    events += chunk(Json::array({{{"index", c.index},
+                                  {"delta", {{"role", "assistant"}, {"content", ""}, {"refusal", nullptr}}},
                                   {"logprobs", nullptr}, {"finish_reason", nullptr}}}));
   }
   const bool with_logprobs = logprobs_ && !out.tokens.empty();
@@ -173,7 +174,8 @@ Json Generation::usage() const {
   return {{"prompt_tokens", prompt},
           {"completion_tokens", completion},
           {"total_tokens", prompt + completion},
-          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+          {"prompt_tokens_details", {{"cached_tokens", cached}}},
+          {"completion_tokens_details", {{"reasoning_tokens", 0}}}};
 }
 
 bool Generation::poll(std::string& events) {
@@ -230,7 +232,7 @@ ApiResult<std::string> Generation::response() {
     Choice& c = *cp;
     Json choice = {{"index", c.index}};
     const std::string text = utf8_sanitize(c.text);
-    if (kind_ == Kind::kChat) choice["message"] = {{"role", "assistant"}, {"content", text}};
+    if (kind_ == Kind::kChat) choice["message"] = {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}};
     else choice["text"] = text;
     choice["logprobs"] = logprobs_ ? logprobs_json(c, c.tokens) : Json(nullptr);
     choice["finish_reason"] = finish_reason_json(c.reason);
@@ -254,25 +256,44 @@ OpenAiApi::OpenAiApi(Engine& engine, const Tokenizer& tokenizer, chat::ChatTempl
 }
 
 Json OpenAiApi::models() const {
-  return {{"object", "list"},
-          {"data", Json::array({{{"id", config_.model_name},
-                                 {"object", "model"},
-                                 {"created", config_.created},
-                                 {"owned_by", "sluice"},
-                                 {"max_model_len", engine_.max_sequence_tokens()}}})}};
+  Json m = {{"id", config_.model_name},
+            {"object", "model"},
+            {"created", config_.created},
+            {"owned_by", "sluice"},
+            {"max_model_len", engine_.max_sequence_tokens()}};
+  return {{"object", "list"}, {"data", Json::array({std::move(m)})}};
+}
+
+ApiResult<Json> OpenAiApi::model(const std::string& id) const {
+  if (id != config_.model_name) {
+    return std::unexpected(ApiError::model_not_found(
+        fmt::format("The model '{}' does not exist; this server serves '{}'", id, config_.model_name)));
+  }
+  return models()["data"][0];
 }
 
 ApiResult<bool> OpenAiApi::check_model(const std::string& model) const {
   if (model.empty() || model == config_.model_name) return true;
-  return std::unexpected(ApiError::not_found(
-      fmt::format("The model '{}' does not exist; this server serves '{}'", model, config_.model_name),
-      "model_not_found"));
+  return std::unexpected(ApiError::model_not_found(
+      fmt::format("The model '{}' does not exist; this server serves '{}'", model, config_.model_name)));
 }
 
-ApiResult<std::vector<int32_t>> OpenAiApi::encode(const PromptInput& prompt, bool add_bos, bool parse_special) const {
+ApiResult<std::vector<int32_t>> OpenAiApi::encode(const PromptInput& prompt, bool add_bos, bool parse_special,
+                                                  const char* param) const {
   if (prompt.is_tokens) return prompt.tokens;
+  // A text longer than the context could hold at the longest token cannot fit: refused
+  // before tokenizing megabytes.
+  const int64_t limit = engine_.max_sequence_tokens();
+  const int64_t max_bytes = limit * tokenizer_.max_bytes_per_token();
+  if (static_cast<int64_t>(prompt.text.size()) > max_bytes) {
+    return std::unexpected(ApiError::invalid(
+        fmt::format("This model's maximum context length is {} tokens, but the prompt has {} bytes, more than {} "
+                    "tokens can hold (at most {} bytes each)",
+                    limit, prompt.text.size(), limit, tokenizer_.max_bytes_per_token()),
+        param));
+  }
   auto ids = tokenizer_.encode(prompt.text, {.add_bos = add_bos, .parse_special = parse_special});
-  if (!ids) return std::unexpected(ApiError::invalid(ids.error().message(), "prompt"));
+  if (!ids) return std::unexpected(ApiError::invalid(ids.error().message(), param));
   return std::move(*ids);
 }
 
@@ -281,13 +302,18 @@ ApiResult<std::string> OpenAiApi::render_chat(const Json& messages, const Json& 
   auto token_text = [&](int32_t id) {
     return id >= 0 && id < tokenizer_.vocab_size() ? tokenizer_.token_text(id) : std::string();
   };
-  Json context = {{"messages", messages},
-                  {"tools", tools.is_array() ? tools : Json(nullptr)},
-                  {"documents", nullptr},
-                  {"add_generation_prompt", add_generation_prompt},
-                  {"bos_token", token_text(tokenizer_.bos_id())},
-                  {"eos_token", token_text(tokenizer_.eos_id())}};
-  for (const auto& [key, value] : kwargs.items()) context[key] = value;
+  // chat_template_kwargs first, then what they do not set: one lookup per variable, so a
+  // body with 100,000 kwargs costs linear time (ordered_json searches keys from the front).
+  Json context = kwargs.is_object() ? kwargs : Json::object();
+  const std::pair<const char*, Json> variables[] = {{"messages", messages},
+                                                    {"tools", tools.is_array() ? tools : Json(nullptr)},
+                                                    {"documents", nullptr},
+                                                    {"add_generation_prompt", add_generation_prompt},
+                                                    {"bos_token", token_text(tokenizer_.bos_id())},
+                                                    {"eos_token", token_text(tokenizer_.eos_id())}};
+  for (const auto& [key, value] : variables) {
+    if (!context.contains(key)) context[key] = value;
+  }
   chat::RenderOptions options;
   options.now = config_.now();
   auto prompt = chat_template_.render(context, options);
@@ -305,6 +331,15 @@ ApiResult<std::string> OpenAiApi::render_chat(const Json& messages, const Json& 
 ApiResult<std::unique_ptr<Generation>> OpenAiApi::submit(Generation::Kind kind, const GenerationParams& params,
                                                          std::vector<std::vector<int32_t>> prompts) const {
   const int32_t limit = engine_.max_sequence_tokens();
+  const int64_t choices = static_cast<int64_t>(prompts.size()) * params.n;
+  if (choices > engine_.config().max_queued_requests) {
+    // No retry could ever admit it: a 400, not a 429.
+    return std::unexpected(ApiError::invalid(
+        fmt::format("this request asks for {} choices ({} prompt(s) x n = {}), more than the server queues at once "
+                    "(--max-queued-requests {}); lower n or send fewer prompts",
+                    choices, prompts.size(), params.n, engine_.config().max_queued_requests),
+        "n"));
+  }
   for (size_t i = 0; i < prompts.size(); ++i) {
     const auto n = static_cast<int64_t>(prompts[i].size());
     const std::string which = prompts.size() > 1 ? fmt::format("prompt {} has", i) : "the prompt has";
@@ -338,6 +373,8 @@ ApiResult<std::unique_ptr<Generation>> OpenAiApi::submit(Generation::Kind kind, 
                                                     : 16);
       r.stop_strings = params.stop;
       r.stop_token_ids = params.stop_token_ids;
+      r.include_stop_str_in_output = params.include_stop_str_in_output;
+      r.min_tokens = params.min_tokens;
       r.ignore_eos = params.ignore_eos;
       r.logprobs = params.logprobs;
       r.priority = params.priority;
@@ -361,7 +398,7 @@ ApiResult<std::unique_ptr<Generation>> OpenAiApi::start_completion(const Json& b
   std::vector<std::vector<int32_t>> prompts;
   for (const PromptInput& p : req.prompts) {
     // As Hugging Face tokenizers (and so vLLM) do: special tokens written in the text count.
-    SLUICE_API_TRY(auto ids, encode(p, /*add_bos=*/true, /*parse_special=*/true));
+    SLUICE_API_TRY(auto ids, encode(p, /*add_bos=*/true, /*parse_special=*/true, "prompt"));
     prompts.push_back(std::move(ids));
   }
   return submit(Generation::Kind::kCompletion, req.params, std::move(prompts));
@@ -371,7 +408,7 @@ ApiResult<std::unique_ptr<Generation>> OpenAiApi::start_chat(const Json& body) c
   SLUICE_API_TRY(ChatRequest req, parse_chat_request(body));
   SLUICE_API_TRY([[maybe_unused]] bool ok, check_model(req.params.model));
   SLUICE_API_TRY(std::string text, render_chat(req.messages, req.tools, req.template_kwargs, req.add_generation_prompt));
-  SLUICE_API_TRY(auto ids, encode({.text = std::move(text)}, /*add_bos=*/false, /*parse_special=*/true));
+  SLUICE_API_TRY(auto ids, encode({.text = std::move(text)}, /*add_bos=*/false, /*parse_special=*/true, "messages"));
   std::vector<std::vector<int32_t>> prompts;
   prompts.push_back(std::move(ids));
   return submit(Generation::Kind::kChat, req.params, std::move(prompts));
@@ -382,10 +419,11 @@ ApiResult<Json> OpenAiApi::tokenize(const Json& body) const {
   SLUICE_API_TRY([[maybe_unused]] bool ok, check_model(req.model));
   std::vector<int32_t> ids;
   if (req.is_chat) {
-    SLUICE_API_TRY(std::string text, render_chat(req.messages, nullptr, Json::object(), req.add_generation_prompt));
-    SLUICE_API_TRY(ids, encode({.text = std::move(text)}, req.add_special_tokens, /*parse_special=*/true));
+    // The chat request's own rendering (tools and kwargs included), so the count is its prompt_tokens.
+    SLUICE_API_TRY(std::string text, render_chat(req.messages, req.tools, req.template_kwargs, req.add_generation_prompt));
+    SLUICE_API_TRY(ids, encode({.text = std::move(text)}, req.add_special_tokens, /*parse_special=*/true, "messages"));
   } else {
-    SLUICE_API_TRY(ids, encode({.text = req.prompt}, req.add_special_tokens, /*parse_special=*/true));
+    SLUICE_API_TRY(ids, encode({.text = req.prompt}, req.add_special_tokens, /*parse_special=*/true, "prompt"));
   }
   return Json{{"count", ids.size()}, {"max_model_len", engine_.max_sequence_tokens()}, {"tokens", ids}};
 }

@@ -97,6 +97,8 @@ class OpenAiApi {
   Engine& engine() const { return engine_; }
 
   Json models() const;
+  // GET /v1/models/{id}: the model object, or 404 model_not_found.
+  ApiResult<Json> model(const std::string& id) const;
   ApiResult<Json> tokenize(const Json& body) const;
   ApiResult<Json> detokenize(const Json& body) const;
   // Validates, tokenizes and submits. Errors: 400 (invalid), 404 (unknown model), 429
@@ -110,7 +112,9 @@ class OpenAiApi {
 
  private:
   ApiResult<bool> check_model(const std::string& model) const;
-  ApiResult<std::vector<int32_t>> encode(const PromptInput& prompt, bool add_bos, bool parse_special) const;
+  // `param`: the field an error names ("prompt", "messages").
+  ApiResult<std::vector<int32_t>> encode(const PromptInput& prompt, bool add_bos, bool parse_special,
+                                         const char* param) const;
   ApiResult<std::unique_ptr<Generation>> submit(Generation::Kind kind, const GenerationParams& params,
                                                 std::vector<std::vector<int32_t>> prompts) const;
 

@@ -1,22 +1,41 @@
 // HttpServer: HTTP/1.1 on Boost.Beast/Asio in front of an OpenAiApi.
 //
 //   acceptor --> Session (one per connection, on its own strand)
-//                  read request (Beast parser, body limit) -> route -> JSON response
-//                  or: start a Generation -> engine output wakes the strand (on_output)
-//                      -> poll -> SSE chunks / one JSON body -> next request (keep-alive)
+//                  read request (Beast parser, limits) -> route
+//                  /health, /metrics, /v1/models, ...: answered on the strand
+//                  generation, tokenize: body parsed, prompt tokenized, request submitted on a
+//                      worker thread -> back to the strand -> engine output wakes the strand
+//                      (on_output) -> poll -> SSE chunks / one JSON body -> next request
 //
-// HTTP threads never block on the engine and never touch its state: they submit requests and
-// read result streams when told there is something to read. A client that disconnects while
-// its request runs is noticed at once (the socket becomes readable with EOF, or a write
-// fails) and its request is cancelled, which frees its KV blocks.
+// HTTP threads only move bytes: they never block on the engine, never touch its state, and
+// never do a request's CPU work (JSON parsing, chat template, tokenizing: the workers do), so
+// /health and /metrics answer while requests of megabytes are being parsed.
+//
+// Timeouts: idle_timeout_seconds is how long a connection may go without a byte from the
+// client (between requests, or while it sends one); header_timeout_seconds bounds the whole
+// header of a request from its first byte (against clients that send one byte a second). A
+// request cut off half-sent gets 408.
+//
+// Clients that go away: a client that closes while its request runs has the request
+// cancelled at once, which frees its KV blocks. A client that only half-closes (shutdown
+// SHUT_WR after sending, as `nc -N` does) is still reading: its response is finished. The two
+// look alike (an end of stream) until something is written: the server then writes a probe
+// a client must ignore (an SSE comment, or "100 Continue" before a non-streamed response's
+// head), every probe_seconds, and a full close shows as a reset.
+//
+// Backpressure: a streaming client that stops reading while tokens keep coming has its
+// response queued in memory; past max_stream_buffer_bytes unwritten, its request is cancelled
+// and the connection closed (counted in sluice_http_slow_client_cancels_total). The kernel's
+// socket buffer comes on top; nothing else grows.
 //
 // Responses are written by hand (status line, headers, chunked framing): they are few and
 // fixed. Requests are parsed by Beast's parser, the part that meets hostile input.
 //
-// Shutdown (SIGTERM/SIGINT or shutdown()): stop accepting; idle keep-alive connections are
-// closed, new requests on open ones get 503; in-flight requests run to completion for up
-// to drain_seconds; whatever is left is then cancelled (clients get an error event or a 503);
-// the threads stop.
+// Shutdown (SIGTERM/SIGINT or request_shutdown()): idle keep-alive connections are closed;
+// the listener stays open, and every new request is answered 503 (/health too, so a load
+// balancer takes the replica out); in-flight requests run to completion for up to
+// drain_seconds; whatever is left is then cancelled (clients get an error event or a 503);
+// the threads stop. A second signal ends the drain at once.
 #pragma once
 
 #include <cstdint>
@@ -38,7 +57,12 @@ struct ServerConfig {
   std::string api_key;                      // non-empty: /v1/*, /tokenize and /detokenize need it
   size_t max_body_bytes = 8 << 20;          // larger bodies get 413
   double drain_seconds = 30;                // how long in-flight requests may finish on shutdown
-  double idle_timeout_seconds = 60;         // keep-alive connections idle longer are closed
+  double idle_timeout_seconds = 60;         // no byte from the client this long: closed (408 mid-request)
+  double header_timeout_seconds = 20;       // a request's headers must all arrive within this
+  size_t max_stream_buffer_bytes = 1 << 20; // unwritten stream bytes past this: request cancelled
+  double probe_seconds = 1;                 // how often a half-closed client is probed
+  int send_buffer_bytes = 0;                // SO_SNDBUF of each connection; 0: the kernel's default
+  std::vector<std::string> allowed_origins; // CORS: origins browsers may call from ("*": any)
 };
 
 class HttpServer {
@@ -53,6 +77,8 @@ class HttpServer {
   // and stops as described above.
   void run_until_shutdown();
   void request_shutdown();
+  // What a second SIGINT/SIGTERM does: ends the drain at once, cancelling what runs.
+  void request_immediate_shutdown();
 
   HttpMetrics http_metrics() const;
   // Requests read whose response is not fully written yet.

@@ -17,8 +17,11 @@ ApiError ApiError::invalid(std::string message, std::string param) {
 ApiError ApiError::not_found(std::string message, std::string code) {
   return {.status = 404, .message = std::move(message), .type = "not_found_error", .code = std::move(code)};
 }
+ApiError ApiError::model_not_found(std::string message) {
+  return {.status = 404, .message = std::move(message), .param = "model", .code = "model_not_found"};
+}
 ApiError ApiError::unauthorized(std::string message) {
-  return {.status = 401, .message = std::move(message), .type = "authentication_error", .code = "invalid_api_key"};
+  return {.status = 401, .message = std::move(message), .type = "invalid_request_error", .code = "invalid_api_key"};
 }
 ApiError ApiError::too_large(std::string message) {
   return {.status = 413, .message = std::move(message), .type = "invalid_request_error", .code = "request_too_large"};
@@ -122,6 +125,13 @@ ApiResult<std::optional<double>> get_number_in(const Json& body, const char* key
     return std::unexpected(ApiError::invalid(
         fmt::format("'{}' must be in {}{}, {}], got {}", key, min_open ? "(" : "[", min, max, v), key));
   }
+  // Sampling runs in 32-bit floats: 1e-300 is 0 there, which an open bound excludes too.
+  if (min_open && !(static_cast<float>(v) > static_cast<float>(min))) {
+    return std::unexpected(ApiError::invalid(
+        fmt::format("'{}' must be in ({}, {}], got {}, which is {} as a 32-bit float", key, min, max, v,
+                    static_cast<float>(v)),
+        key));
+  }
   return x;
 }
 
@@ -155,6 +165,108 @@ ApiResult<std::vector<int32_t>> token_array(const Json& v, const char* key) {
   return ids;
 }
 
+enum Route : unsigned { kCompletion = 1, kChat = 2, kTokenize = 4, kDetokenize = 8 };
+
+// Every field a route implements (or accepts at certain values, checked below).
+struct KnownField {
+  const char* name;
+  unsigned routes;
+};
+constexpr KnownField kKnownFields[] = {
+    {"model", kCompletion | kChat | kTokenize | kDetokenize},
+    {"prompt", kCompletion | kTokenize},
+    {"messages", kChat | kTokenize},
+    {"tokens", kDetokenize},
+    {"max_tokens", kCompletion | kChat},
+    {"max_completion_tokens", kChat},
+    {"min_tokens", kCompletion | kChat},
+    {"temperature", kCompletion | kChat},
+    {"top_p", kCompletion | kChat},
+    {"top_k", kCompletion | kChat},
+    {"min_p", kCompletion | kChat},
+    {"n", kCompletion | kChat},
+    {"stop", kCompletion | kChat},
+    {"stop_token_ids", kCompletion | kChat},
+    {"include_stop_str_in_output", kCompletion | kChat},
+    {"ignore_eos", kCompletion | kChat},
+    {"seed", kCompletion | kChat},
+    {"logprobs", kCompletion | kChat},
+    {"top_logprobs", kChat},
+    {"presence_penalty", kCompletion | kChat},
+    {"frequency_penalty", kCompletion | kChat},
+    {"repetition_penalty", kCompletion | kChat},
+    {"stream", kCompletion | kChat},
+    {"stream_options", kCompletion | kChat},
+    {"user", kCompletion | kChat},
+    {"priority", kCompletion | kChat},
+    {"tools", kChat | kTokenize},
+    {"tool_choice", kChat | kTokenize},
+    {"parallel_tool_calls", kChat},
+    {"chat_template_kwargs", kChat | kTokenize},
+    {"add_generation_prompt", kChat | kTokenize},
+    {"add_special_tokens", kTokenize},
+    // Accepted at their no-op values only (refuse_unsupported):
+    {"echo", kCompletion},
+    {"suffix", kCompletion},
+    {"best_of", kCompletion},
+    {"logit_bias", kCompletion | kChat},
+    {"response_format", kCompletion | kChat},
+    {"skip_special_tokens", kCompletion | kChat},
+    {"spaces_between_special_tokens", kCompletion | kChat},
+    {"use_beam_search", kCompletion | kChat},
+    {"modalities", kChat},
+};
+
+// What a refused field is, for its message.
+constexpr std::pair<const char*, const char*> kRefusedFields[] = {
+    {"guided_json", "structured output (guided decoding)"},
+    {"guided_regex", "structured output (guided decoding)"},
+    {"guided_choice", "structured output (guided decoding)"},
+    {"guided_grammar", "structured output (guided decoding)"},
+    {"guided_decoding_backend", "structured output (guided decoding)"},
+    {"structured_outputs", "structured output (guided decoding)"},
+    {"functions", "the deprecated function calling API (use tools)"},
+    {"function_call", "the deprecated function calling API (use tools)"},
+    {"prediction", "predicted outputs"},
+    {"audio", "audio output"},
+    {"reasoning_effort", "reasoning effort"},
+    {"web_search_options", "web search"},
+    {"prompt_logprobs", "prompt logprobs"},
+    {"allowed_token_ids", "token restrictions"},
+    {"bad_words", "token restrictions"},
+    {"truncate_prompt_tokens", "prompt truncation"},
+    {"continue_final_message", "continuing the final message"},
+    {"documents", "documents for the chat template"},
+    {"return_tokens_as_token_ids", "token ids as tokens"},
+};
+
+ApiResult<bool> check_field_names(const Json& body, unsigned route) {
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    const std::string& key = it.key();
+    if (it->is_null()) continue;  // null counts as absent
+    bool known = false;
+    for (const KnownField& f : kKnownFields) {
+      if (key == f.name && (f.routes & route)) known = true;
+    }
+    for (const char* f : kIgnoredFields) {
+      if (key == f) known = true;
+    }
+    if (known) continue;
+    for (const auto& [name, what] : kRefusedFields) {
+      if (key == name) {
+        return std::unexpected(ApiError::invalid(
+            fmt::format("'{}' is not supported: sluice does not implement {}", key, what), key));
+      }
+    }
+    return std::unexpected(ApiError::invalid(
+        fmt::format("unknown field '{}'; sluice refuses fields it does not implement rather than ignore them "
+                    "(the README lists the fields it accepts)",
+                    key.substr(0, 100)),
+        key.substr(0, 100)));
+  }
+  return true;
+}
+
 // Fields that change what is generated but that sluice does not implement: refusing them is
 // better than answering as if they had been applied.
 ApiResult<bool> refuse_unsupported(const Json& body) {
@@ -175,15 +287,45 @@ ApiResult<bool> refuse_unsupported(const Json& body) {
   if (auto v = field(body, "response_format")) {
     const Json* type = v->is_object() ? field(*v, "type") : nullptr;
     if (!type || *type != "text") {
-      return std::unexpected(ApiError::invalid("only 'response_format' {\"type\": \"text\"} is supported",
-                                               "response_format"));
+      return std::unexpected(ApiError::invalid(
+          "only 'response_format' {\"type\": \"text\"} is supported (json_object and json_schema need "
+          "structured output, which sluice does not implement)",
+          "response_format"));
     }
+  }
+  for (const char* key : {"skip_special_tokens", "spaces_between_special_tokens"}) {
+    if (auto v = field(body, key); v && !(v->is_boolean() && v->get<bool>())) {
+      return std::unexpected(ApiError::invalid(fmt::format("'{}' other than true is not supported", key), key));
+    }
+  }
+  if (auto v = field(body, "use_beam_search"); v && !(v->is_boolean() && !v->get<bool>())) {
+    return std::unexpected(ApiError::invalid("'use_beam_search' is not supported", "use_beam_search"));
+  }
+  if (auto v = field(body, "modalities"); v && *v != Json::array({"text"})) {
+    return std::unexpected(ApiError::invalid("only 'modalities' [\"text\"] is supported", "modalities"));
+  }
+  if (auto v = field(body, "parallel_tool_calls"); v && !(v->is_boolean() && v->get<bool>())) {
+    return std::unexpected(ApiError::invalid(
+        "'parallel_tool_calls' false is not supported (sluice does not constrain tool calls)", "parallel_tool_calls"));
   }
   return true;
 }
 
+// tool_choice: "auto" (the default: the tools are in the prompt) or "none" (they are left
+// out, so the model cannot call them). "required" and a named tool need constrained output.
+ApiResult<bool> tools_in_prompt(const Json& body) {
+  const Json* choice = field(body, "tool_choice");
+  if (!choice || *choice == "auto") return true;
+  if (*choice == "none") return false;
+  return std::unexpected(ApiError::invalid(
+      fmt::format("'tool_choice' {} is not supported: sluice cannot force a tool call (use \"auto\" or \"none\")",
+                  choice->dump().substr(0, 100)),
+      "tool_choice"));
+}
+
 ApiResult<GenerationParams> parse_generation(const Json& body, bool chat) {
   GenerationParams p;
+  SLUICE_API_TRY([[maybe_unused]] bool names_ok, check_field_names(body, chat ? kChat : kCompletion));
   SLUICE_API_TRY([[maybe_unused]] bool ok, refuse_unsupported(body));
   SLUICE_API_TRY(auto model, get_string(body, "model"));
   p.model = model.value_or("");
@@ -194,6 +336,14 @@ ApiResult<GenerationParams> parse_generation(const Json& body, bool chat) {
   if (chat && field(body, "max_completion_tokens")) max_key = "max_completion_tokens";
   SLUICE_API_TRY(auto max_tokens, get_int(body, max_key, 1, std::numeric_limits<int32_t>::max()));
   if (max_tokens) p.max_tokens = static_cast<int32_t>(*max_tokens);
+  SLUICE_API_TRY(auto min_tokens, get_int(body, "min_tokens", 0, std::numeric_limits<int32_t>::max()));
+  p.min_tokens = static_cast<int32_t>(min_tokens.value_or(0));
+  if (p.max_tokens && p.min_tokens > *p.max_tokens) {
+    return std::unexpected(ApiError::invalid(
+        fmt::format("'min_tokens' ({}) must not exceed '{}' ({})", p.min_tokens, max_key, *p.max_tokens), "min_tokens"));
+  }
+  SLUICE_API_TRY(auto include_stop, get_bool(body, "include_stop_str_in_output"));
+  p.include_stop_str_in_output = include_stop.value_or(false);
 
   SLUICE_API_TRY(auto temperature, get_number_in(body, "temperature", 0, 2));
   p.sampling.temperature = static_cast<float>(temperature.value_or(1.0));
@@ -210,10 +360,14 @@ ApiResult<GenerationParams> parse_generation(const Json& body, bool chat) {
   SLUICE_API_TRY(auto repetition, get_number_in(body, "repetition_penalty", 0, 100, /*min_open=*/true));
   p.sampling.repetition_penalty = static_cast<float>(repetition.value_or(1.0));
 
+  // A negative seed means "no seed" (a fresh one per request), as llama.cpp's -1.
   if (const Json* seed = field(body, "seed")) {
     if (seed->is_number_unsigned()) p.seed = seed->get<uint64_t>();
-    else if (seed->is_number_integer()) p.seed = static_cast<uint64_t>(seed->get<int64_t>());
-    else return std::unexpected(wrong_type("seed", "an integer", *seed));
+    else if (seed->is_number_integer()) {
+      if (seed->get<int64_t>() >= 0) p.seed = static_cast<uint64_t>(seed->get<int64_t>());
+    } else {
+      return std::unexpected(wrong_type("seed", "an integer", *seed));
+    }
   }
 
   if (const Json* stop = field(body, "stop")) {
@@ -251,6 +405,12 @@ ApiResult<GenerationParams> parse_generation(const Json& body, bool chat) {
     }
     SLUICE_API_TRY(auto include_usage, get_bool(*so, "include_usage"));
     p.include_usage = include_usage.value_or(false);
+    for (auto it = so->begin(); it != so->end(); ++it) {
+      if (it.key() != "include_usage" && !it->is_null()) {
+        return std::unexpected(ApiError::invalid(
+            fmt::format("unknown field 'stream_options.{}'", it.key().substr(0, 100)), "stream_options"));
+      }
+    }
   }
 
   if (chat) {
@@ -340,6 +500,23 @@ ApiResult<Json> parse_messages(const Json& body) {
   return out;
 }
 
+
+// What the chat template gets as `tools`: null when absent or when tool_choice is "none".
+ApiResult<Json> parse_tools(const Json& body) {
+  SLUICE_API_TRY(bool in_prompt, tools_in_prompt(body));
+  const Json* tools = field(body, "tools");
+  if (!tools) return Json(nullptr);
+  if (!tools->is_array()) return std::unexpected(wrong_type("tools", "an array", *tools));
+  return in_prompt ? *tools : Json(nullptr);
+}
+
+ApiResult<Json> parse_template_kwargs(const Json& body) {
+  const Json* kwargs = field(body, "chat_template_kwargs");
+  if (!kwargs) return Json::object();
+  if (!kwargs->is_object()) return std::unexpected(wrong_type("chat_template_kwargs", "an object", *kwargs));
+  return *kwargs;
+}
+
 }  // namespace
 
 ApiResult<CompletionRequest> parse_completion_request(const Json& body) {
@@ -387,16 +564,8 @@ ApiResult<ChatRequest> parse_chat_request(const Json& body) {
   ChatRequest r;
   SLUICE_API_TRY(r.params, parse_generation(body, /*chat=*/true));
   SLUICE_API_TRY(r.messages, parse_messages(body));
-  if (const Json* tools = field(body, "tools")) {
-    if (!tools->is_array()) return std::unexpected(wrong_type("tools", "an array", *tools));
-    r.tools = *tools;
-  }
-  if (const Json* kwargs = field(body, "chat_template_kwargs")) {
-    if (!kwargs->is_object()) return std::unexpected(wrong_type("chat_template_kwargs", "an object", *kwargs));
-    r.template_kwargs = *kwargs;
-  } else {
-    r.template_kwargs = Json::object();
-  }
+  SLUICE_API_TRY(r.tools, parse_tools(body));
+  SLUICE_API_TRY(r.template_kwargs, parse_template_kwargs(body));
   SLUICE_API_TRY(auto agp, get_bool(body, "add_generation_prompt"));
   r.add_generation_prompt = agp.value_or(true);
   return r;
@@ -404,6 +573,7 @@ ApiResult<ChatRequest> parse_chat_request(const Json& body) {
 
 ApiResult<TokenizeRequest> parse_tokenize_request(const Json& body) {
   TokenizeRequest r;
+  SLUICE_API_TRY([[maybe_unused]] bool names_ok, check_field_names(body, kTokenize));
   SLUICE_API_TRY(auto model, get_string(body, "model"));
   r.model = model.value_or("");
   const bool has_prompt = field(body, "prompt") != nullptr, has_messages = field(body, "messages") != nullptr;
@@ -416,6 +586,8 @@ ApiResult<TokenizeRequest> parse_tokenize_request(const Json& body) {
   } else {
     r.is_chat = true;
     SLUICE_API_TRY(r.messages, parse_messages(body));
+    SLUICE_API_TRY(r.tools, parse_tools(body));
+    SLUICE_API_TRY(r.template_kwargs, parse_template_kwargs(body));
     SLUICE_API_TRY(auto agp, get_bool(body, "add_generation_prompt"));
     r.add_generation_prompt = agp.value_or(true);
   }
@@ -427,6 +599,7 @@ ApiResult<TokenizeRequest> parse_tokenize_request(const Json& body) {
 
 ApiResult<DetokenizeRequest> parse_detokenize_request(const Json& body) {
   DetokenizeRequest r;
+  SLUICE_API_TRY([[maybe_unused]] bool names_ok, check_field_names(body, kDetokenize));
   SLUICE_API_TRY(auto model, get_string(body, "model"));
   r.model = model.value_or("");
   const Json* tokens = field(body, "tokens");

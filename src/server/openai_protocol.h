@@ -3,9 +3,11 @@
 // input (no engine, no sockets), so each rule here is tested directly (protocol_test.cc) and
 // fuzzed (protocol_fuzz_test.cc).
 //
-// Parsing is strict about types and ranges and lenient about unknown fields: clients send
-// fields other servers know (OpenAI's own, vLLM's), and refusing them would break the clients
-// this server is for. Each error names the field ("param") and what was wrong with it.
+// Parsing is strict about types, ranges and names: a field that would change the answer and
+// is not implemented is refused with a 400 naming it (answering as if it had been applied
+// would be worse), and so is a field this server does not know (as OpenAI's own API does).
+// The fields that are accepted and ignored, because they do not change the answer, are one
+// list (kIgnoredFields). Each error names the field ("param") and what was wrong with it.
 //
 // Beyond OpenAI's fields, vLLM's sampling extensions are accepted with the same meaning:
 // top_k (0 or -1: off), min_p, repetition_penalty, ignore_eos, stop_token_ids, priority,
@@ -38,6 +40,8 @@ struct ApiError {
 
   static ApiError invalid(std::string message, std::string param = {});
   static ApiError not_found(std::string message, std::string code = {});
+  // OpenAI's shape for an unknown model: 404, invalid_request_error, code model_not_found.
+  static ApiError model_not_found(std::string message);
   static ApiError unauthorized(std::string message);
   static ApiError too_large(std::string message);
   static ApiError overloaded(std::string message);
@@ -77,6 +81,8 @@ struct GenerationParams {
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
+  bool include_stop_str_in_output = false;
+  int32_t min_tokens = 0;
   bool ignore_eos = false;
   bool stream = false;
   bool include_usage = false;           // stream_options.include_usage
@@ -93,7 +99,7 @@ struct CompletionRequest {
 struct ChatRequest {
   GenerationParams params;
   Json messages;                        // validated; content parts flattened to strings
-  Json tools;                           // null when absent
+  Json tools;                           // null when absent, or when tool_choice is "none"
   Json template_kwargs;                 // chat_template_kwargs: an object, possibly empty
   bool add_generation_prompt = true;
 };
@@ -103,6 +109,8 @@ struct TokenizeRequest {
   bool is_chat = false;
   std::string prompt;                   // when !is_chat
   Json messages;                        // when is_chat
+  Json tools;                           // chat: as in ChatRequest, so the count is the chat request's
+  Json template_kwargs = Json::object();  // chat
   bool add_special_tokens = true;       // BOS where the vocabulary asks (text prompts)
   bool add_generation_prompt = true;    // chat
 };
@@ -124,5 +132,12 @@ ApiResult<DetokenizeRequest> parse_detokenize_request(const Json& body);
 
 // A JSON value's type in OpenAI's words ("string", "integer", "array", ...), for messages.
 std::string json_type_name(const Json& v);
+
+// Fields accepted on every route and ignored, because they do not change the answer:
+// OpenAI's bookkeeping (store, metadata, service_tier, prompt_cache_key, safety_identifier)
+// and request ids. (Fields ignored at their default value only, such as
+// skip_special_tokens: true, are checked where they are parsed.)
+inline constexpr const char* kIgnoredFields[] = {"store", "metadata", "service_tier", "prompt_cache_key",
+                                                 "safety_identifier", "request_id"};
 
 }  // namespace sluice::server

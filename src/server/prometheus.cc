@@ -132,10 +132,20 @@ std::string prometheus_text(const EngineMetrics& m, const HttpMetrics& http, con
       "# HELP sluice_http_client_disconnects_total Generations cancelled because the client disconnected.\n"
       "# TYPE sluice_http_client_disconnects_total counter\n"
       "sluice_http_client_disconnects_total {}\n"
+      "# HELP sluice_http_slow_client_cancels_total Streams cancelled because the client stopped reading.\n"
+      "# TYPE sluice_http_slow_client_cancels_total counter\n"
+      "sluice_http_slow_client_cancels_total {}\n"
+      "# HELP sluice_http_request_timeouts_total Requests whose headers or body stopped arriving (408).\n"
+      "# TYPE sluice_http_request_timeouts_total counter\n"
+      "sluice_http_request_timeouts_total {}\n"
       "# HELP sluice_http_open_connections Open HTTP connections.\n"
       "# TYPE sluice_http_open_connections gauge\n"
-      "sluice_http_open_connections {}\n",
-      http.client_disconnects, http.open_connections);
+      "sluice_http_open_connections {}\n"
+      "# HELP sluice_http_buffered_bytes Response bytes queued for clients and not yet written.\n"
+      "# TYPE sluice_http_buffered_bytes gauge\n"
+      "sluice_http_buffered_bytes {}\n",
+      http.client_disconnects, http.slow_client_cancels, http.request_timeouts, http.open_connections,
+      http.buffered_bytes);
   return out;
 }
 

@@ -26,7 +26,10 @@ struct HttpMetrics {
   // or "other" for unknown ones, so a scanner cannot grow this map without bound.
   std::map<std::pair<std::string, int>, int64_t> responses;
   int64_t client_disconnects = 0;   // generations cancelled because the client went away
+  int64_t slow_client_cancels = 0;  // streams cancelled because the client stopped reading
+  int64_t request_timeouts = 0;     // requests cut off half-sent (408)
   int64_t open_connections = 0;
+  int64_t buffered_bytes = 0;       // response bytes queued for clients, not yet written
 };
 
 std::string prometheus_text(const EngineMetrics& engine, const HttpMetrics& http, const std::string& model_name);

@@ -28,7 +28,8 @@ TEST(ProtocolTest, CompletionDefaultsAndFields) {
   r = parse_completion_request(body(R"({"prompt": [[1, 2], "x"], "n": 3, "max_tokens": 7, "temperature": 0,
       "top_p": 0.5, "top_k": -1, "min_p": 0.1, "seed": -1, "stop": "END", "logprobs": 0, "stream": true,
       "stream_options": {"include_usage": true}, "user": "s1", "priority": -2, "ignore_eos": true,
-      "presence_penalty": 1.5, "frequency_penalty": -0.5, "unknown_field": {"is": "ignored"}, "max_tokens_extra": 1})"));
+      "presence_penalty": 1.5, "frequency_penalty": -0.5, "store": true, "metadata": {"is": "ignored"},
+      "min_tokens": 2, "include_stop_str_in_output": true, "skip_special_tokens": true, "unknown": null})"));
   ASSERT_TRUE(r) << r.error().message;
   ASSERT_EQ(r->prompts.size(), 2u);
   EXPECT_TRUE(r->prompts[0].is_tokens);
@@ -41,7 +42,9 @@ TEST(ProtocolTest, CompletionDefaultsAndFields) {
   EXPECT_EQ(p.sampling.top_p, 0.5f);
   EXPECT_EQ(p.sampling.top_k, 0);  // -1 is vLLM's "off"
   EXPECT_FLOAT_EQ(p.sampling.min_p, 0.1f);
-  EXPECT_EQ(p.seed, std::numeric_limits<uint64_t>::max());
+  EXPECT_FALSE(p.seed.has_value());  // negative: no seed, as llama.cpp's -1
+  EXPECT_EQ(p.min_tokens, 2);
+  EXPECT_TRUE(p.include_stop_str_in_output);
   EXPECT_EQ(p.stop, std::vector<std::string>{"END"});
   EXPECT_TRUE(p.logprobs);  // logprobs: 0 asks for the chosen token's logprob
   EXPECT_EQ(p.sampling.top_logprobs, 0);
@@ -125,6 +128,22 @@ TEST(ProtocolTest, BadRequestsNameTheField) {
       {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 21, "logprobs": true})", true, "'top_logprobs' must be in [0, 20]", "top_logprobs"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})", true, "'tools' must be an array", "tools"},
       {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})", true, "only 'response_format'", "response_format"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {}}})", true, "structured output", "response_format"},
+      {R"({"prompt": "x", "max_tokens_extra": 1})", false, "unknown field 'max_tokens_extra'", "max_tokens_extra"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "top_logprob": 1})", true, "unknown field 'top_logprob'", "top_logprob"},
+      {R"({"prompt": "x", "top_logprobs": 1})", false, "unknown field 'top_logprobs'", "top_logprobs"},
+      {R"({"prompt": "x", "guided_json": {}})", false, "'guided_json' is not supported", "guided_json"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "guided_regex": "a+"})", true, "structured output", "guided_regex"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "guided_choice": ["a"]})", true, "structured output", "guided_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [], "tool_choice": "required"})", true, "'tool_choice' \"required\" is not supported", "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [], "tool_choice": {"type": "function", "function": {"name": "f"}}})", true, "cannot force a tool call", "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "parallel_tool_calls": false})", true, "'parallel_tool_calls' false", "parallel_tool_calls"},
+      {R"({"prompt": "x", "skip_special_tokens": false})", false, "'skip_special_tokens' other than true", "skip_special_tokens"},
+      {R"({"prompt": "x", "max_tokens": 3, "min_tokens": 4})", false, "'min_tokens' (4) must not exceed 'max_tokens' (3)", "min_tokens"},
+      {R"({"prompt": "x", "min_tokens": -1})", false, "'min_tokens' must be in [0,", "min_tokens"},
+      {R"({"prompt": "x", "top_p": 1e-300})", false, "got 1e-300, which is 0 as a 32-bit float", "top_p"},
+      {R"({"prompt": "x", "stream": true, "stream_options": {"include_usage": true, "continuous_usage_stats": true}})", false, "unknown field 'stream_options.continuous_usage_stats'", "stream_options"},
+      {R"({"prompt": "x", "prediction": {"type": "content", "content": "y"}})", false, "predicted outputs", "prediction"},
   };
   for (const BadCase& c : cases) {
     const Json j = body(c.body);

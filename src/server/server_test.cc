@@ -13,6 +13,8 @@
 #include "model/loader.h"
 #include "server/http_server.h"
 
+#include <fmt/format.h>
+
 namespace sluice::server {
 namespace {
 
@@ -28,7 +30,20 @@ class Connection {
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
   }
+  // rcvbuf > 0: a small receive buffer, set before connecting (a client that reads slowly).
+  Connection(uint16_t port, int rcvbuf) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    timeval tv{.tv_sec = 10, .tv_usec = 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  }
   ~Connection() { ::close(fd_); }
+  void half_close() { ::shutdown(fd_, SHUT_WR); }
   bool connected() const { return connected_; }
   void send(std::string_view bytes) {
     while (!bytes.empty()) {
@@ -125,15 +140,32 @@ class ServerTest : public ::testing::Test {
     EXPECT_NE(r.find(R"({"status":"ok"})"), std::string::npos);
   }
 
+  // The engine's own signal that nothing is queued or running (never a guess by sleeping),
+  // then every block must be free.
   void wait_engine_idle() {
-    for (int i = 0; i < 500; ++i) {
-      const EngineMetrics m = engine_->metrics();
-      if (m.kv_blocks_used == 0 && m.num_running == 0 && m.num_waiting == 0 && server_->requests_in_flight() == 0) {
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    FAIL() << "requests still running";
+    const EngineMetrics m = engine_->wait_until_idle();
+    EXPECT_EQ(m.kv_blocks_used, 0);
+    EXPECT_EQ(m.num_running + m.num_waiting, 0);
+  }
+
+  // A second server over the same engine, with other limits.
+  std::unique_ptr<HttpServer> make_server(ServerConfig sc) {
+    sc.port = 0;
+    auto server = HttpServer::create(*api_, sc);
+    EXPECT_TRUE(server) << server.error().message();
+    (*server)->start();
+    return std::move(*server);
+  }
+
+  std::string get(std::string_view path, uint16_t port = 0, std::string_view extra = {}) {
+    Connection c(port ? port : server_->port());
+    c.send(fmt::format("GET {} HTTP/1.1\r\nHost: x\r\n{}Connection: close\r\n\r\n", path, extra));
+    return c.read_all();
+  }
+  std::string exchange(std::string_view bytes, uint16_t port = 0) {
+    Connection c(port ? port : server_->port());
+    c.send(bytes);
+    return c.read_all();
   }
 
   ThreadPool pool_{1};
@@ -240,6 +272,279 @@ TEST_F(ServerTest, DisconnectDuringNonStreamingRequestCancelsIt) {
 
 namespace sluice::server {
 namespace {
+
+std::string body_of(const std::string& response) {
+  const size_t p = response.find("\r\n\r\n");
+  return p == std::string::npos ? std::string() : response.substr(p + 4);
+}
+
+// A JSON number outside a double's range, in a known or an unknown field, was an uncaught
+// nlohmann::json::out_of_range that ended the process.
+TEST_F(ServerTest, NumbersOutOfRangeAre400s) {
+  for (const char* body : {R"({"prompt": "x", "max_tokens": 1e400})", R"({"prompt": "x", "whatever": -1e400})",
+                           R"({"messages": [{"role": "user", "content": "x"}], "n": 1)" "0000000000000000000000000000000"
+                           "0000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000"
+                           "0000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000"
+                           "0000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000e9}"}) {
+    const std::string route = std::string_view(body).find("messages") != std::string_view::npos ? "/v1/chat/completions"
+                                                                                                 : "/v1/completions";
+    const std::string r = exchange(post(route, body));
+    EXPECT_TRUE(r.starts_with("HTTP/1.1 400")) << r;
+    EXPECT_NE(r.find("number overflow"), std::string::npos) << r;
+  }
+  expect_healthy();
+}
+
+TEST_F(ServerTest, PromptThatCannotFitIsRefusedBeforeTokenizing) {
+  ServerConfig sc;
+  sc.max_body_bytes = 16 << 20;
+  auto big = make_server(sc);
+  const int64_t limit = engine_->max_sequence_tokens();
+  const int64_t bytes = limit * loaded_.tokenizer->max_bytes_per_token() + 1;
+  const std::string r = exchange(post("/v1/completions", R"({"prompt": ")" + std::string(bytes, 'a') + R"("})"),
+                                 big->port());
+  EXPECT_TRUE(r.starts_with("HTTP/1.1 400")) << r.substr(0, 300);
+  EXPECT_NE(r.find(fmt::format("the prompt has {} bytes, more than {} tokens can hold", bytes, limit)),
+            std::string::npos)
+      << body_of(r);
+  EXPECT_NE(r.find(R"("param":"prompt")"), std::string::npos);
+  // One byte less still tokenizes (and is refused with its token count).
+  const std::string r2 = exchange(post("/v1/completions", R"({"prompt": ")" + std::string(bytes - 1, 'a') + R"("})"),
+                                  big->port());
+  EXPECT_NE(r2.find("but the prompt has"), std::string::npos) << body_of(r2);
+  EXPECT_EQ(r2.find("bytes, more than"), std::string::npos) << body_of(r2);
+  big->request_shutdown();
+  big->run_until_shutdown();
+}
+
+// The idle timeout (0.5 s here) is about silence, not about how long a request takes to arrive.
+TEST_F(ServerTest, SlowBodyIsNotCutButSilenceIs) {
+  const std::string request = post("/v1/completions", R"({"prompt": "a b", "max_tokens": 2, "temperature": 0})");
+  Connection c(server_->port());
+  const size_t header_end = request.find("\r\n\r\n") + 4;
+  c.send(request.substr(0, header_end));
+  for (size_t i = header_end; i < request.size(); i += 8) {  // ~2.4 s in all, 0.3 s between pieces
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    c.send(request.substr(i, 8));
+    if (i > header_end + 48) break;
+  }
+  c.send(request.substr(std::min(request.size(), header_end + 56)));
+  const std::string r = c.read_all();
+  EXPECT_TRUE(r.starts_with("HTTP/1.1 200")) << r;
+
+  Connection silent(server_->port());
+  silent.send(request.substr(0, header_end + 3));
+  EXPECT_EQ(silent.read_all(), "");  // closed after 0.5 s without a byte
+}
+
+TEST_F(ServerTest, HeadersMustArriveWithinTheHeaderTimeout) {
+  ServerConfig sc;
+  sc.idle_timeout_seconds = 5;
+  sc.header_timeout_seconds = 0.8;
+  auto srv = make_server(sc);
+  Connection c(srv->port());
+  const std::string head = "GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: " + std::string(40, 'a');
+  bool closed = false;
+  for (size_t i = 0; i < head.size() && !closed; ++i) {  // a byte every 50 ms: never idle, never done
+    c.send(head.substr(i, 1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    closed = i * 50 > 1500;
+  }
+  c.send("\r\n\r\n");
+  EXPECT_EQ(c.read_all(), "");
+  EXPECT_EQ(srv->http_metrics().request_timeouts, 1);
+  srv->request_shutdown();
+  srv->run_until_shutdown();
+}
+
+// shutdown(SHUT_WR) after the request (nc -N): the client still reads, so it gets its answer,
+// streamed or not.
+TEST_F(ServerTest, HalfClosedClientGetsItsResponse) {
+  const std::string plain = R"({"prompt": "a b", "max_tokens": 40, "ignore_eos": true, "temperature": 0})";
+  const std::string streamed = R"({"prompt": "a b", "max_tokens": 40, "ignore_eos": true, "temperature": 0, "stream": true})";
+  for (const std::string& body : {plain, streamed}) {
+    Connection c(server_->port());
+    c.send(post("/v1/completions", body, /*keep_alive=*/true));
+    c.half_close();
+    const std::string r = c.read_all();
+    ASSERT_NE(r.find("HTTP/1.1 200 OK"), std::string::npos) << r;
+    if (body == streamed) {
+      EXPECT_NE(r.find("data: [DONE]"), std::string::npos) << r;
+    } else {
+      EXPECT_NE(r.find(R"("finish_reason":"length")"), std::string::npos) << r;
+      EXPECT_NE(r.find(R"("completion_tokens":40)"), std::string::npos) << r;
+    }
+  }
+  wait_engine_idle();
+  EXPECT_EQ(server_->http_metrics().client_disconnects, 0);
+  EXPECT_EQ(engine_->metrics().num_requests_finished[static_cast<int>(FinishReason::kCancelled)], 0);
+}
+
+// A streaming client that stops reading: its request is cancelled once the unwritten stream
+// passes the bound, and the buffered bytes are released.
+TEST_F(ServerTest, StreamingClientThatStopsReadingIsCancelled) {
+  ServerConfig sc;
+  sc.max_stream_buffer_bytes = 16 << 10;
+  sc.send_buffer_bytes = 4096;  // else the kernel takes the whole answer off the server's hands
+  auto srv = make_server(sc);
+  Connection c(srv->port(), /*rcvbuf=*/2048);
+  c.send(post("/v1/completions", R"({"prompt": "a", "max_tokens": 1900, "ignore_eos": true, "stream": true, "logprobs": 5})"));
+  // Never reads (after the first bytes: the request was accepted).
+  c.set_timeout(2000);
+  const std::string first = c.read_until("data: ");
+  ASSERT_TRUE(first.starts_with("HTTP/1.1 200")) << first;
+  wait_engine_idle();
+  EXPECT_EQ(engine_->metrics().num_requests_finished[static_cast<int>(FinishReason::kCancelled)], 1);
+  EXPECT_EQ(srv->http_metrics().slow_client_cancels, 1);
+  const std::string metrics = get("/metrics", srv->port());
+  EXPECT_NE(metrics.find("sluice_http_slow_client_cancels_total 1\n"), std::string::npos);
+  EXPECT_NE(metrics.find("sluice_http_buffered_bytes 0\n"), std::string::npos) << metrics;
+  srv->request_shutdown();
+  srv->run_until_shutdown();
+}
+
+TEST_F(ServerTest, MoreChoicesThanTheQueueHoldsIsA400) {
+  // max_queued_requests is 2: n = 3 can never be admitted; a retry would not help.
+  const std::string r = exchange(post("/v1/completions", R"({"prompt": "x", "n": 3, "max_tokens": 1})"));
+  EXPECT_TRUE(r.starts_with("HTTP/1.1 400")) << r;
+  EXPECT_NE(r.find("more than the server queues at once (--max-queued-requests 2)"), std::string::npos) << r;
+  EXPECT_NE(r.find(R"("param":"n")"), std::string::npos) << r;
+}
+
+TEST_F(ServerTest, TokenizeCountsWhatTheChatRequestCounts) {
+  // A template that renders the tools, over the same engine.
+  auto tmpl = chat::ChatTemplate::parse(
+      "{% if tools %}{{ tools | tojson }}{% endif %}{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+      "{% if add_generation_prompt %}<assistant>{% endif %}");
+  ASSERT_TRUE(tmpl) << tmpl.error().message();
+  OpenAiApi api(*engine_, *loaded_.tokenizer, std::move(*tmpl), ApiConfig{.model_name = "m"});
+  ServerConfig sc;
+  sc.port = 0;
+  auto srv = HttpServer::create(api, sc);
+  ASSERT_TRUE(srv);
+  (*srv)->start();
+  const uint16_t port = (*srv)->port();
+  const std::string messages = R"("messages": [{"role": "user", "content": "what is the weather?"}])";
+  const std::string tools =
+      R"("tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}])";
+  const Json t = Json::parse(body_of(exchange(post("/tokenize", "{" + messages + ", " + tools + "}"), port)));
+  const Json plain = Json::parse(body_of(exchange(post("/tokenize", "{" + messages + "}"), port)));
+  const Json chat = Json::parse(body_of(
+      exchange(post("/v1/chat/completions", "{" + messages + ", " + tools + R"(, "max_tokens": 1})"), port)));
+  EXPECT_EQ(t["count"], chat["usage"]["prompt_tokens"]) << t << "\n" << chat;
+  EXPECT_GT(t["count"].get<int>(), plain["count"].get<int>() + 10);
+  // tool_choice "none" leaves the tools out of the prompt, in both.
+  const Json none = Json::parse(
+      body_of(exchange(post("/tokenize", "{" + messages + ", " + tools + R"(, "tool_choice": "none"})"), port)));
+  EXPECT_EQ(none["count"], plain["count"]);
+  const Json chat_none = Json::parse(body_of(exchange(
+      post("/v1/chat/completions", "{" + messages + ", " + tools + R"(, "tool_choice": "none", "max_tokens": 1})"), port)));
+  EXPECT_EQ(chat_none["usage"]["prompt_tokens"], plain["count"]);
+  (*srv)->request_shutdown();
+  (*srv)->run_until_shutdown();
+}
+
+TEST_F(ServerTest, OpenAiShapes) {
+  const Json chat = Json::parse(body_of(exchange(post(
+      "/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})"))));
+  EXPECT_TRUE(chat["choices"][0]["message"].contains("refusal"));
+  EXPECT_TRUE(chat["choices"][0]["message"]["refusal"].is_null());
+  EXPECT_EQ(chat["usage"]["completion_tokens_details"]["reasoning_tokens"], 0);
+
+  const std::string unknown = exchange(post("/v1/completions", R"({"model": "nope", "prompt": "x"})"));
+  EXPECT_TRUE(unknown.starts_with("HTTP/1.1 404")) << unknown;
+  const Json e = Json::parse(body_of(unknown));
+  EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(e["error"]["code"], "model_not_found");
+  EXPECT_EQ(e["error"]["param"], "model");
+
+  const std::string model = get("/v1/models/m");
+  EXPECT_TRUE(model.starts_with("HTTP/1.1 200")) << model;
+  EXPECT_EQ(Json::parse(body_of(model))["id"], "m");
+  const std::string missing = get("/v1/models/other%2Fmodel");
+  EXPECT_TRUE(missing.starts_with("HTTP/1.1 404")) << missing;
+  EXPECT_NE(missing.find("The model 'other/model' does not exist"), std::string::npos) << missing;
+
+  const std::string head = exchange("HEAD /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_TRUE(head.starts_with("HTTP/1.1 200")) << head;
+  EXPECT_NE(head.find("Content-Length: 15\r\n"), std::string::npos) << head;
+  EXPECT_EQ(body_of(head), "");
+}
+
+TEST_F(ServerTest, ApiKeyErrorsAreOpenAiShaped) {
+  ServerConfig sc;
+  sc.api_key = "k";
+  auto srv = make_server(sc);
+  const std::string r = exchange(
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\nContent-Length: 2\r\n"
+      "Connection: close\r\n\r\n{}",
+      srv->port());
+  EXPECT_TRUE(r.starts_with("HTTP/1.1 401")) << r;
+  const Json e = Json::parse(body_of(r));
+  EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(e["error"]["code"], "invalid_api_key");
+  srv->request_shutdown();
+  srv->run_until_shutdown();
+}
+
+TEST_F(ServerTest, CorsPreflightForAllowedOriginsOnly) {
+  ServerConfig sc;
+  sc.allowed_origins = {"http://app.example"};
+  sc.api_key = "k";  // a preflight carries no credentials and must not need them
+  auto srv = make_server(sc);
+  auto preflight = [&](std::string_view origin) {
+    return exchange(fmt::format("OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: x\r\nOrigin: {}\r\n"
+                                "Access-Control-Request-Method: POST\r\n"
+                                "Access-Control-Request-Headers: authorization, content-type\r\nConnection: close\r\n\r\n",
+                                origin),
+                    srv->port());
+  };
+  const std::string ok = preflight("http://app.example");
+  EXPECT_TRUE(ok.starts_with("HTTP/1.1 204")) << ok;
+  EXPECT_NE(ok.find("Access-Control-Allow-Origin: http://app.example\r\n"), std::string::npos) << ok;
+  EXPECT_NE(ok.find("Access-Control-Allow-Methods: POST, OPTIONS\r\n"), std::string::npos) << ok;
+  EXPECT_NE(ok.find("Access-Control-Allow-Headers: authorization, content-type\r\n"), std::string::npos) << ok;
+  const std::string refused = preflight("http://evil.example");
+  EXPECT_TRUE(refused.starts_with("HTTP/1.1 403")) << refused;
+  EXPECT_EQ(refused.find("Access-Control-Allow-Origin"), std::string::npos) << refused;
+  // Actual requests from the allowed origin carry the header; others do not.
+  EXPECT_NE(get("/health", srv->port(), "Origin: http://app.example\r\n").find("Access-Control-Allow-Origin: http://app.example"),
+            std::string::npos);
+  EXPECT_EQ(get("/health", srv->port(), "Origin: http://evil.example\r\n").find("Access-Control-Allow-Origin"),
+            std::string::npos);
+  srv->request_shutdown();
+  srv->run_until_shutdown();
+  // Without --allowed-origins no origin is allowed.
+  EXPECT_EQ(get("/health", 0, "Origin: http://app.example\r\n").find("Access-Control-Allow-Origin"), std::string::npos);
+}
+
+// While draining, the listener stays open and /health says 503, so a load balancer stops
+// sending; a second signal ends the drain at once, cancelling what still runs.
+TEST_F(ServerTest, DrainAnswers503ThenASecondSignalCancels) {
+  ServerConfig sc;
+  sc.drain_seconds = 60;
+  auto srv = make_server(sc);
+  Connection running(srv->port());
+  running.send(post("/v1/completions", R"({"prompt": "x", "max_tokens": 1900, "ignore_eos": true})"));
+  while (engine_->metrics().num_running == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  srv->request_shutdown();
+  std::thread drain([&] { srv->run_until_shutdown(); });
+  std::string health;
+  for (int i = 0; i < 200 && !health.starts_with("HTTP/1.1 503"); ++i) {
+    health = get("/health", srv->port());
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(health.starts_with("HTTP/1.1 503")) << health;
+  EXPECT_NE(health.find(R"({"status":"draining"})"), std::string::npos) << health;
+  const std::string refused = exchange(post("/v1/completions", R"({"prompt": "x"})"), srv->port());
+  EXPECT_TRUE(refused.starts_with("HTTP/1.1 503")) << refused;
+  srv->request_immediate_shutdown();
+  drain.join();  // well before drain_seconds
+  const std::string r = running.read_all();
+  EXPECT_TRUE(r.starts_with("HTTP/1.1 503")) << r;
+  EXPECT_EQ(engine_->metrics().num_requests_finished[static_cast<int>(FinishReason::kCancelled)], 1);
+  // The engine has shut down: the fixture's TearDown still finds every block free.
+}
 
 TEST_F(ServerTest, HostNamesResolveAndBadHostsAreClearErrors) {
   ServerConfig sc;

@@ -98,6 +98,8 @@ Status Tokenizer::init(const gguf::File& file) {
   end_of_generation_.assign(vocab_.tokens.size(), false);
   for (int32_t id = 0; id < vocab_.size(); ++id) {
     pieces_.push_back(plain_piece(vocab_, id));
+    max_bytes_per_token_ = std::max({max_bytes_per_token_, static_cast<int32_t>(pieces_.back().size()),
+                                     static_cast<int32_t>(vocab_.tokens[id].size())});
     const TokenType type = vocab_.type(id);
     if (type == TokenType::kControl || type == TokenType::kUserDefined) {
       const std::string& text = vocab_.tokens[id];

@@ -86,6 +86,11 @@ class Tokenizer {
   // SPM: true when decoding drops one leading space from the first text token.
   bool strips_leading_space() const;
   const Vocab& vocab() const { return vocab_; }
+  // No token stands for more bytes of input text than this (the longest token text, special
+  // tokens included, and at least 4: an unknown character), so a text of B bytes encodes to
+  // at least B / max_bytes_per_token() tokens. Lets a server refuse a prompt that cannot fit
+  // the context without tokenizing all of it.
+  int32_t max_bytes_per_token() const { return max_bytes_per_token_; }
 
  private:
   explicit Tokenizer(Vocab vocab);
@@ -94,6 +99,7 @@ class Tokenizer {
 
   Vocab vocab_;
   std::vector<std::string> pieces_;  // [num_tokens] token_to_piece(id, false)
+  int32_t max_bytes_per_token_ = 4;
   std::vector<bool> end_of_generation_;
   SpecialTokenSplitter special_;
   std::optional<SpmModel> spm_;
