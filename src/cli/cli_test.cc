@@ -154,7 +154,7 @@ TEST(Cli, GenerateSharesPromptPrefixesUnlessTold) {
   auto strip = [](const std::string& s) { return s.substr(s.find("--- [0]")); };
   EXPECT_EQ(strip(on.out).substr(0, 200), strip(off.out).substr(0, 200));
   Output pin = run("generate -p hi --pin-prefix 'You are'", true);
-  EXPECT_EQ(pin.exit_code, 1);
+  EXPECT_EQ(pin.exit_code, 2);
   EXPECT_NE(pin.out.find("--pin-prefix needs --kv-eviction pinned"), std::string::npos) << pin.out;
   Output pinned = run("generate -p 'You are a bot' -n 2 --kv-eviction pinned --pin-prefix 'You are'", true);
   EXPECT_EQ(pinned.exit_code, 0) << pinned.out;
@@ -162,11 +162,17 @@ TEST(Cli, GenerateSharesPromptPrefixesUnlessTold) {
 }
 
 TEST(Cli, EngineFlagsAreCheckedWithClearErrors) {
+  // One rule: a flag's value that is wrong exits 2, whether the flag parser or a later check
+  // finds it; a failure of the work itself exits 1.
   Output a = run("generate -p hi --kv-cache-memory lots", true);
-  EXPECT_EQ(a.exit_code, 1);
+  EXPECT_EQ(a.exit_code, 2);
   EXPECT_NE(a.out.find("--kv-cache-memory must be 'auto', a size such as 512MiB"), std::string::npos) << a.out;
   Output b = run("generate -p hi --kv-cache-memory 100", true);
-  EXPECT_EQ(b.exit_code, 1);
+  EXPECT_EQ(b.exit_code, 2);
+  Output huge = run("generate -p hi --kv-cache-memory 2TB", true);
+  EXPECT_EQ(huge.exit_code, 2);
+  EXPECT_NE(huge.out.find("is more than this machine's memory"), std::string::npos) << huge.out;
+  EXPECT_EQ(huge.out.find("bad_alloc"), std::string::npos) << huge.out;
   EXPECT_NE(b.out.find("a KV cache of 100 bytes holds no block"), std::string::npos) << b.out;
   Output c = run("generate -p hi --max-num-seqs 0", true);
   EXPECT_EQ(c.exit_code, 2);
@@ -190,23 +196,38 @@ TEST(Cli, BadInputIsAClearErrorWithExitCode) {
   EXPECT_EQ(o.exit_code, 1);
   EXPECT_NE(o.out.find("not a GGUF file"), std::string::npos) << o.out;
   Output t = run("generate -p hi --temp 9", true);
-  EXPECT_EQ(t.exit_code, 1);
+  EXPECT_EQ(t.exit_code, 2);
   EXPECT_NE(t.out.find("--temp must be in [0, 2], got 9"), std::string::npos) << t.out;
   Output u = run("generate --no-such-flag", true);
   EXPECT_EQ(u.exit_code, 2);
   Output m = run("model make --dtype q4_0 -o /tmp/never.gguf", true);
-  EXPECT_EQ(m.exit_code, 1);
+  EXPECT_EQ(m.exit_code, 2);
+  Output layers = run("model make --layers 0 -o /tmp/never.gguf", true);
+  EXPECT_EQ(layers.exit_code, 2) << layers.out;
   EXPECT_NE(m.out.find("unknown dtype 'q4_0'"), std::string::npos);
   std::filesystem::remove(path);
   Output cmd = run("bogus", true);
   EXPECT_EQ(cmd.exit_code, 2);
   EXPECT_NE(cmd.out.find("unknown command 'bogus'"), std::string::npos) << cmd.out;
   Output stop = run("generate -p hi --stop-token 999999", true);
-  EXPECT_EQ(stop.exit_code, 1);
+  EXPECT_EQ(stop.exit_code, 2);
   EXPECT_NE(stop.out.find("stop token id 999999 is outside the vocabulary"), std::string::npos) << stop.out;
   Output seed = run("generate -p hi --seed -1", true);
-  EXPECT_EQ(seed.exit_code, 1);
+  EXPECT_EQ(seed.exit_code, 2);
   EXPECT_NE(seed.out.find("--seed must be an integer"), std::string::npos) << seed.out;
+}
+
+// A reader that goes away (| head -c 1) is a write error with status 1, not a death by SIGPIPE.
+TEST(Cli, ClosedPipeIsAWriteErrorNotSigpipe) {
+  const std::string bash = "bash -c '" + sluice::testing::binary_dir() +
+                           "/src/cli/sluice generate -p hi -n 2000 --ignore-eos 2>/dev/null | head -c 1 >/dev/null; "
+                           "echo ${PIPESTATUS[0]}'";
+  FILE* p = popen(bash.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[32] = {};
+  const size_t n = fread(buf, 1, sizeof buf - 1, p);
+  pclose(p);
+  EXPECT_EQ(std::string(buf, n), "1\n");  // 141 would be SIGPIPE
 }
 
 TEST(Cli, OutputThatCannotBeWrittenIsAnError) {

@@ -234,8 +234,8 @@ int run(const GenerateOptions& o) {
   SamplingParams sampling = o.sampling;
   sampling.top_logprobs = o.logprobs;
   auto seed = parse_seed(o.seed);
-  if (!seed) return fail(seed.error().message());
-  if (Status s = sampling.validate(); !s) return fail(with_flag_names(s.message()));
+  if (!seed) return fail_usage(seed.error().message());
+  if (Status s = sampling.validate(); !s) return fail_usage(with_flag_names(s.message()));
   std::vector<std::string> prompts;
   if (!o.prompts_file.empty()) {
     auto p = read_prompts(o.prompts_file);
@@ -253,6 +253,12 @@ int run(const GenerateOptions& o) {
   }
   const Tokenizer& tok = *loaded->tokenizer;
   const ModelConfig& mc = loaded->model->config();
+  for (int32_t id : o.stop_ids) {
+    if (id < 0 || id >= tok.vocab_size()) {
+      return fail_usage(fmt::format("--stop-token: stop token id {} is outside the vocabulary (0..{})", id,
+                                    tok.vocab_size() - 1));
+    }
+  }
   std::vector<Request> reqs;
   for (size_t i = 0; i < prompts.size(); ++i) {
     auto tokens = tok.encode(prompts[i], {.add_bos = !o.no_bos, .parse_special = o.special});
@@ -269,10 +275,10 @@ int run(const GenerateOptions& o) {
     reqs.push_back(std::move(r));
   }
   auto config = o.engine.to_config(mc, tok);
-  if (!config) return fail(config.error().message());
+  if (!config) return fail_config(config.error());
   ThreadPool pool(o.threads);
   auto engine = Engine::create(*loaded->model, tok, pool, *config);
-  if (!engine) return fail(engine.error().message());
+  if (!engine) return fail_config(engine.error());
   if (!o.json) std::cerr << describe_kv_cache(**engine, mc) << "\n";
   if (reqs.size() == 1) return run_one(o, **engine, tok, prompts[0], std::move(reqs[0]));
   const size_t parallel = o.prompts_file.empty() || o.parallel == 0 ? reqs.size() : static_cast<size_t>(o.parallel);

@@ -124,15 +124,15 @@ Result<gguf::TensorType> parse_dtype(const std::string& s) {
 
 int run_make(const MakeOptions& o) {
   auto spec = preset_spec(o.preset);
-  if (!spec) return fail(spec.error().message());
+  if (!spec) return fail_usage(spec.error().message());
   if (!o.arch.empty()) {
     if (o.arch == "llama") spec->arch = Arch::kLlama;
     else if (o.arch == "qwen2") spec->arch = Arch::kQwen2;
     else if (o.arch == "qwen3") spec->arch = Arch::kQwen3;
-    else return fail(fmt::format("unknown architecture '{}' (choose llama, qwen2 or qwen3)", o.arch));
+    else return fail_usage(fmt::format("unknown architecture '{}' (choose llama, qwen2 or qwen3)", o.arch));
   }
   auto dtype = parse_dtype(o.dtype);
-  if (!dtype) return fail(dtype.error().message());
+  if (!dtype) return fail_usage(dtype.error().message());
   spec->dtype = *dtype;
   if (o.layers) spec->num_layers = *o.layers;
   if (o.dim) spec->dim = *o.dim;
@@ -147,7 +147,7 @@ int run_make(const MakeOptions& o) {
   if (o.seed) spec->seed = *o.seed;
   spec->vocab_file = o.vocab_file;
   auto writer = make_model(*spec);
-  if (!writer) return fail(writer.error().message());
+  if (!writer) return fail_usage(writer.error().message());  // the shape the flags asked for
   if (Status s = writer->write_file(o.output); !s) return fail(s.message());
   // What make writes, sluice must load: read the file back through the loader.
   auto check = gguf::File::open(o.output);
@@ -180,7 +180,7 @@ CommandFn add_model_command(CLI::App& app) {
   for (const auto& p : model_presets()) presets += "\n  " + p.name + ": " + p.description;
   CLI::App* make = cmd->add_subcommand("make", "Make a random-weight model with a working tokenizer");
   make->footer("Presets:" + presets);
-  make->add_option("--preset", o->preset, "Shape preset (listed above); the flags below override it")->capture_default_str();
+  make->add_option("--preset", o->preset, "Shape preset (listed below); the other flags override it")->capture_default_str();
   make->add_option("--arch", o->arch, "Architecture: llama, qwen2 or qwen3 (default: the preset's)");
   make->add_option("--dtype", o->dtype, "Weight type of matrices: f32, f16, bf16 or q8_0")->capture_default_str();
   make->add_option("--layers", o->layers, "Number of transformer blocks");

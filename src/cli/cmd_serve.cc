@@ -107,10 +107,10 @@ int run(ServeOptions& o) {
   }
 
   auto config = o.engine.to_config(mc, tok);
-  if (!config) return fail(config.error().message());
+  if (!config) return fail_config(config.error());
   ThreadPool pool(o.threads);
   auto engine = Engine::create(model, tok, pool, *config);
-  if (!engine) return fail(engine.error().message());
+  if (!engine) return fail_config(engine.error());
 
   server::ApiConfig api_config;
   api_config.model_name = o.served_model_name.empty() ? default_model_name(o.model) : o.served_model_name;
@@ -127,7 +127,10 @@ int run(ServeOptions& o) {
             << "compute threads: " << pool.num_threads() << ", HTTP threads: " << o.http.threads
             << (o.http.api_key.empty() ? "" : ", API key required") << "\n";
   (*server)->start();
-  const std::string url = fmt::format("http://{}:{}", o.http.host, (*server)->port());
+  // An IPv6 address goes in brackets in a URL (RFC 3986): http://[::1]:8000.
+  const bool ipv6 = o.http.host.find(':') != std::string::npos;
+  const std::string url = fmt::format("http://{}{}{}:{}", ipv6 ? "[" : "", o.http.host, ipv6 ? "]" : "",
+                                      (*server)->port());
   std::cout << "sluice serve: listening on " << url << std::endl;
   std::cerr << "try:  curl " << url << "/v1/completions -H 'Content-Type: application/json' \\\n"
             << "        -d '{\"prompt\": \"Once upon a time\", \"max_tokens\": 32}'\n"
@@ -169,8 +172,21 @@ CommandFn add_serve_command(CLI::App& app) {
                   "Seconds in-flight requests may run after SIGTERM/SIGINT before they are cancelled")
       ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
   cmd->add_option("--idle-timeout", o->http.idle_timeout_seconds,
-                  "Seconds an idle keep-alive connection stays open")
+                  "Seconds a connection may go without a byte from the client (between requests, or while it sends "
+                  "one) before it is closed")
       ->capture_default_str()->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--header-timeout", o->http.header_timeout_seconds,
+                  "Seconds a request's headers may take to arrive, from their first byte (against clients that "
+                  "trickle them)")
+      ->capture_default_str()->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--max-stream-buffer", o->http.max_stream_buffer_bytes,
+                  "Bytes of a streamed answer the server holds for a client that does not read; past it the "
+                  "request is cancelled")
+      ->capture_default_str()->check(CLI::Range(size_t{4096}, size_t{1} << 30));
+  cmd->add_option("--allowed-origins", o->http.allowed_origins,
+                  "Origins browsers may call the API from (CORS), e.g. https://app.example or '*'; repeat or "
+                  "separate with commas (default: none)")
+      ->delimiter(',');
   o->engine.add_to(*cmd);
   return [o] { return run(*o); };
 }

@@ -6,6 +6,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/status.h"
+
 namespace sluice::cli {
 
 using CommandFn = std::function<int()>;
@@ -23,6 +25,12 @@ inline constexpr int kExitUsage = 2;      // bad command line
 
 // Prints "sluice: error: MESSAGE" to stderr and returns kExitError.
 int fail(const std::string& message);
+// The same for a bad command line (a flag's value out of range, flags that contradict each
+// other), checked after parsing: returns kExitUsage, as a parse error does.
+int fail_usage(const std::string& message);
+// An engine configuration error: kInvalid comes from the flags (kExitUsage), anything else
+// (memory) is kExitError.
+int fail_config(const Status& status);
 
 // Flushes stdout; an error (a full disk, a closed descriptor) is reported and gives kExitError.
 int finish_stdout();

@@ -1,4 +1,5 @@
 // sluice: one binary, one subcommand per job (see DESIGN.md).
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -12,6 +13,15 @@ namespace sluice::cli {
 int fail(const std::string& message) {
   std::cerr << "sluice: error: " << message << std::endl;
   return kExitError;
+}
+
+int fail_usage(const std::string& message) {
+  std::cerr << "sluice: error: " << message << " (see --help)" << std::endl;
+  return kExitUsage;
+}
+
+int fail_config(const Status& status) {
+  return status.code() == StatusCode::kInvalid ? fail_usage(status.message()) : fail(status.message());
 }
 
 int finish_stdout() {
@@ -37,6 +47,9 @@ int main(int argc, char** argv) {
   CLI::App app{"sluice: an LLM serving stack. Runs GGUF models (llama, qwen2, qwen3) on the CPU.\n"
                "Use `sluice COMMAND --help` for the options of each command.",
                "sluice"};
+  // Writing to a closed pipe (sluice generate | head -1) is a write error reported with exit
+  // status 1, not a death by SIGPIPE (141).
+  std::signal(SIGPIPE, SIG_IGN);
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show the help of every command");
   app.set_version_flag("--version", "sluice " SLUICE_VERSION);

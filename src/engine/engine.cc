@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <random>
 
@@ -257,12 +259,26 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
   if (num_blocks > INT32_MAX / config.block_size) {
     return Error(StatusCode::kInvalid, "a KV cache of {} blocks is too large", num_blocks);
   }
+  // More than the machine has can only fail (at once, or when the pages are first touched).
+  const double kv_bytes = static_cast<double>(num_blocks) * static_cast<double>(block_bytes);
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page_size > 0 && kv_bytes > static_cast<double>(pages) * static_cast<double>(page_size)) {
+    return Error(StatusCode::kInvalid, "a KV cache of {:.1f} GiB is more than this machine's memory ({:.1f} GiB); "
+                 "lower --kv-cache-memory",
+                 kv_bytes / (1 << 30), static_cast<double>(pages) * static_cast<double>(page_size) / (1 << 30));
+  }
   if (!config.clock) {
     config.clock = [] {
       return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
     };
   }
-  return std::unique_ptr<Engine>(new Engine(model, tokenizer, pool, std::move(config), static_cast<int32_t>(num_blocks)));
+  try {
+    return std::unique_ptr<Engine>(
+        new Engine(model, tokenizer, pool, std::move(config), static_cast<int32_t>(num_blocks)));
+  } catch (const std::bad_alloc&) {
+    return Error("cannot allocate a KV cache of {:.1f} GiB: out of memory; lower --kv-cache-memory",
+                 kv_bytes / (1 << 30));
+  }
 }
 
 Engine::Engine(Model& model, const Tokenizer& tokenizer, ThreadPool& pool, EngineConfig config, int32_t num_blocks)
