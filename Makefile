@@ -15,7 +15,7 @@ endif
 
 SLUICE := $(BUILD_DIR)/src/cli/sluice
 
-.PHONY: all setup configure build run generate test test-asan test-tsan check-clang fuzz fuzz-request fuzz-gguf fuzz-chat bench clean
+.PHONY: all setup configure build run generate test test-asan test-tsan check-clang fuzz fuzz-request fuzz-gguf fuzz-chat soak bench clean
 
 all: build
 
@@ -65,6 +65,12 @@ check-clang: setup
 FUZZ_SECONDS ?= 180
 FUZZ_TARGETS ?= gguf_fuzz request_fuzz chat_template_fuzz
 FUZZ_JOBS ?= 1
+# The server under mixed valid, invalid, slow, disconnecting and stalled clients for
+# SOAK_SECONDS (default 600): RSS flat, every KV block free, /health always answering.
+SOAK_SECONDS ?= 600
+soak: build
+	SLUICE_BIN=$(SLUICE) SOAK_SECONDS=$(SOAK_SECONDS) node tests/soak/soak.mjs
+
 fuzz: build
 	@bash scripts/setup.sh --fuzz
 	cmake --preset fuzz > /dev/null

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <string>
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -265,6 +267,21 @@ TEST(Cli, PiecesAreValidUtf8) {
   ASSERT_EQ(o.exit_code, 0);
   EXPECT_NE(o.out.find("'\\xf0'"), std::string::npos) << o.out;
   EXPECT_TRUE(utf8_is_valid(o.out)) << o.out;
+}
+
+// An IPv6 address is bracketed in the URL the server prints (clients reject http://::1:PORT).
+TEST(Cli, ServeOnIpv6PrintsABracketedUrl) {
+  if (access("/proc/net/if_inet6", R_OK) != 0) GTEST_SKIP() << "no IPv6";
+  const std::string cmd = "timeout -s INT 2 " + sluice::testing::binary_dir() +
+                          "/src/cli/sluice serve --host ::1 --port 0 2>/dev/null | head -n 1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[256] = {};
+  const size_t n = fread(buf, 1, sizeof buf - 1, p);
+  pclose(p);
+  const std::string line(buf, n);
+  if (line.empty()) GTEST_SKIP() << "cannot listen on ::1 here";
+  EXPECT_TRUE(line.starts_with("sluice serve: listening on http://[::1]:")) << line;
 }
 
 }  // namespace
