@@ -299,7 +299,6 @@ class Session : public std::enable_shared_from_this<Session> {
       ApiError e = ApiError::invalid(fmt::format("{} does not accept {}; use {}", route_,
                                                  std::string(req.method_string()), allowed));
       e.status = 405;
-      head_only_ = false;
       respond(405, "application/json", e.body(), fmt::format("Allow: {}\r\n", allowed));
     };
     OpenAiApi& api = server_.api;
@@ -309,7 +308,6 @@ class Session : public std::enable_shared_from_this<Session> {
       return hand_to_worker(std::move(req.body()));
     }
     if (route_ == "other") {
-      head_only_ = false;
       return respond_error(ApiError::not_found(
           fmt::format("no route {} {}", std::string(req.method_string()), std::string(req.target().substr(0, 200)))));
     }

@@ -459,6 +459,13 @@ TEST_F(ServerTest, OpenAiShapes) {
   EXPECT_TRUE(head.starts_with("HTTP/1.1 200")) << head;
   EXPECT_NE(head.find("Content-Length: 15\r\n"), std::string::npos) << head;
   EXPECT_EQ(body_of(head), "");
+  // A HEAD answer never has a body, errors included (the client would take it for the next response).
+  const std::string head405 = exchange("HEAD /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_TRUE(head405.starts_with("HTTP/1.1 405")) << head405;
+  EXPECT_EQ(body_of(head405), "");
+  const std::string head404 = exchange("HEAD /nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_TRUE(head404.starts_with("HTTP/1.1 404")) << head404;
+  EXPECT_EQ(body_of(head404), "");
 }
 
 TEST_F(ServerTest, ApiKeyErrorsAreOpenAiShaped) {
