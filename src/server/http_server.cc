@@ -10,6 +10,7 @@
 #include <csignal>
 #include <deque>
 #include <iostream>
+#include <future>
 #include <optional>
 
 #include <boost/asio.hpp>
@@ -39,8 +40,11 @@ struct HttpServer::Impl {
   OpenAiApi& api;
   const ServerConfig config;
   net::io_context ioc;
-  tcp::acceptor acceptor{ioc};
-  net::signal_set signals{ioc, SIGINT, SIGTERM};
+  // The acceptor and the signal set are touched only on this strand (accepting, and closing
+  // them at the end of a drain, run on different I/O threads otherwise).
+  net::strand<net::io_context::executor_type> control{net::make_strand(ioc)};
+  tcp::acceptor acceptor{control};
+  net::signal_set signals{control, SIGINT, SIGTERM};
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
 
   // Request work (JSON, chat template, tokenizer) runs here, never on the I/O threads.
@@ -161,6 +165,9 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->header_limit(kHeaderLimit);
     header_handled_ = false;
     header_started_ = false;
+    http10_ = false;
+    head_only_ = false;
+    cors_origin_.clear();
     if (buffer_.size() > 0) {  // pipelined: the next request has begun
       start_header_clock();
       return parse_buffered();
@@ -204,8 +211,15 @@ class Session : public std::enable_shared_from_this<Session> {
         header_handled_ = true;
         begin_request();
         // curl and others wait for "100 Continue" before sending a large body.
-        if (!parser_->is_done() && buffer_.size() == 0 &&
+        if (!parser_->is_done() && buffer_.size() == 0 && parser_->get().version() >= 11 &&
             beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
+          // Refuse before the client uploads a body that would be refused anyway.
+          if (auto refusal = refusal_before_body()) {
+            keep_alive_ = false;
+            route_ = route_of(parser_->get().target());
+            head_only_ = parser_->get().method() == http::verb::head;
+            return respond_error(*refusal);
+          }
           auto msg = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
           stream_.expires_after(kWriteTimeout);
           net::async_write(stream_, net::buffer(*msg), [self = shared_from_this(), msg](beast::error_code wec, size_t) {
@@ -243,6 +257,7 @@ class Session : public std::enable_shared_from_this<Session> {
       begin_request();
       keep_alive_ = false;
       route_ = route_of(parser_->get().target());
+      head_only_ = parser_->get().method() == http::verb::head;
       return respond_error(ApiError::too_large(
           fmt::format("the request body is over the limit of {} bytes", server_.config.max_body_bytes)));
     }
@@ -284,15 +299,7 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       return respond_error(ApiError::unavailable("the server is shutting down"));
     }
-    if (!server_.config.api_key.empty() && needs_api_key(route_)) {
-      const std::string_view auth = req[http::field::authorization];
-      if (auth.empty()) {
-        return respond_error(ApiError::unauthorized("missing API key: send the header 'Authorization: Bearer KEY'"));
-      }
-      if (!auth.starts_with("Bearer ") || !same_secret(auth.substr(7), server_.config.api_key)) {
-        return respond_error(ApiError::unauthorized("invalid API key"));
-      }
-    }
+    if (auto refusal = auth_refusal(route_)) return respond_error(*refusal);
     const bool post = req.method() == http::verb::post;
     const bool get = req.method() == http::verb::get || head_only_;
     auto wrong_method = [&](const char* allowed) {
@@ -415,7 +422,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // ---- responses ----
 
   std::string head(int status, std::string_view content_type, std::string_view extra) {
-    if (!keep_alive_) close_after_ = true;
+    if (!keep_alive_ || server_.draining) close_after_ = true;
     std::string h = fmt::format("HTTP/1.1 {} {}\r\nServer: sluice\r\n", status,
                                 std::string(http::obsolete_reason(static_cast<http::status>(status))));
     if (!content_type.empty()) h += fmt::format("Content-Type: {}\r\n", content_type);
@@ -449,7 +456,11 @@ class Session : public std::enable_shared_from_this<Session> {
     peer_eof_ = false;
     if (gen_->streaming()) {
       server_.count_response(std::string(route_), 200);
-      queue(head(200, "text/event-stream", "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n") + "\r\n");
+      // HTTP/1.0 has no chunked encoding: the stream ends when the connection closes.
+      if (http10_) close_after_ = true;
+      queue(head(200, "text/event-stream",
+                 http10_ ? "Cache-Control: no-cache\r\n" : "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n") +
+            "\r\n");
     }
     // Engine output arrives on the engine thread; it only schedules a poll on this strand.
     auto weak = weak_from_this();
@@ -468,11 +479,11 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string events;
     const bool done = gen_->poll(events);
     if (gen_->streaming()) {
-      if (!events.empty()) queue(chunk_frame(events));
+      if (!events.empty()) queue(frame(events));
       if (done) {
         end_generation();
         response_done_ = true;
-        queue("0\r\n\r\n");
+        queue(http10_ ? std::string() : std::string("0\r\n\r\n"));
       } else if (queued_bytes_ > server_.config.max_stream_buffer_bytes) {
         // The client stopped reading: cancel rather than buffer the rest of the answer.
         std::cerr << "sluice serve: a streaming client stopped reading (" << queued_bytes_
@@ -490,6 +501,30 @@ class Session : public std::enable_shared_from_this<Session> {
     end_generation();
     if (body) respond(200, "application/json", std::move(*body));
     else respond_error(body.error());
+  }
+
+  std::optional<ApiError> auth_refusal(std::string_view route) const {
+    if (server_.config.api_key.empty() || !needs_api_key(route)) return std::nullopt;
+    const std::string_view auth = parser_->get()[http::field::authorization];
+    if (auth.empty()) return ApiError::unauthorized("missing API key: send the header 'Authorization: Bearer KEY'");
+    if (!auth.starts_with("Bearer ") || !same_secret(auth.substr(7), server_.config.api_key)) {
+      return ApiError::unauthorized("invalid API key");
+    }
+    return std::nullopt;
+  }
+
+  // Stream bytes as they go on the wire: a chunk, or (HTTP/1.0) as they are.
+  std::string frame(std::string_view data) const { return http10_ ? std::string(data) : chunk_frame(data); }
+
+  // The refusals handle() would make from the header alone (draining, API key, route,
+  // method), for answering "Expect: 100-continue" without reading the body.
+  std::optional<ApiError> refusal_before_body() const {
+    const auto& req = parser_->get();
+    const std::string_view route = route_of(req.target());
+    if (server_.draining) return ApiError::unavailable("the server is shutting down");
+    if (auto refusal = auth_refusal(route)) return refusal;
+    if (route == "other") return ApiError::not_found("no route " + std::string(req.target().substr(0, 200)));
+    return std::nullopt;
   }
 
   void end_generation() {
@@ -518,15 +553,14 @@ class Session : public std::enable_shared_from_this<Session> {
   // End of stream while a request runs: a close or a half-close. Probe until the response
   // is done: writing to a closed peer draws a reset, and the next write fails.
   void on_peer_eof() {
-    peer_eof_ = true;
-    close_after_ = true;  // it sends no further request
+    peer_eof_ = true;  // what it sent before is still answered (after_response)
     probe(std::chrono::milliseconds(50));
   }
 
   void probe(Clock::duration next) {
     if (!gen_ || closed_) return;
     if (gen_->streaming()) {
-      queue(chunk_frame(": waiting\n\n"));  // an SSE comment: clients ignore it
+      queue(frame(": waiting\n\n"));  // an SSE comment: clients ignore it
     } else if (!http10_) {
       queue("HTTP/1.1 100 Continue\r\n\r\n");  // a client must skip 1xx before the response
     } else {
@@ -586,6 +620,8 @@ class Session : public std::enable_shared_from_this<Session> {
     head_only_ = false;
     end_request();
     if (close_after_ || server_.draining) return linger();
+    // A half-closed client sends nothing more; requests it pipelined before are answered.
+    if (peer_eof_ && buffer_.size() == 0) return linger();
     do_read();
   }
 
@@ -659,7 +695,7 @@ void HttpServer::Impl::accept() {
     if (ec) {
       // Out of descriptors and the like: say so, wait a little, keep serving.
       std::cerr << "sluice serve: accept failed: " << ec.message() << "\n";
-      auto timer = std::make_shared<net::steady_timer>(ioc, std::chrono::milliseconds(100));
+      auto timer = std::make_shared<net::steady_timer>(control, std::chrono::milliseconds(100));
       timer->async_wait([this, timer](beast::error_code) { accept(); });
       return;
     }
@@ -794,11 +830,14 @@ void HttpServer::drain_and_stop() {
   s.api.engine().shutdown();
   s.drain_now = false;  // the cancelled requests' last bytes may still go out (briefly)
   wait_until_idle(clock::now() + std::chrono::seconds(2));
-  net::post(s.ioc, [&s] {
+  std::promise<void> closed;
+  net::post(s.control, [&s, &closed] {
     beast::error_code ec;
     s.acceptor.close(ec);
     s.signals.cancel(ec);
+    closed.set_value();
   });
+  closed.get_future().wait();
   s.workers.stop();
   s.workers.join();
   s.work.reset();

@@ -14,7 +14,11 @@
 // Timeouts: idle_timeout_seconds is how long a connection may go without a byte from the
 // client (between requests, or while it sends one); header_timeout_seconds bounds the whole
 // header of a request from its first byte (against clients that send one byte a second). A
-// request cut off half-sent gets 408.
+// body has only the idle timeout (a slow upload is fine while bytes keep coming). A request
+// cut off half-sent is closed without an answer (the stream's deadline closes the socket) and
+// counted. "Expect: 100-continue" is answered only for HTTP/1.1, and a request that would be
+// refused from its header alone (draining, API key, unknown route) is refused at once.
+// HTTP/1.0 streams are sent unframed and end with the connection.
 //
 // Clients that go away: a client that closes while its request runs has the request
 // cancelled at once, which frees its KV blocks. A client that only half-closes (shutdown
@@ -57,7 +61,7 @@ struct ServerConfig {
   std::string api_key;                      // non-empty: /v1/*, /tokenize and /detokenize need it
   size_t max_body_bytes = 8 << 20;          // larger bodies get 413
   double drain_seconds = 30;                // how long in-flight requests may finish on shutdown
-  double idle_timeout_seconds = 60;         // no byte from the client this long: closed (408 mid-request)
+  double idle_timeout_seconds = 60;         // no byte from the client this long: closed
   double header_timeout_seconds = 20;       // a request's headers must all arrive within this
   size_t max_stream_buffer_bytes = 1 << 20; // unwritten stream bytes past this: request cancelled
   double probe_seconds = 1;                 // how often a half-closed client is probed

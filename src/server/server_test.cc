@@ -370,6 +370,43 @@ TEST_F(ServerTest, HalfClosedClientGetsItsResponse) {
   EXPECT_EQ(engine_->metrics().num_requests_finished[static_cast<int>(FinishReason::kCancelled)], 0);
 }
 
+// Two pipelined requests, then a half-close: both are answered.
+TEST_F(ServerTest, PipelinedRequestsBeforeAHalfCloseAreAllAnswered) {
+  Connection c(server_->port());
+  const std::string body = R"({"prompt": "a b", "max_tokens": 8, "temperature": 0})";
+  c.send(post("/v1/completions", body, /*keep_alive=*/true) + post("/v1/completions", body, /*keep_alive=*/true));
+  c.half_close();
+  const std::string r = c.read_all();
+  const size_t first = r.find("HTTP/1.1 200 OK");
+  ASSERT_NE(first, std::string::npos) << r;
+  EXPECT_NE(r.find("HTTP/1.1 200 OK", first + 1), std::string::npos) << r;
+}
+
+TEST_F(ServerTest, Http10StreamsAreUnframedAndEndWithTheConnection) {
+  const std::string body = R"({"prompt": "a b", "max_tokens": 4, "temperature": 0, "stream": true})";
+  const std::string r = exchange(fmt::format("POST /v1/completions HTTP/1.0\r\nContent-Length: {}\r\n\r\n{}",
+                                             body.size(), body));
+  EXPECT_TRUE(r.starts_with("HTTP/1.1 200")) << r;
+  EXPECT_EQ(r.find("Transfer-Encoding"), std::string::npos) << r;
+  EXPECT_TRUE(body_of(r).starts_with("data: {")) << r;  // no chunk size in front
+  EXPECT_TRUE(r.ends_with("data: [DONE]\n\n")) << r;
+}
+
+TEST_F(ServerTest, ExpectContinueIsRefusedBeforeTheBodyWhenTheHeaderSuffices) {
+  Connection c(server_->port());
+  c.send("POST /v1/nowhere HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\nExpect: 100-continue\r\n\r\n");
+  const std::string r = c.read_all();
+  EXPECT_TRUE(r.starts_with("HTTP/1.1 404")) << r;  // no "100 Continue" first
+  Connection ok(server_->port());
+  const std::string body = R"({"prompt": "a", "max_tokens": 1})";
+  ok.send(fmt::format("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nExpect: 100-continue\r\n"
+                      "Connection: close\r\n\r\n",
+                      body.size()));
+  EXPECT_TRUE(ok.read_until("\r\n\r\n").starts_with("HTTP/1.1 100 Continue")) ;
+  ok.send(body);
+  EXPECT_NE(ok.read_all().find("HTTP/1.1 200 OK"), std::string::npos);
+}
+
 // A streaming client that stops reading: its request is cancelled once the unwritten stream
 // passes the bound, and the buffered bytes are released.
 TEST_F(ServerTest, StreamingClientThatStopsReadingIsCancelled) {
