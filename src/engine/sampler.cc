@@ -172,11 +172,21 @@ Crossing find_crossing(std::span<Sampler::Candidate> c, double target, bool incl
 
 // NOTE: no usable logit at all (a broken model or every token masked). Rather than abort,
 // the step is defined as the uniform distribution, whose argmax with ties -> lowest id is 0.
-SampleResult uniform_fallback(size_t vocab, int32_t num_top) {
-  const float logprob = -std::log(static_cast<float>(vocab));
-  SampleResult result{0, logprob, {}};
-  const int32_t n = static_cast<int32_t>(std::min<size_t>(num_top, vocab));
-  for (int32_t id = 0; id < n; ++id) result.top.push_back({id, logprob});
+// Uniform over the tokens not `excluded` (sorted ids; the suppressed ones): the lowest id is
+// the token. Everything excluded: uniform over the whole vocabulary.
+SampleResult uniform_fallback(size_t vocab, int32_t num_top, std::span<const int32_t> excluded) {
+  auto in_range = [&](int32_t id) { return id >= 0 && static_cast<size_t>(id) < vocab; };
+  const size_t num_excluded = static_cast<size_t>(std::count_if(excluded.begin(), excluded.end(), in_range));
+  if (num_excluded == vocab) excluded = {};
+  const size_t allowed = vocab - (excluded.empty() ? 0 : num_excluded);
+  const float logprob = -std::log(static_cast<float>(allowed));
+  SampleResult result{-1, logprob, {}};
+  const size_t n = std::min<size_t>(static_cast<size_t>(num_top), allowed);
+  for (int32_t id = 0; static_cast<size_t>(id) < vocab && (result.token_id < 0 || result.top.size() < n); ++id) {
+    if (std::binary_search(excluded.begin(), excluded.end(), id)) continue;
+    if (result.token_id < 0) result.token_id = id;
+    if (result.top.size() < n) result.top.push_back({id, logprob});
+  }
   return result;
 }
 
@@ -307,7 +317,9 @@ SampleResult Sampler::sample(std::span<const float> logits) {
   const LogSoftmax ls = compute_log_softmax(logits, overrides_);
   if (ls.max == -kInf) {
     if (!greedy) rng_.next_double();  // keep later steps' draws where they would be
-    return uniform_fallback(logits.size(), params_.top_logprobs);
+    const bool suppressing = num_accepted_ < suppress_until_;
+    return uniform_fallback(logits.size(), params_.top_logprobs,
+                            suppressing ? std::span<const int32_t>(suppressed_) : std::span<const int32_t>());
   }
 
   SampleResult result;

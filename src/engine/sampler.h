@@ -23,7 +23,8 @@
 // same sequence of calls give the same tokens on every run and standard library (the
 // generator is specified here and no std distribution is used). NaN logits count as -inf;
 // +inf logits share all the mass equally. If no logit is usable (all NaN/-inf) the step is a
-// uniform distribution over the vocabulary: token 0, logprob -log(vocab).
+// uniform distribution over the vocabulary, less the tokens suppressed (suppress_until): the
+// lowest such id, logprob -log(their number).
 // Every sample() with temperature > 0 consumes exactly one draw; greedy consumes none.
 //
 // Cost: greedy is two O(vocab) passes (three with top_logprobs) with no allocation beyond

@@ -307,6 +307,25 @@ TEST(Sampler, NoUsableLogitFallsBackToUniform) {
   EXPECT_EQ(r.top[1].token_id, 1);
 }
 
+// Suppressed tokens (min_tokens) stay out of every draw, the fallback's included; once the
+// suppression ends they come back.
+TEST(Sampler, SuppressedTokensAreNeverDrawnUntilTheSuppressionEnds) {
+  SamplingParams params = sampling(0.0f);
+  params.top_logprobs = 2;
+  Sampler sampler(params, {});
+  sampler.suppress_until({2, 0}, 1);
+  const SampleResult r = sampler.sample(std::vector<float>{5.0f, 1.0f, 9.0f, 0.5f});
+  EXPECT_EQ(r.token_id, 1);
+  ASSERT_EQ(r.top.size(), 2u);
+  EXPECT_EQ(r.top[0].token_id, 1);
+  EXPECT_EQ(r.top[1].token_id, 3);
+  const SampleResult none = sampler.sample(std::vector<float>{1.0f, -kInf, 2.0f, -kInf});
+  EXPECT_EQ(none.token_id, 1);  // only suppressed tokens are usable: uniform over the others
+  EXPECT_FLOAT_EQ(none.logprob, -std::log(2.0f));
+  sampler.accept(r.token_id);
+  EXPECT_EQ(sampler.sample(std::vector<float>{5.0f, 1.0f, 9.0f, 0.5f}).token_id, 2);
+}
+
 TEST(Sampler, InfiniteLogitsShareAllTheMass) {
   const std::vector<float> logits = {1.0f, kInf, 5.0f, kInf};
   Sampler sampler(sampling(1.0f, 17), {});
