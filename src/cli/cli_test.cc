@@ -39,6 +39,18 @@ Output run(const std::string& args, bool with_stderr = false, const std::string&
   return o;
 }
 
+// What a shell command line prints on stdout.
+std::string shell(const std::string& cmd) {
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {};
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  pclose(p);
+  return out;
+}
+
 const std::string kShared = sluice::testing::shared_dir();
 bool have_shared() { return std::filesystem::exists(kShared + "/models/stories260K.gguf"); }
 
@@ -224,12 +236,7 @@ TEST(Cli, ClosedPipeIsAWriteErrorNotSigpipe) {
   const std::string bash = "bash -c '" + sluice::testing::binary_dir() +
                            "/src/cli/sluice generate -p hi -n 2000 --ignore-eos 2>/dev/null | head -c 1 >/dev/null; "
                            "echo ${PIPESTATUS[0]}'";
-  FILE* p = popen(bash.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  char buf[32] = {};
-  const size_t n = fread(buf, 1, sizeof buf - 1, p);
-  pclose(p);
-  EXPECT_EQ(std::string(buf, n), "1\n");  // 141 would be SIGPIPE
+  EXPECT_EQ(shell(bash), "1\n");  // 141 would be SIGPIPE
 }
 
 TEST(Cli, OutputThatCannotBeWrittenIsAnError) {
@@ -274,12 +281,7 @@ TEST(Cli, ServeOnIpv6PrintsABracketedUrl) {
   if (access("/proc/net/if_inet6", R_OK) != 0) GTEST_SKIP() << "no IPv6";
   const std::string cmd = "timeout -s INT 2 " + sluice::testing::binary_dir() +
                           "/src/cli/sluice serve --host ::1 --port 0 2>/dev/null | head -n 1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  char buf[256] = {};
-  const size_t n = fread(buf, 1, sizeof buf - 1, p);
-  pclose(p);
-  const std::string line(buf, n);
+  const std::string line = shell(cmd);
   if (line.empty()) GTEST_SKIP() << "cannot listen on ::1 here";
   EXPECT_TRUE(line.starts_with("sluice serve: listening on http://[::1]:")) << line;
 }

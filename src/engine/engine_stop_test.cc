@@ -1,0 +1,84 @@
+// Where outputs end: stop strings, stop token ids, include_stop_str_in_output, min_tokens.
+#include "engine/engine_test_util.h"
+
+namespace sluice {
+namespace {
+
+using namespace engine_test;
+
+// The stop string is not emitted, unless include_stop_str_in_output asks for it.
+TEST(Engine, StopStringEndsTheOutputAndIsNotEmitted) {
+  Fixture f;
+  Request r = f.request("abc", 16);
+  StreamOutput full = f.run(r);
+  ASSERT_GE(full.text.size(), 4u);
+  const std::string stop = full.text.substr(2, 2);
+  r.stop_strings = {stop};
+  StreamOutput cut = f.run(r);
+  EXPECT_EQ(cut.finish_reason, FinishReason::kStop);
+  EXPECT_EQ(cut.stop_matched, stop);
+  EXPECT_EQ(cut.text, full.text.substr(0, full.text.find(stop)));
+  r.include_stop_str_in_output = true;
+  StreamOutput kept = f.run(r);
+  EXPECT_EQ(kept.finish_reason, FinishReason::kStop);
+  EXPECT_EQ(kept.text, full.text.substr(0, full.text.find(stop) + stop.size()));
+}
+
+TEST(Engine, StopTokenIdEndsTheOutput) {
+  Fixture f;
+  Request r = f.request("abc", 10);
+  StreamOutput full = f.run(r);
+  const int32_t stop_id = full.tokens[3].token_id;
+  r.stop_token_ids = {stop_id};
+  StreamOutput cut = f.run(r);
+  EXPECT_EQ(cut.finish_reason, FinishReason::kStop);
+  auto ids = token_ids(full);
+  EXPECT_EQ(cut.tokens.size(), static_cast<size_t>(std::find(ids.begin(), ids.end(), stop_id) - ids.begin()) + 1);
+}
+
+// min_tokens: the stop token cannot come (probability 0) and stop strings are not matched
+// until min_tokens tokens are out; after them both work as usual.
+TEST(Engine, MinTokensHoldsOffStopTokensAndStopStrings) {
+  Fixture f;
+  Request r = f.request("abc", 24);
+  const StreamOutput full = f.run(r);
+  const int32_t first = full.tokens[0].token_id;
+  r.stop_token_ids = {first};
+  EXPECT_EQ(f.run(r).tokens.size(), 1u);  // without min_tokens: stops at once
+  r.min_tokens = 6;
+  r.logprobs = true;
+  r.sampling.top_logprobs = 5;
+  const StreamOutput held = f.run(r);
+  ASSERT_GE(held.tokens.size(), 6u);
+  for (size_t i = 0; i < held.tokens.size(); ++i) {
+    const bool listed = std::any_of(held.tokens[i].top.begin(), held.tokens[i].top.end(),
+                                    [&](const TokenLogprob& t) { return t.token_id == first; });
+    if (i < 6) {
+      EXPECT_NE(held.tokens[i].token_id, first) << i;
+      EXPECT_FALSE(listed) << "token " << i << ": a suppressed token has probability 0";
+    }
+  }
+  if (held.finish_reason == FinishReason::kStop) {
+    EXPECT_EQ(held.tokens.back().token_id, first);
+  }
+  Request bad = r;
+  bad.min_tokens = 25;
+  auto refused = f.engine->submit(bad);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("min_tokens must be in [0, max_tokens = 24], got 25"), std::string::npos);
+
+  // A stop string at the very start of the text is not matched within the first 3 tokens.
+  Request s = f.request("abc", 24);
+  s.stop_strings = {full.text.substr(0, 2)};
+  ASSERT_EQ(f.run(s).text, "");
+  s.min_tokens = 3;
+  const StreamOutput late = f.run(s);
+  const std::string first3 = f.m.tokenizer->decode(std::vector<int32_t>{full.tokens[0].token_id,
+                                                                         full.tokens[1].token_id,
+                                                                         full.tokens[2].token_id});
+  EXPECT_TRUE(full.text.starts_with(late.text));
+  EXPECT_GE(late.text.size(), first3.size()) << late.text;
+}
+
+}  // namespace
+}  // namespace sluice
