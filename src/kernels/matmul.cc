@@ -21,6 +21,7 @@
 #include "common/half.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_q8.h"
+#include "kernels/quant_blocks.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace sluice::kernels {
@@ -191,10 +192,10 @@ size_t WeightView::row_bytes() const {
 bool weight_type_supported(gguf::TensorType type) {
   switch (type) {
     case gguf::TensorType::kF32: case gguf::TensorType::kF16:
-    case gguf::TensorType::kBF16: case gguf::TensorType::kQ8_0:
+    case gguf::TensorType::kBF16:
       return true;
     default:
-      return false;
+      return is_block_quant(type);
   }
 }
 
@@ -214,6 +215,10 @@ void matmul_multi(ThreadPool& pool, std::span<const MatmulTarget> targets, const
   }
   if (type == gguf::TensorType::kQ8_0) {
     matmul_q8_0(pool, targets, x, num_tokens);
+    return;
+  }
+  if (is_block_quant(type)) {
+    matmul_quant(pool, targets, x, num_tokens);
     return;
   }
   // Chunks of rows small enough that a chunk's weights stay in L2 while every token tile
@@ -244,7 +249,11 @@ void dequantize_row(const WeightView& w, int64_t n, float* out) {
         for (int j = 0; j < gguf::kQ8_0BlockSize; ++j) out[b * gguf::kQ8_0BlockSize + j] = d * block->qs[j];
       }
       break;
-    default: break;
+    default:
+      if (is_block_quant(w.type)) {
+        for (int64_t b = 0; b < w.cols / kSubBlock; ++b) dequantize_block32(w.type, row, b, out + b * kSubBlock);
+      }
+      break;
   }
 }
 

@@ -1,9 +1,10 @@
 // Matrix products against GGUF weights, the hot loop of the forward pass.
 //
-// A weight is `rows` rows of `cols` elements in one of the supported ggml layouts
-// (F32, F16, BF16, Q8_0). matmul computes y[t, n] = sum_k x[t, k] * W[n, k]: exactly (up to
-// float rounding) for the float types; for Q8_0 with activations quantized to 8 bits per
-// block of 32, as ggml does (matmul_q8.h states the error bound).
+// A weight is `rows` rows of `cols` elements in one of the supported ggml layouts (F32, F16,
+// BF16, and the block-quantized types of quant_blocks.h: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
+// Q2_K ... Q6_K, IQ4_XS). matmul computes y[t, n] = sum_k x[t, k] * W[n, k]: exactly (up to
+// float rounding) for the float types; for the quantized ones with activations quantized to 8
+// bits per block of 32 (matmul_q8.cc states the error bound).
 //
 // Batch invariance (DESIGN.md, invariant 1): y[t, n] is one dot product, computed by one
 // thread, with SIMD lanes and blocks reduced in a fixed order. Tokens are processed in tiles

@@ -368,24 +368,24 @@ void MatmulQ8Groups(const WeightView& w, const QuantizedActivations& xq, int64_t
   }
 }
 
-// Quantizes blocks [0, num_blocks) of x (32 floats each) into q and d.
-void QuantizeBlocks(const float* x, int64_t num_blocks, int8_t* q, float* d) {
+// Quantizes blocks [0, num_blocks) of x (`block` floats each, a multiple of 8) into q and d.
+void QuantizeBlocks(const float* x, int64_t num_blocks, int64_t block, int8_t* q, float* d) {
   const hn::CappedTag<float, 8> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<int8_t, decltype(di)> d8;
   const int64_t lanes = hn::Lanes(df);
   for (int64_t i = 0; i < num_blocks; ++i) {
-    const float* xb = x + i * kBlock;
+    const float* xb = x + i * block;
     auto vmax = hn::Zero(df);
-    for (int64_t j = 0; j < kBlock; j += lanes) vmax = hn::Max(vmax, hn::Abs(hn::LoadU(df, xb + j)));
+    for (int64_t j = 0; j < block; j += lanes) vmax = hn::Max(vmax, hn::Abs(hn::LoadU(df, xb + j)));
     const float amax = hn::GetLane(hn::MaxOfLanes(df, vmax));
     const float scale = amax / 127.0f;
     const auto inv = hn::Set(df, scale > 0 ? 1.0f / scale : 0.0f);
     d[i] = scale;
-    for (int64_t j = 0; j < kBlock; j += lanes) {
+    for (int64_t j = 0; j < block; j += lanes) {
       // |x| * inv <= 127 (up to rounding, and NearestInt rounds half to even), so the
       // saturating demotion does not clamp.
-      hn::StoreU(hn::DemoteTo(d8, hn::NearestInt(hn::Mul(hn::LoadU(df, xb + j), inv))), d8, q + i * kBlock + j);
+      hn::StoreU(hn::DemoteTo(d8, hn::NearestInt(hn::Mul(hn::LoadU(df, xb + j), inv))), d8, q + i * block + j);
     }
   }
 }
@@ -400,11 +400,20 @@ namespace sluice::kernels {
 HWY_EXPORT(MatmulQ8Groups);
 HWY_EXPORT(QuantizeBlocks);
 
-void quantize_activations(const float* x, int64_t num_tokens, int64_t cols, QuantizedActivations& out) {
-  const int64_t num_blocks = num_tokens * (cols / gguf::kQ8_0BlockSize);
+void quantize_activations(const float* x, int64_t num_tokens, int64_t cols, QuantizedActivations& out, int block,
+                          bool with_sums) {
+  const int64_t num_blocks = num_tokens * (cols / block);
   out.q.resize(num_tokens * cols);
   out.d.resize(num_blocks);
-  HWY_DYNAMIC_DISPATCH(QuantizeBlocks)(x, num_blocks, out.q.data(), out.d.data());
+  out.block = block;
+  HWY_DYNAMIC_DISPATCH(QuantizeBlocks)(x, num_blocks, block, out.q.data(), out.d.data());
+  if (!with_sums) return;
+  out.sums.resize(num_tokens * cols / 16);
+  for (size_t i = 0; i < out.sums.size(); ++i) {
+    int sum = 0;  // at most 16 * 127 in magnitude
+    for (int k = 0; k < 16; ++k) sum += out.q[16 * i + k];
+    out.sums[i] = static_cast<int16_t>(sum);
+  }
 }
 
 void matmul_q8_0(ThreadPool& pool, std::span<const MatmulTarget> targets, const float* x, int64_t num_tokens) {

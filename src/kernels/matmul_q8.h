@@ -1,4 +1,5 @@
-// Q8_0 matmul on integer dot products (see matmul_q8.cc); matmul() calls it for Q8_0 weights.
+// Integer-dot-product matmuls: Q8_0 (matmul_q8.cc) and the other block-quantized types
+// (matmul_quant.cc); matmul() calls them for those weights.
 #pragma once
 
 #include <algorithm>
@@ -11,14 +12,18 @@
 
 namespace sluice::kernels {
 
-// Activations quantized per token and block of 32: x ~= d[block] * q[k].
+// Activations quantized per token and block of `block` elements (32, or 256 for the super-block
+// types, as their integer dot products need): x[k] ~= d[k / block] * q[k], d = max |x| / 127.
 struct QuantizedActivations {
-  std::vector<int8_t> q;  // [num_tokens, cols], each in [-127, 127]
-  std::vector<float> d;   // [num_tokens, cols / 32]
+  std::vector<int8_t> q;      // [num_tokens, cols], each in [-127, 127]
+  std::vector<float> d;       // [num_tokens, cols / block]
+  std::vector<int16_t> sums;  // [num_tokens, cols / 16]: the sum of each 16 q (with_sums only)
+  int block = 32;
 };
 
-// REQUIRES: cols % 32 == 0.
-void quantize_activations(const float* x, int64_t num_tokens, int64_t cols, QuantizedActivations& out);
+// REQUIRES: cols % block == 0, block a multiple of 16.
+void quantize_activations(const float* x, int64_t num_tokens, int64_t cols, QuantizedActivations& out,
+                          int block = 32, bool with_sums = false);
 
 // One parallel loop over the work units (rows, or row groups) of several targets, as one index
 // space: target i owns [first[i], first[i + 1]). Calls part(i, begin, end) with a range of
@@ -41,5 +46,9 @@ void parallel_over_targets(ThreadPool& pool, std::span<const MatmulTarget> targe
 
 // matmul_multi for Q8_0 weights. REQUIRES: every target's type is Q8_0, cols equal.
 void matmul_q8_0(ThreadPool& pool, std::span<const MatmulTarget> targets, const float* x, int64_t num_tokens);
+
+// matmul_multi for one block-quantized type (quant_blocks.h). REQUIRES: every target's type is
+// that type, cols equal and a multiple of the type's block.
+void matmul_quant(ThreadPool& pool, std::span<const MatmulTarget> targets, const float* x, int64_t num_tokens);
 
 }  // namespace sluice::kernels

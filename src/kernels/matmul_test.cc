@@ -10,6 +10,8 @@
 #include <hwy/targets.h>
 
 #include "common/half.h"
+#include "kernels/quant_blocks.h"
+#include "kernels/quant_test_util.h"
 
 namespace sluice::kernels {
 namespace {
@@ -58,8 +60,15 @@ TestWeight make_weight(TensorType type, int64_t rows, int64_t cols, uint32_t see
       }
       break;
     }
-    default:
-      ADD_FAILURE() << "unsupported";
+    default: {
+      if (!is_block_quant(type)) {
+        ADD_FAILURE() << "unsupported";
+        break;
+      }
+      w.bytes = testing::random_blocks(type, rows, cols, seed);
+      const auto values = testing::naive_dequantize(type, w.bytes.data(), rows, cols);
+      for (int64_t i = 0; i < rows * cols; ++i) w.values[i] = static_cast<float>(values[i]);
+    }
   }
   w.view = {w.bytes.data(), type, rows, cols};
   return w;
@@ -75,17 +84,22 @@ std::vector<float> random_x(int64_t n, uint32_t seed) {
 
 class MatmulTest : public ::testing::TestWithParam<TensorType> {};
 
-// Columns that exercise every path: Q8_0 rows of 35 blocks span two chunks of the kernel's
-// transposition (32 blocks, then 3); dense rows of 1003 end with a scalar tail after the
-// 8-lane vectors.
-int64_t test_cols(TensorType type) { return type == TensorType::kQ8_0 ? 35 * 32 : 1003; }
+// Columns that exercise every path: quantized rows of 35 or 40 sub-blocks span two chunks of
+// the kernels' transposition (32 sub-blocks, then the rest); dense rows of 1003 end with a
+// scalar tail after the 8-lane vectors.
+int64_t test_cols(TensorType type) {
+  if (!is_block_quant(type)) return 1003;
+  return block_elements(type) == kSuperBlock ? 5 * kSuperBlock : 35 * 32;
+}
+// The shortest row of the type that the tests use (one super-block for the K-quants).
+int64_t short_cols(TensorType type) { return is_block_quant(type) ? block_elements(type) : 64; }
 
 // Checks y [tokens, rows] against a double-precision product, within float rounding plus, for
 // Q8_0, the bound of the activations' quantization.
 void expect_near_reference(const TestWeight& w, const std::vector<float>& x, int64_t tokens,
                            const std::vector<float>& y) {
   const int64_t rows = w.view.rows, cols = w.view.cols;
-  const bool q8 = w.view.type == TensorType::kQ8_0;
+  const bool q8 = is_block_quant(w.view.type);
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t n = 0; n < rows; ++n) {
       double ref = 0, mag = 0, quant_bound = 0;
@@ -114,7 +128,8 @@ TEST_P(MatmulTest, MatchesDoubleReference) {
   // (rows, cols, tokens): one token takes a path of its own; rows not a multiple of the row
   // groups end in partial groups.
   const struct { int64_t rows, cols, tokens; } shapes[] = {
-      {37, 96, 5}, {37, 96, 1}, {21, test_cols(GetParam()), 1}, {21, test_cols(GetParam()), 11}, {5, 64, 3}};
+      {37, 3 * short_cols(GetParam()), 5}, {37, 3 * short_cols(GetParam()), 1}, {21, test_cols(GetParam()), 1},
+      {21, test_cols(GetParam()), 11}, {5, short_cols(GetParam()), 3}};
   uint32_t seed = 1;
   for (const auto& s : shapes) {
     SCOPED_TRACE(::testing::Message() << s.rows << "x" << s.cols << ", " << s.tokens << " tokens");
@@ -211,16 +226,24 @@ TEST_P(MatmulTest, MultiTargetMatchesSeparateCalls) {
   }
 }
 
+// Embedding look-up: each element as the naive dequantizer computes it (in double; the kernels'
+// float products (d * sc) * q + dmin * m may differ from it in the last bit).
 TEST_P(MatmulTest, DequantizeRowMatchesValues) {
-  TestWeight w = make_weight(GetParam(), 3, 64, 5);
-  std::vector<float> row(64);
+  const int64_t cols = 2 * short_cols(GetParam());
+  TestWeight w = make_weight(GetParam(), 3, cols, 5);
+  std::vector<float> row(cols);
   dequantize_row(w.view, 2, row.data());
-  for (int k = 0; k < 64; ++k) EXPECT_EQ(row[k], w.values[2 * 64 + k]);
+  for (int64_t k = 0; k < cols; ++k) {
+    EXPECT_NEAR(row[k], w.values[2 * cols + k], 1e-6 * std::abs(w.values[2 * cols + k]) + 1e-9) << k;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
                          ::testing::Values(TensorType::kF32, TensorType::kF16, TensorType::kBF16,
-                                           TensorType::kQ8_0),
+                                           TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1,
+                                           TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kIQ4_NL,
+                                           TensorType::kQ2_K, TensorType::kQ3_K, TensorType::kQ4_K,
+                                           TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kIQ4_XS),
                          [](const auto& info) { return std::string(gguf::tensor_type_name(info.param)); });
 
 // Weights at the ends of the int8 range (including -128, which Q8_0 files may hold) times
@@ -254,7 +277,9 @@ TEST(MatmulQ8, FullInt8RangeIsExact) {
 
 TEST(Matmul, SupportedTypes) {
   EXPECT_TRUE(weight_type_supported(TensorType::kQ8_0));
-  EXPECT_FALSE(weight_type_supported(TensorType::kQ4_K));
+  EXPECT_TRUE(weight_type_supported(TensorType::kQ4_K));
+  EXPECT_FALSE(weight_type_supported(TensorType::kIQ2_XXS));
+  EXPECT_FALSE(weight_type_supported(TensorType::kQ8_K));
   EXPECT_NE(std::string(simd_target_name()), "");
 }
 

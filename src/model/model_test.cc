@@ -224,13 +224,13 @@ TEST(ModelErrors, UnsupportedArchitectureAndTensorTypeAreNamed) {
   auto bytes = good->to_bytes();
   auto f2 = gguf::File::from_buffer(bytes, "m2");
   ASSERT_TRUE(f2);
-  // Rebuild the file with blk.0.attn_q.weight stored as Q4_0, a type the kernels do not compute.
+  // Rebuild the file with blk.0.attn_q.weight stored as Q8_1, a type the kernels do not compute.
   gguf::Writer w2;
   for (const auto& [k, v] : (*f2)->metadata()) w2.set(std::string(k), gguf::to_owned(v));
   for (const auto& t : (*f2)->tensors()) {
     if (t.name == "dummy") continue;
     if (t.name == "blk.0.attn_q.weight") {
-      w2.add_tensor(std::string(t.name), TensorType::kQ4_0, {64, 64}, std::vector<uint8_t>(64 * 2 * 18));
+      w2.add_tensor(std::string(t.name), TensorType::kQ8_1, {64, 64}, std::vector<uint8_t>(64 * 2 * 36));
     } else {
       w2.add_tensor(std::string(t.name), t.type, t.dims, std::span<const uint8_t>(t.data, t.num_bytes));
     }
@@ -239,7 +239,7 @@ TEST(ModelErrors, UnsupportedArchitectureAndTensorTypeAreNamed) {
   ASSERT_TRUE(f3);
   auto m3 = Model::load(std::move(*f3));
   ASSERT_FALSE(m3);
-  EXPECT_NE(m3.error().message().find("tensor 'blk.0.attn_q.weight' has type Q4_0, which sluice does not compute"),
+  EXPECT_NE(m3.error().message().find("tensor 'blk.0.attn_q.weight' has type Q8_1, which sluice does not compute"),
             std::string::npos)
       << m3.error().message();
 }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/half.h"
+#include "kernels/quant_blocks.h"
 
 namespace sluice::testing {
 namespace {
@@ -16,6 +17,15 @@ Mat load(const gguf::File& f, const std::string& name) {
   if (!t) return {};
   Mat out(t->num_elements);
   const uint8_t* p = t->data;
+  if (t->type != gguf::TensorType::kQ8_0 && kernels::is_block_quant(t->type)) {
+    // Blocks are contiguous across rows: the tensor reads as one long row.
+    float values[kernels::kSubBlock];
+    for (uint64_t b = 0; b < t->num_elements / kernels::kSubBlock; ++b) {
+      kernels::dequantize_block32(t->type, p, static_cast<int64_t>(b), values);
+      for (int k = 0; k < kernels::kSubBlock; ++k) out[b * kernels::kSubBlock + k] = values[k];
+    }
+    return out;
+  }
   for (uint64_t i = 0; i < t->num_elements; ++i) {
     switch (t->type) {
       case gguf::TensorType::kF32: { float v; std::memcpy(&v, p + 4 * i, 4); out[i] = v; break; }

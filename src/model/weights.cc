@@ -19,7 +19,9 @@ class Binder {
       return Error("tensor '{}' has shape {}, expected [{}, {}]", name, t->shape_string(), cols, rows);
     }
     if (!kernels::weight_type_supported(t->type)) {
-      return Error("tensor '{}' has type {}, which sluice does not compute (supported: F32, F16, BF16, Q8_0)",
+      return Error(
+          "tensor '{}' has type {}, which sluice does not compute (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
+          "Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS)",
                    name, gguf::tensor_type_name(t->type));
     }
     return kernels::WeightView{t->data, t->type, rows, cols};

@@ -1,0 +1,234 @@
+// Every quantized type against llama.cpp on the same files: SLUICE_SHARED_DIR/models/quant holds
+// one random-weight model quantized by llama.cpp to each common mix, the next-token
+// log-probabilities of the unquantized model at every position of 16 prompts (the truth), and
+// llama.cpp's own on each quantized file (two builds). Its README sets the yardstick: at each
+// position, the distance to the F32 model is the largest |logprob difference| over the F32
+// model's top-20 tokens; over all 721 positions, sluice's median distance must be at most 1.25x
+// the better llama.cpp build's + 0.02, and its top-1 token must be the F32 model's at no fewer
+// positions than the better build's, less 1%.
+//
+// Two readings, both measured here (see the note of issue 13):
+// - The files hold each candidate's top-20 only, and the README's table is what one gets from
+//   them over the tokens both top-20s hold. sluice is scored on its own top-20 the same way, so
+//   the two are compared alike; since that distance skips tokens a candidate ranks low, the test
+//   also requires as many of the truth's top-20 in sluice's top-20 as in llama.cpp's.
+// - The top-1 count moves by about 10 of 721 between correct implementations here (sluice's
+//   Q6_K gave 575 to 592 as only float summation order and activation rounding changed; the
+//   random network turns any rounding difference into a different near-tie winner somewhere),
+//   more than the README's 1%. Below that margin the test asks McNemar's exact test whether
+//   sluice is the less accurate of the two on the positions where exactly one is right, and
+//   fails at p < 1%. A wrong layout (tried: two elements of each Q4_0 block swapped) fails both
+//   checks by far (p ~ 1e-49; 3.9 of the top-20 held against 10.7).
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "common/test_paths.h"
+#include "model/model.h"
+
+namespace sluice {
+namespace {
+
+struct Position {
+  std::vector<std::pair<int32_t, double>> top;  // the 20 most likely next tokens, best first
+};
+struct Prompt {
+  std::vector<int32_t> tokens;
+  std::vector<Position> positions;  // one per token
+};
+
+std::string quant_dir() { return testing::shared_dir() + "/models/quant/"; }
+
+std::vector<Prompt> read_reference(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<Prompt> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    Prompt p;
+    p.tokens = j.at("tokens").get<std::vector<int32_t>>();
+    for (const auto& pos : j.at("top")) {
+      Position q;
+      for (const auto& e : pos) q.top.emplace_back(e.at(0).get<int32_t>(), e.at(1).get<double>());
+      p.positions.push_back(std::move(q));
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+// Log-softmax of every position of every prompt, each prompt in one forward pass.
+std::vector<std::vector<std::vector<double>>> sluice_logprobs(Model& m, const std::vector<Prompt>& prompts) {
+  ThreadPool pool(2);
+  const int32_t block = 16, max_blocks = 8;
+  KvPool kv(m.config(), max_blocks, block, KvType::kF16);
+  std::vector<std::vector<std::vector<double>>> out;
+  for (const Prompt& p : prompts) {
+    ForwardBatch b;
+    b.block_size = block;
+    b.max_blocks_per_seq = max_blocks;
+    const int32_t seq = b.add_sequence({0, 1, 2, 3, 4, 5, 6, 7});
+    for (size_t i = 0; i < p.tokens.size(); ++i) b.add_token(seq, p.tokens[i], static_cast<int32_t>(i), true);
+    std::vector<float> logits;
+    const Status s = m.forward(b, kv, pool, logits);
+    EXPECT_TRUE(s) << s.message();
+    const int32_t vocab = m.config().vocab_size;
+    auto& rows = out.emplace_back();
+    for (size_t i = 0; i < p.tokens.size(); ++i) {
+      const float* l = logits.data() + i * vocab;
+      const double mx = *std::max_element(l, l + vocab);
+      double sum = 0;
+      for (int32_t v = 0; v < vocab; ++v) sum += std::exp(l[v] - mx);
+      auto& row = rows.emplace_back(vocab);
+      for (int32_t v = 0; v < vocab; ++v) row[v] = l[v] - mx - std::log(sum);
+    }
+  }
+  return out;
+}
+
+struct Score {
+  double median = 0;
+  int top1 = 0;
+  int positions = 0;
+  double overlap = 0;  // mean count of the truth's top-20 tokens among the candidate's
+};
+
+// The candidate's 20 most likely tokens at every position, as the llama.cpp files hold them.
+std::vector<Prompt> top20(const std::vector<Prompt>& truth, const std::vector<std::vector<std::vector<double>>>& lp) {
+  std::vector<Prompt> out = truth;
+  for (size_t p = 0; p < truth.size(); ++p) {
+    for (size_t i = 0; i < truth[p].positions.size(); ++i) {
+      const auto& row = lp[p][i];
+      std::vector<int32_t> ids(row.size());
+      for (size_t v = 0; v < ids.size(); ++v) ids[v] = static_cast<int32_t>(v);
+      std::partial_sort(ids.begin(), ids.begin() + 20, ids.end(),
+                        [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+      auto& top = out[p].positions[i].top;
+      top.clear();
+      for (int k = 0; k < 20; ++k) top.emplace_back(ids[k], row[ids[k]]);
+    }
+  }
+  return out;
+}
+
+// The README's measure, computed as its table is from these files, which hold each candidate's
+// top-20 only: at a position, the largest |logprob difference| over the truth's top-20 tokens
+// that are also in the candidate's top-20 (0 if none is); the median over all positions; and
+// the positions where the candidate's most likely token is the truth's. sluice is scored on its
+// own top-20 by the same procedure, so the two are compared alike.
+Score score(const std::vector<Prompt>& truth, const std::vector<Prompt>& candidate) {
+  std::vector<double> dist;
+  Score s;
+  for (size_t p = 0; p < truth.size(); ++p) {
+    for (size_t i = 0; i < truth[p].positions.size(); ++i) {
+      const auto& mine = candidate[p].positions[i].top;
+      double d = 0;
+      for (const auto& [id, lp] : truth[p].positions[i].top) {
+        for (const auto& [cid, clp] : mine) {
+          if (cid != id) continue;
+          d = std::max(d, std::abs(clp - lp));
+          s.overlap += 1;
+        }
+      }
+      dist.push_back(d);
+      if (mine[0].first == truth[p].positions[i].top[0].first) ++s.top1;
+    }
+  }
+  std::sort(dist.begin(), dist.end());
+  s.positions = static_cast<int>(dist.size());
+  s.overlap /= s.positions;
+  s.median = dist.size() % 2 ? dist[dist.size() / 2] : (dist[dist.size() / 2 - 1] + dist[dist.size() / 2]) / 2;
+  return s;
+}
+
+// Positions where exactly one of two candidates has the truth's top-1 token.
+struct TopOnePairs {
+  int only_mine = 0, only_theirs = 0;
+};
+TopOnePairs top1_pairs(const std::vector<Prompt>& truth, const std::vector<Prompt>& mine,
+                       const std::vector<Prompt>& theirs) {
+  TopOnePairs out;
+  for (size_t p = 0; p < truth.size(); ++p) {
+    for (size_t i = 0; i < truth[p].positions.size(); ++i) {
+      const int32_t want = truth[p].positions[i].top[0].first;
+      const bool a = mine[p].positions[i].top[0].first == want, b = theirs[p].positions[i].top[0].first == want;
+      out.only_mine += a && !b;
+      out.only_theirs += b && !a;
+    }
+  }
+  return out;
+}
+
+// P(X >= k) for X ~ Binomial(n, 1/2).
+double binomial_tail(int k, int n) {
+  double p = 0;
+  for (int i = k; i <= n; ++i) p += std::exp(std::lgamma(n + 1.0) - std::lgamma(i + 1.0) - std::lgamma(n - i + 1.0) - n * std::log(2.0));
+  return std::min(1.0, p);
+}
+
+class QuantReference : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(QuantReference, AsAccurateAsLlamaCpp) {
+  const std::string mix = GetParam();
+  const auto truth = read_reference(quant_dir() + "llama-d256-s21-F32.reference.jsonl");
+  ASSERT_EQ(truth.size(), 16u);
+  auto file = gguf::File::open(quant_dir() + "llama-d256-s21-" + mix + ".gguf");
+  ASSERT_TRUE(file) << file.error().message();
+  auto model = Model::load(std::move(*file));
+  ASSERT_TRUE(model) << model.error().message();
+  const auto mine20 = top20(truth, sluice_logprobs(**model, truth));
+  const Score mine = score(truth, mine20);
+  EXPECT_EQ(mine.positions, 721);
+  if (mix == "F32") {
+    // The same weights as the truth: only float summation order and the f16 KV cache differ.
+    EXPECT_LT(mine.median, 0.01);
+    EXPECT_GE(mine.top1, 715);
+    return;
+  }
+  // The yardstick: the better of llama.cpp's two builds, the one whose top-1 token is the F32
+  // model's more often (on Q4_0 and Q4_1 the AMX build's is rarely: its kernels are wrong there).
+  Score best;
+  best.top1 = -1;
+  std::vector<Prompt> best_build;
+  for (const char* build : {"llama-avx512", "llama-amx"}) {
+    const std::string path = quant_dir() + "llama-d256-s21-" + mix + "." + build + ".jsonl";
+    if (!std::ifstream(path)) continue;
+    auto answers = read_reference(path);
+    const Score s = score(truth, answers);
+    if (s.top1 > best.top1 || (s.top1 == best.top1 && s.median < best.median)) {
+      best = s;
+      best_build = std::move(answers);
+    }
+  }
+  ASSERT_GE(best.top1, 0) << "no llama.cpp reference for " << mix;
+  const double best_median = best.median;
+  const int best_top1 = best.top1;
+  const TopOnePairs pairs = top1_pairs(truth, mine20, best_build);
+  const double p = binomial_tail(pairs.only_theirs, pairs.only_theirs + pairs.only_mine);
+  std::cout << mix << ": sluice median " << mine.median << ", top-1 " << mine.top1 << " of 721; llama.cpp "
+            << best_median << ", " << best_top1 << "; top-1 right only for sluice " << pairs.only_mine
+            << ", only for llama.cpp " << pairs.only_theirs << " (one-sided p " << p << "); overlap " << mine.overlap
+            << " vs " << best.overlap << "\n";
+  EXPECT_LE(mine.median, 1.25 * best_median + 0.02);
+  // The distance counts only tokens both top-20s hold, so a candidate far off would also hold
+  // few of them: it must hold as many as llama.cpp (they differ by 0.05 at most here).
+  EXPECT_GE(mine.overlap, best.overlap - 0.25);
+  // Top-1: the README's margin, or else no evidence that sluice is the less accurate (McNemar's
+  // exact test on the positions where one of the two is right, one-sided, at 1%).
+  if (mine.top1 < 0.99 * best_top1) {
+    EXPECT_GE(p, 0.01) << "sluice's top-1 token is the F32 model's at " << mine.top1 << " positions, llama.cpp's at "
+                       << best_top1;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Mixes, QuantReference,
+                         ::testing::Values("F32", "Q8_0", "Q6_K", "Q5_K_M", "Q5_1", "Q5_0", "Q4_K_M", "Q4_K_S",
+                                           "Q4_1", "Q4_0", "IQ4_XS", "IQ4_NL", "Q3_K_M", "Q2_K"));
+
+}  // namespace
+}  // namespace sluice
