@@ -108,6 +108,31 @@ TEST(Cli, ModelMakeThenInfo) {
   std::filesystem::remove(path);
 }
 
+// Quantize the shared F32 model to a K-quant mix, read it back, generate; a quantized input and an
+// unknown mix are clear errors.
+TEST(Cli, ModelQuantizeThenInfoAndGenerate) {
+  const std::string in = kShared + "/models/quant/llama-d256-s21-F32.gguf";
+  const std::string path = ::testing::TempDir() + "/cli_quantized.gguf";
+  Output q = run("model quantize " + in + " " + path + " --type q4_k_m -t 2", true);
+  ASSERT_EQ(q.exit_code, 0) << q.out;
+  EXPECT_NE(q.out.find("q4_k_m (F32 x9, Q4_K x25, Q6_K x5)"), std::string::npos) << q.out;
+  Output info = run("model info " + path);
+  ASSERT_EQ(info.exit_code, 0);
+  EXPECT_NE(info.out.find("Q4_K      25 tensors"), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("4.50 bits per weight"), std::string::npos) << info.out;
+  Output gen = run("generate -m " + path + " -p abc -n 4 --ignore-eos --json");
+  ASSERT_EQ(gen.exit_code, 0);
+  EXPECT_EQ(nlohmann::json::parse(gen.out)["tokens"].size(), 4u);
+  Output again = run("model quantize " + path + " " + path + ".2 --type q4_0", true);
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_NE(again.out.find("is Q4_K: quantize from a file of F32, F16 or BF16 weights"), std::string::npos) << again.out;
+  EXPECT_FALSE(std::filesystem::exists(path + ".2"));
+  Output bad = run("model quantize " + in + " " + path + ".2 --type q4_k", true);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.out.find("unknown quantization type 'q4_k' (choose q8_0, "), std::string::npos) << bad.out;
+  std::filesystem::remove(path);
+}
+
 TEST(Cli, DemoInfoSaysGibberish) {
   Output o = run("model info demo");
   ASSERT_EQ(o.exit_code, 0);
@@ -214,11 +239,11 @@ TEST(Cli, BadInputIsAClearErrorWithExitCode) {
   EXPECT_NE(t.out.find("--temp must be in [0, 2], got 9"), std::string::npos) << t.out;
   Output u = run("generate --no-such-flag", true);
   EXPECT_EQ(u.exit_code, 2);
-  Output m = run("model make --dtype q4_0 -o /tmp/never.gguf", true);
+  Output m = run("model make --dtype q4_9 -o /tmp/never.gguf", true);
   EXPECT_EQ(m.exit_code, 2);
   Output layers = run("model make --layers 0 -o /tmp/never.gguf", true);
   EXPECT_EQ(layers.exit_code, 2) << layers.out;
-  EXPECT_NE(m.out.find("unknown dtype 'q4_0'"), std::string::npos);
+  EXPECT_NE(m.out.find("unknown dtype 'q4_9'"), std::string::npos);
   std::filesystem::remove(path);
   Output cmd = run("bogus", true);
   EXPECT_EQ(cmd.exit_code, 2);

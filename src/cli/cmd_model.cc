@@ -1,4 +1,7 @@
-// sluice model info | make: inspect a GGUF file; make a random-weight model.
+// sluice model info | make | quantize: inspect a GGUF file; make a random-weight model; quantize one.
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -9,6 +12,7 @@
 #include "model/loader.h"
 #include "model/model.h"
 #include "model/model_maker.h"
+#include "model/quantize_model.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 
@@ -65,18 +69,23 @@ int run_info(const std::string& path, bool all_metadata) {
     std::printf("architecture:    none (vocabulary-only file)\n");
   }
   uint64_t params = 0;
-  std::map<std::string, std::pair<int, uint64_t>> by_type;
+  std::map<std::string, std::pair<std::pair<int, uint64_t>, uint64_t>> by_type;  // (tensors, bytes), elements
   for (const auto& t : f.tensors()) {
     params += t.num_elements;
     auto& e = by_type[std::string(gguf::tensor_type_name(t.type))];
-    e.first += 1;
-    e.second += t.num_bytes;
+    e.first.first += 1;
+    e.first.second += t.num_bytes;
+    e.second += t.num_elements;
   }
   std::printf("parameters:      %s (%llu)\n", human_count(params).c_str(), static_cast<unsigned long long>(params));
   std::printf("tensors:         %zu\n", f.tensors().size());
   for (const auto& [type, e] : by_type) {
-    std::printf("  %-6s %5d tensors, %s\n", type.c_str(), e.first, human_bytes(e.second).c_str());
+    std::printf("  %-6s %5d tensors, %s, %.2f bits per weight\n", type.c_str(), e.first.first,
+                human_bytes(e.first.second).c_str(), 8.0 * e.first.second / std::max<uint64_t>(1, e.second));
   }
+  uint64_t total_bytes = 0;
+  for (const auto& t : f.tensors()) total_bytes += t.num_bytes;
+  std::printf("bits per weight: %.2f\n", 8.0 * total_bytes / std::max<uint64_t>(1, params));
   if (f.find("tokenizer.ggml.model")) {
     auto tok = Tokenizer::from_gguf(f);
     if (tok) {
@@ -114,12 +123,63 @@ struct MakeOptions {
   std::string vocab_file;
 };
 
+// The weight types `model make --dtype` takes: the float types and every quantized type.
+constexpr std::pair<const char*, gguf::TensorType> kDtypes[] = {
+    {"f32", gguf::TensorType::kF32},     {"f16", gguf::TensorType::kF16},     {"bf16", gguf::TensorType::kBF16},
+    {"q8_0", gguf::TensorType::kQ8_0},   {"q6_k", gguf::TensorType::kQ6_K},   {"q5_k", gguf::TensorType::kQ5_K},
+    {"q5_1", gguf::TensorType::kQ5_1},   {"q5_0", gguf::TensorType::kQ5_0},   {"q4_k", gguf::TensorType::kQ4_K},
+    {"q4_1", gguf::TensorType::kQ4_1},   {"q4_0", gguf::TensorType::kQ4_0},   {"iq4_nl", gguf::TensorType::kIQ4_NL},
+    {"iq4_xs", gguf::TensorType::kIQ4_XS}, {"q3_k", gguf::TensorType::kQ3_K}, {"q2_k", gguf::TensorType::kQ2_K},
+};
+
+std::string dtype_names() {
+  std::string out;
+  for (const auto& [name, type] : kDtypes) out += (out.empty() ? "" : ", ") + std::string(name);
+  return out;
+}
+
 Result<gguf::TensorType> parse_dtype(const std::string& s) {
-  if (s == "f32") return gguf::TensorType::kF32;
-  if (s == "f16") return gguf::TensorType::kF16;
-  if (s == "bf16") return gguf::TensorType::kBF16;
-  if (s == "q8_0") return gguf::TensorType::kQ8_0;
-  return Error("unknown dtype '{}' (choose f32, f16, bf16 or q8_0)", s);
+  for (const auto& [name, type] : kDtypes) {
+    if (s == name) return type;
+  }
+  return Error("unknown dtype '{}' (choose {})", s, dtype_names());
+}
+
+struct QuantizeOptions {
+  std::string input, output, type;
+  int threads = 0;
+  bool no_progress = false;
+};
+
+int run_quantize(const QuantizeOptions& o) {
+  auto mix = find_quant_mix(o.type);
+  if (!mix) return fail_usage(mix.error().message());
+  if (o.input == o.output) return fail_usage("the output must not be the input file");
+  auto in = gguf::File::open(o.input);
+  if (!in) return fail(in.error().message());
+  ThreadPool pool(o.threads);
+  const bool tty = !o.no_progress && isatty(STDERR_FILENO);
+  auto progress = tty ? terminal_progress("quantizing " + o.input) : std::function<void(uint64_t, uint64_t)>();
+  auto report = quantize_model(**in, **mix, o.output, pool, progress);
+  if (!report) return fail(report.error().message());
+  // What quantize writes, sluice must load: read the file back through the loader.
+  auto check = gguf::File::open(o.output);
+  if (!check) {
+    std::remove(o.output.c_str());
+    return fail("wrote an unreadable file, removed it: " + check.error().message());
+  }
+  if (auto model = Model::load(std::move(*check)); !model) {
+    std::remove(o.output.c_str());
+    return fail("the quantized model does not load, removed it: " + model.error().message());
+  }
+  for (const std::string& f : report->fallbacks) std::fprintf(stderr, "fallback: %s\n", f.c_str());
+  std::string types;
+  for (const auto& [type, e] : report->by_type) {
+    types += fmt::format("{}{} x{}", types.empty() ? "" : ", ", gguf::tensor_type_name(type), e.first);
+  }
+  std::fprintf(stderr, "wrote %s: %s (%s), %s -> %s\n", o.output.c_str(), std::string((*mix)->name).c_str(),
+               types.c_str(), human_bytes(report->input_bytes).c_str(), human_bytes(report->output_bytes).c_str());
+  return kExitOk;
 }
 
 int run_make(const MakeOptions& o) {
@@ -166,7 +226,7 @@ int run_make(const MakeOptions& o) {
 }  // namespace
 
 CommandFn add_model_command(CLI::App& app) {
-  CLI::App* cmd = app.add_subcommand("model", "Inspect GGUF files and make random-weight models");
+  CLI::App* cmd = app.add_subcommand("model", "Inspect GGUF files, make random-weight models, quantize models");
   cmd->require_subcommand(1);
 
   auto info_path = std::make_shared<std::string>();
@@ -182,7 +242,7 @@ CommandFn add_model_command(CLI::App& app) {
   make->footer("Presets:" + presets);
   make->add_option("--preset", o->preset, "Shape preset (listed below); the other flags override it")->capture_default_str();
   make->add_option("--arch", o->arch, "Architecture: llama, qwen2 or qwen3 (default: the preset's)");
-  make->add_option("--dtype", o->dtype, "Weight type of matrices: f32, f16, bf16 or q8_0")->capture_default_str();
+  make->add_option("--dtype", o->dtype, "Weight type of every matrix: " + dtype_names())->capture_default_str();
   make->add_option("--layers", o->layers, "Number of transformer blocks");
   make->add_option("--dim", o->dim, "Hidden size");
   make->add_option("--ffn", o->ffn, "Feed-forward size");
@@ -199,8 +259,24 @@ CommandFn add_model_command(CLI::App& app) {
       ->excludes(vocab_size);
   make->add_option("-o,--output", o->output, "Output GGUF file")->required();
 
+  auto q = std::make_shared<QuantizeOptions>();
+  std::string mixes;
+  for (const auto& m : quant_mixes()) mixes += fmt::format("\n  {:<8} {}", m.name, m.description);
+  CLI::App* quantize = cmd->add_subcommand(
+      "quantize", "Quantize a GGUF model of F32/F16/BF16 weights to one of llama.cpp's type mixes");
+  quantize->footer(
+      "Types (each names the mix of llama.cpp's llama-quantize: which tensors get more bits):" + mixes +
+      "\nRound-to-nearest types (q8_0, q4_0, q4_1, q5_0, q5_1) give llama.cpp's bytes. Matrices whose rows a "
+      "type cannot hold fall back to one that can (printed). No importance matrix (llama.cpp's --imatrix).");
+  quantize->add_option("input", q->input, "GGUF file of float weights")->required();
+  quantize->add_option("output", q->output, "Output GGUF file (written atomically, then loaded back)")->required();
+  quantize->add_option("--type", q->type, "Type mix (listed below)")->required();
+  quantize->add_option("-t,--threads", q->threads, "Threads (0..256); 0 = one per core")->check(CLI::Range(0, 256));
+  quantize->add_flag("--no-progress", q->no_progress, "No progress line on stderr (shown only when it is a terminal)");
+
   return [=] {
     if (*info) return run_info(*info_path, *info_all);
+    if (*quantize) return run_quantize(*q);
     return run_make(*o);
   };
 }

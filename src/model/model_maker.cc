@@ -6,6 +6,8 @@
 
 #include "common/half.h"
 #include "gguf/gguf_reader.h"
+#include "kernels/quant_blocks.h"
+#include "kernels/quantize.h"
 #include "tokenizer/synthetic_vocab.h"
 #include "tokenizer/tokenizer_metadata.h"
 
@@ -30,42 +32,32 @@ class Rng {
 };
 
 std::vector<uint8_t> encode(const std::vector<float>& values, gguf::TensorType type) {
-  std::vector<uint8_t> out;
-  switch (type) {
-    case gguf::TensorType::kF32:
-      out.resize(values.size() * 4);
-      std::memcpy(out.data(), values.data(), out.size());
-      break;
-    case gguf::TensorType::kF16:
-    case gguf::TensorType::kBF16:
-      out.resize(values.size() * 2);
-      for (size_t i = 0; i < values.size(); ++i) {
-        uint16_t h = type == gguf::TensorType::kF16 ? f32_to_f16(values[i]) : f32_to_bf16(values[i]);
-        std::memcpy(&out[2 * i], &h, 2);
-      }
-      break;
-    case gguf::TensorType::kQ8_0: {
-      const size_t nb = values.size() / gguf::kQ8_0BlockSize;
-      out.resize(nb * sizeof(gguf::BlockQ8_0));
-      for (size_t b = 0; b < nb; ++b) {
-        const float* x = &values[b * gguf::kQ8_0BlockSize];
-        float amax = 0;
-        for (int j = 0; j < gguf::kQ8_0BlockSize; ++j) amax = std::max(amax, std::abs(x[j]));
-        const float d = amax / 127.0f;
-        const float inv = d ? 1.0f / d : 0.0f;
-        gguf::BlockQ8_0 block;
-        block.d = f32_to_f16(d);
-        for (int j = 0; j < gguf::kQ8_0BlockSize; ++j) {
-          block.qs[j] = static_cast<int8_t>(std::lround(x[j] * inv));
-        }
-        std::memcpy(&out[b * sizeof(block)], &block, sizeof(block));
-      }
-      break;
-    }
-    default:
-      break;
-  }
+  std::vector<uint8_t> out(kernels::quantized_bytes(type, static_cast<int64_t>(values.size())));
+  kernels::quantize_row(type, values.data(), static_cast<int64_t>(values.size()), out.data());
   return out;
+}
+
+// general.file_type of a file whose matrices are all `type` (llama.cpp's llama_ftype).
+uint32_t file_type_of(gguf::TensorType type) {
+  using T = gguf::TensorType;
+  switch (type) {
+    case T::kF32: return 0;
+    case T::kF16: return 1;
+    case T::kQ4_0: return 2;
+    case T::kQ4_1: return 3;
+    case T::kQ8_0: return 7;
+    case T::kQ5_0: return 8;
+    case T::kQ5_1: return 9;
+    case T::kQ2_K: return 10;
+    case T::kQ3_K: return 11;  // Q3_K_S: every matrix Q3_K
+    case T::kQ4_K: return 14;  // Q4_K_S
+    case T::kQ5_K: return 16;  // Q5_K_S
+    case T::kQ6_K: return 18;
+    case T::kIQ4_NL: return 25;
+    case T::kIQ4_XS: return 30;
+    case T::kBF16: return 32;
+    default: return 0;
+  }
 }
 
 class TensorMaker {
@@ -160,10 +152,12 @@ Status ModelSpec::validate() const {
     return bad(fmt::format("--rope-theta must be a finite number > 1, got {}", rope_theta));
   }
   if (!(rms_eps > 0 && rms_eps < 1)) return bad(fmt::format("rms epsilon must be in (0, 1), got {}", rms_eps));
-  if (dtype == gguf::TensorType::kQ8_0) {
+  if (kernels::is_block_quant(dtype)) {
+    const int block = kernels::block_elements(dtype);
     for (int32_t n : {dim, ffn_dim, num_heads * hd}) {
-      if (n % gguf::kQ8_0BlockSize != 0) {
-        return bad(fmt::format("q8_0 needs every matrix row length to be a multiple of 32; {} is not", n));
+      if (n % block != 0) {
+        return bad(fmt::format("{} needs every matrix row length to be a multiple of {}; {} is not",
+                               gguf::tensor_type_name(dtype), block, n));
       }
     }
   }
@@ -231,8 +225,7 @@ Result<gguf::Writer> make_model(const ModelSpec& in) {
                                          : fmt::format("sluice random {}", spec.name));
   w.set_string("general.description", "random weights made by `sluice model make`; for tests and benchmarks");
   if (spec.demo) w.set_bool("sluice.demo", true);
-  w.set_u32("general.file_type", spec.dtype == gguf::TensorType::kF32 ? 0 : spec.dtype == gguf::TensorType::kF16 ? 1
-                                 : spec.dtype == gguf::TensorType::kQ8_0 ? 7 : 32);
+  w.set_u32("general.file_type", file_type_of(spec.dtype));
   if (Status s = write_tokenizer(w, spec); !s) return Error(s);
   w.set_u32(a + ".block_count", spec.num_layers);
   w.set_u32(a + ".embedding_length", spec.dim);

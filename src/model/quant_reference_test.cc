@@ -21,6 +21,7 @@
 //   checks by far (p ~ 1e-49; 3.9 of the top-20 held against 10.7).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -30,6 +31,7 @@
 
 #include "common/test_paths.h"
 #include "model/model.h"
+#include "model/quantize_model.h"
 
 namespace sluice {
 namespace {
@@ -171,17 +173,11 @@ double binomial_tail(int k, int n) {
   return std::min(1.0, p);
 }
 
-class QuantReference : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(QuantReference, AsAccurateAsLlamaCpp) {
-  const std::string mix = GetParam();
+// Scores `model` on the prompts and checks it against the better llama.cpp build of `mix`.
+void expect_as_accurate_as_llama(Model& model, const std::string& mix) {
   const auto truth = read_reference(quant_dir() + "llama-d256-s21-F32.reference.jsonl");
   ASSERT_EQ(truth.size(), 16u);
-  auto file = gguf::File::open(quant_dir() + "llama-d256-s21-" + mix + ".gguf");
-  ASSERT_TRUE(file) << file.error().message();
-  auto model = Model::load(std::move(*file));
-  ASSERT_TRUE(model) << model.error().message();
-  const auto mine20 = top20(truth, sluice_logprobs(**model, truth));
+  const auto mine20 = top20(truth, sluice_logprobs(model, truth));
   const Score mine = score(truth, mine20);
   EXPECT_EQ(mine.positions, 721);
   if (mix == "F32") {
@@ -226,9 +222,87 @@ TEST_P(QuantReference, AsAccurateAsLlamaCpp) {
   }
 }
 
+
+class QuantReference : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(QuantReference, AsAccurateAsLlamaCpp) {
+  auto file = gguf::File::open(quant_dir() + "llama-d256-s21-" + GetParam() + ".gguf");
+  ASSERT_TRUE(file) << file.error().message();
+  auto model = Model::load(std::move(*file));
+  ASSERT_TRUE(model) << model.error().message();
+  expect_as_accurate_as_llama(**model, GetParam());
+}
+
 INSTANTIATE_TEST_SUITE_P(Mixes, QuantReference,
                          ::testing::Values("F32", "Q8_0", "Q6_K", "Q5_K_M", "Q5_1", "Q5_0", "Q4_K_M", "Q4_K_S",
                                            "Q4_1", "Q4_0", "IQ4_XS", "IQ4_NL", "Q3_K_M", "Q2_K"));
+
+
+// ---- sluice's own quantizer (sluice model quantize) on the same F32 model ----
+
+// The llama.cpp file of a mix, and sluice's quantization of the F32 model to it.
+std::string llama_file(const std::string& mix) { return quant_dir() + "llama-d256-s21-" + mix + ".gguf"; }
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+class SluiceQuantize : public ::testing::TestWithParam<std::string> {};
+
+// The type of every tensor is the one llama.cpp's mix gave it.
+TEST_P(SluiceQuantize, PlansTheTypesOfLlamaCppsMix) {
+  auto f32 = gguf::File::open(llama_file("F32"));
+  auto theirs = gguf::File::open(llama_file(GetParam()));
+  ASSERT_TRUE(f32 && theirs);
+  auto mix = find_quant_mix(lower(GetParam()));
+  ASSERT_TRUE(mix) << mix.error().message();
+  for (const auto& [name, type] : planned_types(**f32, **mix)) {
+    const gguf::TensorInfo* t = (*theirs)->find_tensor(name);
+    ASSERT_NE(t, nullptr) << name;
+    EXPECT_EQ(gguf::tensor_type_name(type), gguf::tensor_type_name(t->type)) << name;
+  }
+}
+
+// Quantized by sluice, the model is at least as accurate as llama.cpp's file of the same mix;
+// round-to-nearest tensors are llama.cpp's bytes exactly.
+TEST_P(SluiceQuantize, AsAccurateAsLlamaCppsFile) {
+  auto f32 = gguf::File::open(llama_file("F32"));
+  auto theirs = gguf::File::open(llama_file(GetParam()));
+  ASSERT_TRUE(f32 && theirs);
+  auto mix = find_quant_mix(lower(GetParam()));
+  ASSERT_TRUE(mix) << mix.error().message();
+  const std::string out = ::testing::TempDir() + "sluice-" + GetParam() + ".gguf";
+  ThreadPool pool(2);
+  auto report = quantize_model(**f32, **mix, out, pool);
+  ASSERT_TRUE(report) << report.error().message();
+  EXPECT_TRUE(report->fallbacks.empty());
+  auto ours = gguf::File::open(out);
+  ASSERT_TRUE(ours) << ours.error().message();
+  EXPECT_EQ((*ours)->get_string_or("general.architecture", ""), "llama");
+  int identical = 0, rtn = 0;
+  for (const auto& t : (*ours)->tensors()) {
+    const gguf::TensorInfo* u = (*theirs)->find_tensor(t.name);
+    ASSERT_NE(u, nullptr) << t.name;
+    ASSERT_EQ(t.type, u->type) << t.name;
+    using T = gguf::TensorType;
+    if (t.type == T::kQ8_0 || t.type == T::kQ4_0 || t.type == T::kQ4_1 || t.type == T::kQ5_0 || t.type == T::kQ5_1 ||
+        t.type == T::kF32) {
+      ++rtn;
+      ASSERT_EQ(t.num_bytes, u->num_bytes);
+      identical += std::memcmp(t.data, u->data, t.num_bytes) == 0;
+      EXPECT_EQ(0, std::memcmp(t.data, u->data, t.num_bytes)) << t.name << " (" << gguf::tensor_type_name(t.type) << ")";
+    }
+  }
+  std::cout << GetParam() << ": " << identical << " of " << rtn << " round-to-nearest tensors identical to llama.cpp's\n";
+  auto model = Model::load(std::move(*ours));
+  ASSERT_TRUE(model) << model.error().message();
+  expect_as_accurate_as_llama(**model, GetParam());
+  std::remove(out.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Mixes, SluiceQuantize,
+                         ::testing::Values("Q8_0", "Q6_K", "Q5_K_M", "Q5_1", "Q5_0", "Q4_K_M", "Q4_K_S", "Q4_1",
+                                           "Q4_0", "IQ4_XS", "Q3_K_M", "Q2_K"));
 
 }  // namespace
 }  // namespace sluice
