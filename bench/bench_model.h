@@ -6,6 +6,7 @@
 
 #include "model/loader.h"
 #include "model/model_maker.h"
+#include "model/quantize_model.h"
 
 namespace sluice::bench {
 
@@ -22,15 +23,28 @@ inline LoadedModel load_bench_model(const std::string& path, const std::string& 
   }
   auto spec = preset_spec(preset);
   if (!spec) std::fprintf(stderr, "%s\n", spec.error().message().c_str()), std::exit(1);
-  if (dtype == "f32") spec->dtype = gguf::TensorType::kF32;
-  else if (dtype == "f16") spec->dtype = gguf::TensorType::kF16;
-  else if (dtype == "bf16") spec->dtype = gguf::TensorType::kBF16;
-  else if (dtype == "q8_0") spec->dtype = gguf::TensorType::kQ8_0;
-  else std::fprintf(stderr, "unknown --dtype '%s' (f32, f16, bf16, q8_0)\n", dtype.c_str()), std::exit(1);
+  // A type makes every matrix of that type; a mix (q4_k_m, ...) makes F32 weights and
+  // quantizes them as `sluice model quantize` does.
+  const auto type = gguf::tensor_type_from_name(dtype);
+  auto mix = find_quant_mix(dtype);
+  if (!type && !mix) {
+    std::fprintf(stderr, "unknown --dtype '%s': a tensor type (f32, f16, bf16, q8_0, q4_k, ...) or a mix: %s\n",
+                 dtype.c_str(), mix.error().message().c_str());
+    std::exit(1);
+  }
+  spec->dtype = type ? *type : gguf::TensorType::kF32;
   std::fprintf(stderr, "making %s %s in memory...\n", preset.c_str(), dtype.c_str());
   auto w = make_model(*spec);
   if (!w) std::fprintf(stderr, "%s\n", w.error().message().c_str()), std::exit(1);
   auto f = gguf::File::from_buffer(w->to_bytes(), preset);
+  if (!type) {
+    ThreadPool pool(0);
+    gguf::Writer q;
+    auto report = quantize_into(**f, **mix, q, pool);
+    if (!report) std::fprintf(stderr, "%s\n", report.error().message().c_str()), std::exit(1);
+    for (const std::string& fb : report->fallbacks) std::fprintf(stderr, "fallback: %s\n", fb.c_str());
+    f = gguf::File::from_buffer(q.to_bytes(), preset);
+  }
   m.tokenizer = std::move(*Tokenizer::from_gguf(**f));
   m.model = std::move(*Model::load(std::move(*f)));
   description = preset + " " + dtype + " (random weights)";

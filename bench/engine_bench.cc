@@ -100,7 +100,7 @@ int run(int argc, char** argv) {
   int threads = 0, ctx = 128, batch = 8, prefill = 128, steps = 8;
   app.add_option("-m,--model", model_path, "GGUF model (default: make --preset/--dtype in memory)");
   app.add_option("--preset", preset, "Preset shape of the in-memory model")->capture_default_str();
-  app.add_option("--dtype", dtype, "Weight type of the in-memory model: f32, f16, bf16, q8_0")->capture_default_str();
+  app.add_option("--dtype", dtype, "Weight type of the in-memory model: a tensor type (f32, f16, bf16, q8_0, q4_k, ...) or a mix (q4_k_m, ...)")->capture_default_str();
   app.add_option("-t,--threads", threads, "Threads; 0 = one per core")->capture_default_str();
   app.add_option("--ctx", ctx, "Context length before the decode steps")->capture_default_str();
   app.add_option("--batch", batch, "Sequences per step for the batched decode")->capture_default_str();

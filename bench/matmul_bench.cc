@@ -7,7 +7,7 @@
 //     broadcast, sign, multiply-add, widen and add per 32 products; float types: FMA chains), and
 //   - for one token, the memory read bandwidth (weight bytes per second).
 //
-// Usage: matmul_bench [--dtype q8_0|f16|f32|bf16] [--tokens 1,4,16] [--threads N] [--seconds S]
+// Usage: matmul_bench [--dtype q8_0|q4_k|...|f16|f32|bf16] [--tokens 1,4,16] [--threads N] [--seconds S]
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -21,6 +21,8 @@
 #include "bench/peak.h"
 #include "common/half.h"
 #include "kernels/matmul.h"
+#include "kernels/quant_blocks.h"
+#include "kernels/quantize.h"
 
 namespace sluice::bench {
 namespace {
@@ -38,6 +40,14 @@ std::vector<uint8_t> make_weights(gguf::TensorType type, int64_t rows, int64_t c
   std::vector<uint8_t> data(probe.row_bytes() * rows);
   std::uniform_int_distribution<int> byte(-127, 127);
   std::normal_distribution<float> normal(0.0f, 0.02f);
+  if (type != gguf::TensorType::kQ8_0 && kernels::is_block_quant(type)) {
+    std::vector<float> row(cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (float& v : row) v = normal(rng);
+      kernels::quantize_row(type, row.data(), cols, data.data() + r * probe.row_bytes());
+    }
+    return data;
+  }
   switch (type) {
     case gguf::TensorType::kQ8_0:
       for (size_t off = 0; off < data.size(); off += sizeof(gguf::BlockQ8_0)) {
@@ -66,7 +76,8 @@ int run(int argc, char** argv) {
   std::vector<int> tokens = {1, 2, 4, 8, 16, 32, 64};
   int threads = 0;
   double seconds = 0.3;
-  app.add_option("--dtype", dtype, "Weight type: q8_0, f16, bf16, f32")->capture_default_str();
+  app.add_option("--dtype", dtype, "Weight type: f32, f16, bf16 or any quantized type (q8_0, q4_k, ...)")
+      ->capture_default_str();
   app.add_option("--tokens", tokens, "Token counts (rows of activations), each 1 to 4096")
       ->delimiter(',')
       ->check(CLI::Range(1, 4096))
@@ -77,16 +88,15 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
-  gguf::TensorType type;
-  if (dtype == "q8_0") type = gguf::TensorType::kQ8_0;
-  else if (dtype == "f16") type = gguf::TensorType::kF16;
-  else if (dtype == "bf16") type = gguf::TensorType::kBF16;
-  else if (dtype == "f32") type = gguf::TensorType::kF32;
-  else return std::fprintf(stderr, "unknown --dtype '%s' (q8_0, f16, bf16, f32)\n", dtype.c_str()), 2;
+  const auto parsed = gguf::tensor_type_from_name(dtype);
+  if (!parsed || !kernels::weight_type_supported(*parsed)) {
+    return std::fprintf(stderr, "unknown --dtype '%s' (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, ...)\n", dtype.c_str()), 2;
+  }
+  const gguf::TensorType type = *parsed;
 
   ThreadPool pool(threads);
   const double bw = measure_read_bandwidth(pool);
-  const bool int8 = type == gguf::TensorType::kQ8_0;
+  const bool int8 = kernels::is_block_quant(type);
   const double peak_mac = int8 ? measure_peak_int8_macs(pool) : measure_peak_flops(pool) / 2;
   std::printf("threads: %d, SIMD: %s, read bandwidth %.1f GB/s, %s reference loop %.1f GMAC/s\n", pool.num_threads(),
               kernels::simd_target_name(), bw / 1e9, int8 ? "int8 (Q8_0 kernel's inner loop)" : "f32 FMA", peak_mac / 1e9);
@@ -102,6 +112,10 @@ int run(int argc, char** argv) {
   for (int t : tokens) std::printf(" %11d", t);
   std::printf("\n");
   for (const Shape& s : shapes) {
+    if (s.cols % kernels::block_elements(type) != 0 && int8) {
+      std::printf("%-20s %s cannot hold rows of %lld\n", s.name, dtype.c_str(), static_cast<long long>(s.cols));
+      continue;
+    }
     const auto data = make_weights(type, s.rows, s.cols, rng);
     const kernels::WeightView w{data.data(), type, s.rows, s.cols};
     std::printf("%-20s", s.name);

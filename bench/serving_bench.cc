@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
   std::vector<int> concurrency = {1, 2, 4, 8, 16, 32};
   app.add_option("-m,--model", model_path, "GGUF model (default: make --preset/--dtype in memory)");
   app.add_option("--preset", preset, "Preset shape of the in-memory model")->capture_default_str();
-  app.add_option("--dtype", dtype, "Weight type of the in-memory model: f32, f16, bf16, q8_0")->capture_default_str();
+  app.add_option("--dtype", dtype, "Weight type of the in-memory model: a tensor type (f32, f16, bf16, q8_0, q4_k, ...) or a mix (q4_k_m, ...)")->capture_default_str();
   app.add_option("-t,--threads", threads, "Threads; 0 = one per core")->capture_default_str();
   app.add_option("--prompt", prompt_len, "Prompt tokens per request")->capture_default_str();
   app.add_option("--output", output_len, "Output tokens per request")->capture_default_str();

@@ -1,5 +1,6 @@
 #include "gguf/gguf_types.h"
 
+#include <algorithm>
 #include <array>
 
 namespace sluice::gguf {
@@ -64,6 +65,19 @@ constexpr TypeEntry kTensorTypes[] = {
 std::optional<TensorTypeTraits> tensor_type_traits(uint32_t raw) {
   for (const auto& e : kTensorTypes) {
     if (e.id == raw) return e.traits;
+  }
+  return std::nullopt;
+}
+
+std::optional<TensorType> tensor_type_from_name(std::string_view name) {
+  auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
+  for (const auto& e : kTensorTypes) {
+    const std::string_view n = e.traits.name;
+    if (n.size() == name.size() && std::equal(n.begin(), n.end(), name.begin(), [&](char a, char b) {
+          return lower(a) == lower(b);
+        })) {
+      return static_cast<TensorType>(e.id);
+    }
   }
   return std::nullopt;
 }

@@ -45,6 +45,8 @@ struct TensorTypeTraits {
 // Traits of a raw ggml type id, or nullopt for an id the format does not define.
 std::optional<TensorTypeTraits> tensor_type_traits(uint32_t raw);
 std::string_view tensor_type_name(TensorType type);
+// The type of a name as tensor_type_name spells it, in any case ("q4_k", "Q4_K").
+std::optional<TensorType> tensor_type_from_name(std::string_view name);
 
 // Q8_0 block: one f16 scale and 32 signed bytes; value = d * q.
 inline constexpr int kQ8_0BlockSize = 32;

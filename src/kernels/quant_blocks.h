@@ -65,7 +65,7 @@ struct Decoded32 {
 };
 
 // The quantized types the integer kernels decode (Q8_0 has its own kernel as well).
-inline bool is_block_quant(gguf::TensorType t) {
+constexpr bool is_block_quant(gguf::TensorType t) {
   switch (t) {
     case gguf::TensorType::kQ4_0: case gguf::TensorType::kQ4_1: case gguf::TensorType::kQ5_0:
     case gguf::TensorType::kQ5_1: case gguf::TensorType::kQ8_0: case gguf::TensorType::kIQ4_NL:
@@ -78,18 +78,18 @@ inline bool is_block_quant(gguf::TensorType t) {
 }
 
 // Whether the type's values carry a min term (dmin * m).
-inline bool has_min(gguf::TensorType t) {
+constexpr bool has_min(gguf::TensorType t) {
   return t == gguf::TensorType::kQ4_1 || t == gguf::TensorType::kQ5_1 || t == gguf::TensorType::kQ2_K ||
          t == gguf::TensorType::kQ4_K || t == gguf::TensorType::kQ5_K;
 }
 
 // Whether the per-16 scales of a sub-block can differ (else sc[0] == sc[1] and m[0] == m[1]).
-inline bool has_half_scales(gguf::TensorType t) {
+constexpr bool has_half_scales(gguf::TensorType t) {
   return t == gguf::TensorType::kQ2_K || t == gguf::TensorType::kQ3_K || t == gguf::TensorType::kQ6_K;
 }
 
 // Bytes of one block of the type and the elements it holds.
-inline int block_bytes(gguf::TensorType t) {
+constexpr int block_bytes(gguf::TensorType t) {
   switch (t) {
     case gguf::TensorType::kQ4_0: case gguf::TensorType::kIQ4_NL: return 18;
     case gguf::TensorType::kQ4_1: return 20;
@@ -105,7 +105,7 @@ inline int block_bytes(gguf::TensorType t) {
     default: return 0;
   }
 }
-inline int block_elements(gguf::TensorType t) {
+constexpr int block_elements(gguf::TensorType t) {
   switch (t) {
     case gguf::TensorType::kQ2_K: case gguf::TensorType::kQ3_K: case gguf::TensorType::kQ4_K:
     case gguf::TensorType::kQ5_K: case gguf::TensorType::kQ6_K: case gguf::TensorType::kIQ4_XS:

@@ -139,6 +139,15 @@ std::vector<std::pair<std::string, TensorType>> planned_types(const gguf::File& 
 
 Result<QuantizeReport> quantize_model(const gguf::File& in, const QuantMix& mix, const std::string& out_path,
                                       ThreadPool& pool, const std::function<void(uint64_t, uint64_t)>& progress) {
+  gguf::Writer w;
+  auto report = quantize_into(in, mix, w, pool, progress);
+  if (!report) return report;
+  if (Status s = w.write_file(out_path); !s) return Error(s);
+  return report;
+}
+
+Result<QuantizeReport> quantize_into(const gguf::File& in, const QuantMix& mix, gguf::Writer& w, ThreadPool& pool,
+                                     const std::function<void(uint64_t, uint64_t)>& progress) {
   auto walk = start_walk(in);
   if (!walk) return Error(walk.error());
   uint64_t total = 0;
@@ -150,7 +159,6 @@ Result<QuantizeReport> quantize_model(const gguf::File& in, const QuantMix& mix,
     }
     total += t.num_elements;
   }
-  gguf::Writer w;
   for (const auto& [key, value] : in.metadata()) w.set(std::string(key), gguf::to_owned(value));
   w.set_u32("general.file_type", mix.file_type);
   w.set_u32("general.quantization_version", 2);
@@ -193,7 +201,6 @@ Result<QuantizeReport> quantize_model(const gguf::File& in, const QuantMix& mix,
     done += t.num_elements;
     if (progress) progress(done, total);
   }
-  if (Status s = w.write_file(out_path); !s) return Error(s);
   return report;
 }
 

@@ -15,6 +15,7 @@
 #include "common/status.h"
 #include "common/thread_pool.h"
 #include "gguf/gguf_reader.h"
+#include "gguf/gguf_writer.h"
 
 namespace sluice {
 
@@ -38,6 +39,10 @@ struct QuantizeReport {
 // The type llama.cpp's mix gives each tensor of `in`, in file order (before any fallback).
 // Exposed for tests.
 std::vector<std::pair<std::string, gguf::TensorType>> planned_types(const gguf::File& in, const QuantMix& mix);
+
+// `in` quantized to `mix` into `out` (metadata and tensors), as quantize_model writes it.
+Result<QuantizeReport> quantize_into(const gguf::File& in, const QuantMix& mix, gguf::Writer& out, ThreadPool& pool,
+                                     const std::function<void(uint64_t, uint64_t)>& progress = {});
 
 // Writes `in` quantized to `mix` at out_path (atomically). progress(done, total) counts
 // elements. Errors for a tensor of a quantized type in the input, or a write failure.
