@@ -20,6 +20,8 @@
 
 #include "common/half.h"
 #include "kernels/matmul.h"
+#include "kernels/kernel_path.h"
+#include "kernels/matmul_amx.h"
 #include "kernels/matmul_q8.h"
 #include "kernels/quant_blocks.h"
 
@@ -213,7 +215,8 @@ void matmul_multi(ThreadPool& pool, std::span<const MatmulTarget> targets, const
     for (const MatmulTarget& t : targets) matmul_multi(pool, {&t, 1}, x, num_tokens);
     return;
   }
-  if (type == gguf::TensorType::kQ8_0) {
+  const bool amx = active_kernel_path() == KernelPath::kAmx && num_tokens >= kAmxMinTokens;
+  if (type == gguf::TensorType::kQ8_0 && !amx) {
     matmul_q8_0(pool, targets, x, num_tokens);
     return;
   }

@@ -39,6 +39,8 @@
 
 #include "kernels/matmul.h"
 #include "kernels/matmul_q8.h"
+#include "kernels/kernel_path.h"
+#include "kernels/matmul_amx.h"
 #include "kernels/quant_blocks.h"
 
 #if HWY_ARCH_X86
@@ -555,6 +557,19 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace sluice::kernels {
 
+// The AMX path's loop: row groups of 16.
+void amx_matmul(ThreadPool& pool, std::span<const MatmulTarget> targets, const QuantizedActivations& xq,
+                int64_t num_tokens) {
+  const size_t row_bytes = std::max<size_t>(1, targets[0].w.row_bytes());
+  const int64_t grain =
+      std::max<int64_t>(1, (int64_t{64} << 10) / (kAmxGroupRows * static_cast<int64_t>(row_bytes)));
+  parallel_over_targets(
+      pool, targets, [](const WeightView& w) { return (w.rows + kAmxGroupRows - 1) / kAmxGroupRows; }, grain,
+      [&](size_t i, int64_t begin, int64_t end) {
+        amx_matmul_groups(targets[i].w, xq, num_tokens, targets[i].y, begin, end);
+      });
+}
+
 HWY_EXPORT(MatmulQuantGroups);
 
 void matmul_quant(ThreadPool& pool, std::span<const MatmulTarget> targets, const float* x, int64_t num_tokens) {
@@ -563,6 +578,10 @@ void matmul_quant(ThreadPool& pool, std::span<const MatmulTarget> targets, const
   QuantizedActivations xq;
   const gguf::TensorType type = targets[0].w.type;
   quantize_activations(x, num_tokens, cols, xq, block_elements(type), /*with_sums=*/has_min(type));
+  if (active_kernel_path() == KernelPath::kAmx && num_tokens >= kAmxMinTokens) {
+    amx_matmul(pool, targets, xq, num_tokens);
+    return;
+  }
   const size_t row_bytes = std::max<size_t>(1, targets[0].w.row_bytes());
   const int64_t grain =
       std::max<int64_t>(1, (int64_t{64} << 10) / (kQuantGroupRows * static_cast<int64_t>(row_bytes)));

@@ -10,6 +10,7 @@
 #include <hwy/targets.h>
 
 #include "common/half.h"
+#include "kernels/kernel_path.h"
 #include "kernels/quant_blocks.h"
 #include "kernels/quant_test_util.h"
 
@@ -181,16 +182,54 @@ TEST_P(MatmulTest, BatchInvariantOnEveryTarget) {
   const int64_t rows = 13, cols = test_cols(GetParam()), num_distinct = 41;
   TestWeight w = make_weight(GetParam(), rows, cols, 5);
   const auto x = random_x(num_distinct * cols, 6);
+  const KernelPath path = active_kernel_path();
   for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
     SCOPED_TRACE(hwy::TargetName(target));
     hwy::SetSupportedTargetsForTest(target);
+    // The AMX path exists only beside the AVX2 code (its float steps are FMAs, as AVX2's are);
+    // a Highway target below AVX2 is the generic path, which never meets it.
+    if (!(target & (HWY_AVX2 | HWY_AVX3)) && path == KernelPath::kAmx) {
+      ASSERT_TRUE(set_kernel_path(KernelPath::kAvx2));
+    }
     expect_batch_invariant(w, x, num_distinct);
     std::vector<float> y(3 * rows);
     ThreadPool pool(2);
     matmul(pool, w.view, x.data(), 3, y.data());
     expect_near_reference(w, x, 3, y);
+    ASSERT_TRUE(set_kernel_path(path));
   }
   hwy::SetSupportedTargetsForTest(0);
+}
+
+// Every kernel path this machine runs gives the same bits as the avx2 path, for every token count
+// 1..40 (below and above the AMX path's threshold and tile of 16) on 1 and 3 threads. Paths the
+// machine cannot run are named, not tested.
+TEST_P(MatmulTest, EveryKernelPathGivesTheSameBits) {
+  const KernelPath before = active_kernel_path();
+  const int64_t rows = 37, cols = test_cols(GetParam()), max_tokens = 40;
+  TestWeight w = make_weight(GetParam(), rows, cols, 8);
+  const auto x = random_x(max_tokens * cols, 9);
+  if (!set_kernel_path(KernelPath::kAvx2)) GTEST_SKIP() << "no AVX2 on this machine";
+  ThreadPool pool1(1), pool3(3);
+  std::vector<std::vector<float>> want;
+  for (int64_t n = 1; n <= max_tokens; ++n) {
+    want.emplace_back(n * rows);
+    matmul(pool1, w.view, x.data(), n, want.back().data());
+  }
+  for (const std::string& why : unavailable_kernel_paths()) std::cout << "not run: " << why << "\n";
+  for (const KernelPath path : available_kernel_paths()) {
+    if (path == KernelPath::kGeneric) continue;
+    SCOPED_TRACE(kernel_path_name(path));
+    ASSERT_TRUE(set_kernel_path(path));
+    for (int64_t n = 1; n <= max_tokens; ++n) {
+      for (ThreadPool* pool : {&pool1, &pool3}) {
+        std::vector<float> y(n * rows);
+        matmul(*pool, w.view, x.data(), n, y.data());
+        ASSERT_EQ(0, std::memcmp(y.data(), want[n - 1].data(), y.size() * sizeof(float))) << n << " tokens";
+      }
+    }
+  }
+  ASSERT_TRUE(set_kernel_path(before));
 }
 
 // Several weights in one parallel loop give, bit for bit, what separate calls give: targets of

@@ -1,0 +1,161 @@
+#include "kernels/kernel_path.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+namespace sluice::kernels {
+namespace {
+
+struct Probe {
+  bool avx2 = false;
+  bool amx = false;
+  std::string amx_why;  // why not, when !amx
+};
+
+#if defined(__x86_64__)
+uint64_t xgetbv0() {
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (uint64_t{hi} << 32) | lo;
+}
+#endif
+
+Probe probe() {
+  Probe p;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  p.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  const bool leaf7 = __get_cpuid_count(7, 0, &a, &b, &c, &d);
+  const bool tile = leaf7 && (d >> 24 & 1), int8 = leaf7 && (d >> 25 & 1);
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl");
+  if (!tile || !int8) {
+    p.amx_why = "the CPU has no AMX-INT8";
+  } else if (!avx512 || !p.avx2) {
+    p.amx_why = "the CPU has AMX but not AVX-512 BW/VL, which its kernel's epilogue uses";
+  } else {
+    // Linux hands out the tile data state only on request (ARCH_REQ_XCOMP_PERM = 0x1023,
+    // XFEATURE_XTILEDATA = 18); a kernel without AMX support or a VM may refuse it.
+    const long rc = syscall(SYS_arch_prctl, 0x1023, 18);
+    if (rc != 0) {
+      p.amx_why = "the OS refused the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM)";
+    } else if ((xgetbv0() & (uint64_t{3} << 17)) != (uint64_t{3} << 17)) {
+      p.amx_why = "the OS does not enable the AMX tile state (XCR0)";
+    } else {
+      p.amx = true;
+    }
+  }
+#else
+  p.amx_why = "not an x86-64 machine";
+#endif
+  return p;
+}
+
+const Probe& machine() {
+  static const Probe p = probe();
+  return p;
+}
+
+std::atomic<int> g_path{-1};
+
+KernelPath best() {
+  const Probe& p = machine();
+  return p.amx ? KernelPath::kAmx : p.avx2 ? KernelPath::kAvx2 : KernelPath::kGeneric;
+}
+
+bool runs(KernelPath path) {
+  const Probe& p = machine();
+  switch (path) {
+    case KernelPath::kGeneric: return !p.avx2;
+    case KernelPath::kAvx2: return p.avx2;
+    case KernelPath::kAmx: return p.amx;
+  }
+  return false;
+}
+
+}  // namespace
+
+const char* kernel_path_name(KernelPath path) {
+  switch (path) {
+    case KernelPath::kGeneric: return "generic";
+    case KernelPath::kAvx2: return "avx2";
+    case KernelPath::kAmx: return "amx";
+  }
+  return "?";
+}
+
+std::vector<KernelPath> available_kernel_paths() {
+  std::vector<KernelPath> out;
+  for (KernelPath p : {KernelPath::kGeneric, KernelPath::kAvx2, KernelPath::kAmx}) {
+    if (runs(p)) out.push_back(p);
+  }
+  return out;
+}
+
+std::vector<std::string> unavailable_kernel_paths() {
+  std::vector<std::string> out;
+  if (!machine().avx2) out.push_back(fmt::format("avx2: {}", "the CPU has no AVX2/FMA/F16C"));
+  if (!machine().amx) out.push_back(fmt::format("amx: {}", machine().amx_why));
+  return out;
+}
+
+Result<KernelPath> parse_kernel_path(const std::string& name) {
+  for (KernelPath p : {KernelPath::kAvx2, KernelPath::kAmx}) {
+    if (name == kernel_path_name(p)) return p;
+  }
+  return Error("unknown kernel path '{}' (choose avx2 or amx)", name);
+}
+
+Status set_kernel_path(KernelPath path) {
+  if (!runs(path)) {
+    for (const std::string& why : unavailable_kernel_paths()) {
+      if (why.starts_with(kernel_path_name(path))) return Status::error(fmt::format("this machine cannot run kernel path {}", why));
+    }
+    return Status::error(fmt::format("this machine cannot run kernel path {}", kernel_path_name(path)));
+  }
+  g_path.store(static_cast<int>(path));
+  return Status::ok();
+}
+
+KernelPath active_kernel_path() {
+  int v = g_path.load(std::memory_order_relaxed);
+  if (v >= 0) return static_cast<KernelPath>(v);
+  static std::once_flag once;
+  std::call_once(once, [] {
+    KernelPath chosen = best();
+    if (const char* env = std::getenv("SLUICE_KERNELS"); env != nullptr && *env != '\0') {
+      auto p = parse_kernel_path(env);
+      Status s = p ? set_kernel_path(*p) : Status::error(p.error().message());
+      if (!s) {
+        std::fprintf(stderr, "sluice: SLUICE_KERNELS=%s: %s\n", env, s.message().c_str());
+        std::exit(2);
+      }
+      chosen = *p;
+    }
+    int expected = -1;
+    g_path.compare_exchange_strong(expected, static_cast<int>(chosen));
+  });
+  return static_cast<KernelPath>(g_path.load());
+}
+
+std::string describe_kernel_paths() {
+  std::string out = fmt::format("kernels: {}", kernel_path_name(active_kernel_path()));
+  std::string others;
+  for (KernelPath p : available_kernel_paths()) {
+    if (p != active_kernel_path()) others += fmt::format("{}{}", others.empty() ? "" : ", ", kernel_path_name(p));
+  }
+  if (!others.empty()) out += fmt::format(" (also available: {})", others);
+  for (const std::string& why : unavailable_kernel_paths()) out += fmt::format("; no {}", why);
+  return out;
+}
+
+}  // namespace sluice::kernels

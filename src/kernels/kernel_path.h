@@ -1,0 +1,43 @@
+// The dispatch layer of the integer (quantized-weight) kernels: which instruction path they run
+// on, chosen once at start from what the CPU and the OS allow.
+//
+//   amx     Intel AMX-INT8 tiles (Sapphire Rapids and later) for several tokens at once; Linux must
+//           grant the tile state (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)), which a
+//           VM can refuse. One token still runs the avx2 code (a tile of one row wastes it).
+//   avx2    256-bit integer dot products (vpmaddubsw + vpmaddwd), the baseline of x86-64-v3.
+//   generic Highway's portable code for CPUs without AVX2.
+//
+// Every path computes the same exact integer block sums and the same float operations per
+// (row, token) in the same order, so all of them give bit-identical results (the kernel tests
+// compare them with memcmp). SLUICE_KERNELS=avx2|amx forces a path (for comparisons and tests);
+// a path the machine cannot run is an error, not a silent fallback.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace sluice::kernels {
+
+enum class KernelPath { kGeneric, kAvx2, kAmx };
+
+const char* kernel_path_name(KernelPath path);
+
+// The paths this machine can run, best last; and for each one it cannot, why.
+std::vector<KernelPath> available_kernel_paths();
+std::vector<std::string> unavailable_kernel_paths();
+
+// The path in use: SLUICE_KERNELS when set (an unknown or unavailable value aborts with a
+// message at the first kernel call: set_kernel_path reports it as an error instead), else the
+// best available.
+KernelPath active_kernel_path();
+
+// Switches the path (tests, benchmarks). Errors for a path the machine cannot run.
+Status set_kernel_path(KernelPath path);
+Result<KernelPath> parse_kernel_path(const std::string& name);
+
+// One line for the logs: "kernels: amx (avx2 available; avx512-vnni: ...)".
+std::string describe_kernel_paths();
+
+}  // namespace sluice::kernels

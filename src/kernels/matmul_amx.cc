@@ -1,0 +1,289 @@
+// The AMX-INT8 path of the quantized matmul (kernel_path.h): the same integers and float steps as
+// matmul_quant.cc (read its header first), with the integer dot products on tiles.
+//
+// Rows go in groups of 16 (a tile's 16 int32 columns); for each chunk of up to 32 sub-blocks, a
+// group's levels are decoded into the tile layout of the weight operand (B row j holds, for each of
+// the 16 rows, its 4 levels 4j..4j+3: matmul_quant.cc's transposition, for 16 rows), and tokens go
+// in tiles of 16 (the activation operand A: 16 token rows of 32 bytes, read in place with the
+// stride of a token's row; a last partial tile is copied into a zero-padded buffer). Per sub-block:
+//
+//   C = A x B           (tdpbssd: signed x signed bytes, 16 x 16 exact int32 dot products of 32,
+//                        or two of 16 for the types whose 16-element halves have their own scales)
+//   isum[t] += sc * C[t]  (AVX-512, 16 rows per vector)
+//
+// and at the end of each block of the weight type the float steps per (row, token), in the same
+// order as every other path, so the results are bit-identical to the avx2 path's.
+//
+// Compiled with target attributes (not Highway): it runs only where kernel_path.h found AMX and the
+// OS granted the tile state.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/matmul.h"
+#include "kernels/matmul_amx.h"
+#include "kernels/quant_blocks.h"
+
+#define SLUICE_AMX __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+
+namespace sluice::kernels {
+namespace {
+
+constexpr int kRows = kAmxGroupRows;  // 16
+constexpr int kChunk = 32;            // sub-blocks decoded at a time
+constexpr int kTile = 16;             // tokens per tile
+
+// The palette-1 tile configuration (Intel SDM, LDTILECFG): 64 bytes.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Tiles: 0, 1 the products (C, and C of the second half); 2, 3 the activations; 4, 5 the weights.
+// k: bytes of a product's dot (32, or 16 for the half-scale types).
+TileConfig config(int k) {
+  TileConfig c;
+  for (int t : {0, 1}) {
+    c.rows[t] = kTile;
+    c.colsb[t] = 64;
+  }
+  for (int t : {2, 3}) {
+    c.rows[t] = kTile;
+    c.colsb[t] = static_cast<uint16_t>(k);
+  }
+  for (int t : {4, 5}) {
+    c.rows[t] = static_cast<uint8_t>(k / 4);
+    c.colsb[t] = 64;
+  }
+  return c;
+}
+
+struct AmxChunk {
+  alignas(64) int8_t w[kChunk][8][4 * kRows];  // [i][j]: B row j of sub-block i
+  alignas(64) int32_t sc[kChunk][2][kRows];
+  alignas(64) int32_t m[kChunk][2][kRows];
+  alignas(64) float d[kChunk][kRows];
+  alignas(64) float dmin[kChunk][kRows];
+};
+
+void decode_chunk(gguf::TensorType type, const uint8_t* const* rows, int64_t b0, int num_blocks, AmxChunk& c) {
+  Decoded32 dec;
+  for (int i = 0; i < num_blocks; ++i) {
+    for (int r = 0; r < kRows; ++r) {
+      decode_block32(type, rows[r], b0 + i, dec);
+      for (int j = 0; j < 8; ++j) std::memcpy(&c.w[i][j][4 * r], dec.q + 4 * j, 4);
+      for (int h = 0; h < 2; ++h) {
+        c.sc[i][h][r] = dec.sc[h];
+        c.m[i][h][r] = dec.m[h];
+      }
+      c.d[i][r] = dec.d;
+      c.dmin[i][r] = dec.dmin;
+    }
+  }
+}
+
+
+// int32 lanes as floats (rounded to nearest, as every path converts). The masked form: GCC 12's
+// plain one reads an undefined vector, which its -Wmaybe-uninitialized flags.
+SLUICE_AMX inline __m512 to_float(__m512i v) { return _mm512_maskz_cvtepi32_ps(static_cast<__mmask16>(0xFFFF), v); }
+
+// The product tiles of sub-block i into prod (one, or two for the half-scale types). Tiles kC and
+// kC + 1 take the products, kA/kA + 1 the activations, kB/kB + 1 the weights: two sub-blocks in
+// flight use disjoint tiles, so the second's dot products overlap the first's epilogue.
+template <int kC, int kA, int kB, bool kHalves>
+SLUICE_AMX inline void products(const AmxChunk& c, int i, const int8_t* xa, int64_t stride) {
+  if constexpr (kHalves) {
+    _tile_loadd(kA, xa, stride);
+    _tile_loadd(kA + 1, xa + 16, stride);
+    _tile_loadd(kB, c.w[i][0], 64);
+    _tile_loadd(kB + 1, c.w[i][4], 64);
+    _tile_zero(kC);
+    _tile_zero(kC + 1);
+    _tile_dpbssd(kC, kA, kB);
+    _tile_dpbssd(kC + 1, kA + 1, kB + 1);
+  } else {
+    _tile_loadd(kA, xa, stride);
+    _tile_loadd(kB, c.w[i][0], 64);
+    _tile_zero(kC);
+    _tile_dpbssd(kC, kA, kB);
+  }
+}
+
+template <int kC, bool kHalves>
+SLUICE_AMX inline void store_products(int32_t (*prod)[kTile][kRows]) {
+  _tile_stored(kC, prod[0], 64);
+  if constexpr (kHalves) _tile_stored(kC + 1, prod[1], 64);
+}
+
+// What a token tile's epilogue reads: the chunk, the tile's activations and its accumulators.
+struct TileArgs {
+  const AmxChunk& c;
+  int64_t b0;
+  const float* dx;
+  int64_t dx_stride;
+  const int16_t* sums;
+  int64_t sums_stride;
+  float* acc;  // [kTile][kRows]
+};
+
+// The epilogue of sub-block i from its products p: the integer sums, and at the end of the type's
+// block the float steps.
+template <bool kHalves, bool kMin, int kSub>
+SLUICE_AMX inline void epilogue(const TileArgs& g, int i, const int32_t (*p)[kTile][kRows], __m512i* isum,
+                                __m512i* msum) {
+  const AmxChunk& c = g.c;
+  const int64_t b = g.b0 + i;
+  for (int t = 0; t < kTile; ++t) {
+    const __m512i lo = _mm512_load_si512(p[0][t]);
+    if constexpr (kHalves) {
+      isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(lo, _mm512_load_si512(c.sc[i][0])));
+      isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(_mm512_load_si512(p[1][t]), _mm512_load_si512(c.sc[i][1])));
+    } else if constexpr (kSub == 1) {
+      isum[t] = lo;  // the 32-element types: integer scale 1, one block per sub-block
+    } else {
+      isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(lo, _mm512_load_si512(c.sc[i][0])));
+    }
+  }
+  if constexpr (kMin) {
+    const __m512i m0 = _mm512_load_si512(c.m[i][0]), m1 = _mm512_load_si512(c.m[i][1]);
+    for (int t = 0; t < kTile; ++t) {
+      const int16_t* s = g.sums + t * g.sums_stride + 2 * b;
+      msum[t] = _mm512_add_epi32(msum[t], _mm512_mullo_epi32(m0, _mm512_set1_epi32(s[0])));
+      msum[t] = _mm512_add_epi32(msum[t], _mm512_mullo_epi32(m1, _mm512_set1_epi32(s[1])));
+    }
+  }
+  if ((b + 1) % kSub != 0) return;
+  const int64_t q = b / kSub;
+  const __m512 d = _mm512_load_ps(c.d[i]);
+  for (int t = 0; t < kTile; ++t) {
+    const __m512 xs = _mm512_set1_ps(g.dx[t * g.dx_stride + q]);
+    __m512 a = _mm512_loadu_ps(g.acc + t * kRows);
+    a = _mm512_fmadd_ps(_mm512_mul_ps(d, xs), to_float(isum[t]), a);
+    if constexpr (kMin) a = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_load_ps(c.dmin[i]), xs), to_float(msum[t]), a);
+    _mm512_storeu_ps(g.acc + t * kRows, a);
+    isum[t] = msum[t] = _mm512_setzero_si512();
+  }
+}
+
+// One token tile over one chunk. A super-block never spans chunks (a chunk is 32 sub-blocks, a
+// multiple of 8), so the integer sums start at zero. Sub-blocks go in pairs on disjoint tiles
+// (C 0/1, A 2/3, B 4/5), so the second's dot products overlap the first's epilogue; the half-scale
+// types use both sets for one sub-block's two halves.
+template <bool kHalves, bool kMin, int kSub>
+SLUICE_AMX void tile(const AmxChunk& c, int64_t b0, int num_blocks, const int8_t* x, int64_t stride,
+                     const float* dx, int64_t dx_stride, const int16_t* sums, int64_t sums_stride, float* acc) {
+  alignas(64) int32_t prod[2][2][kTile][kRows];
+  __m512i isum[kTile], msum[kTile];
+  for (int t = 0; t < kTile; ++t) isum[t] = msum[t] = _mm512_setzero_si512();
+  const TileArgs g{c, b0, dx, dx_stride, sums, sums_stride, acc};
+  if constexpr (kHalves) {
+    for (int i = 0; i < num_blocks; ++i) {
+      const int8_t* xa = x + (b0 + i) * kSubBlock;
+      _tile_loadd(2, xa, stride);
+      _tile_loadd(3, xa + 16, stride);
+      _tile_loadd(4, c.w[i][0], 64);
+      _tile_loadd(5, c.w[i][4], 64);
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_dpbssd(0, 2, 4);
+      _tile_dpbssd(1, 3, 5);
+      _tile_stored(0, prod[0][0], 64);
+      _tile_stored(1, prod[0][1], 64);
+      epilogue<kHalves, kMin, kSub>(g, i, prod[0], isum, msum);
+    }
+  } else {
+    for (int i = 0; i < num_blocks; i += 2) {
+      const bool second = i + 1 < num_blocks;
+      _tile_loadd(2, x + (b0 + i) * kSubBlock, stride);
+      _tile_loadd(4, c.w[i][0], 64);
+      _tile_zero(0);
+      _tile_dpbssd(0, 2, 4);
+      if (second) {
+        _tile_loadd(3, x + (b0 + i + 1) * kSubBlock, stride);
+        _tile_loadd(5, c.w[i + 1][0], 64);
+        _tile_zero(1);
+        _tile_dpbssd(1, 3, 5);
+      }
+      _tile_stored(0, prod[0][0], 64);
+      epilogue<kHalves, kMin, kSub>(g, i, prod[0], isum, msum);
+      if (second) {
+        _tile_stored(1, prod[1][0], 64);
+        epilogue<kHalves, kMin, kSub>(g, i + 1, prod[1], isum, msum);
+      }
+    }
+  }
+}
+
+// The type's traits as the kernel needs them, and its tile function.
+struct Traits {
+  bool halves, min;
+  void (*run)(const AmxChunk&, int64_t, int, const int8_t*, int64_t, const float*, int64_t, const int16_t*, int64_t,
+              float*);
+};
+
+Traits traits(gguf::TensorType t) {
+  const bool halves = has_half_scales(t), min = has_min(t), super = block_elements(t) == kSuperBlock;
+  if (!super) return {false, min, min ? tile<false, true, 1> : tile<false, false, 1>};
+  if (halves) return {true, min, min ? tile<true, true, 8> : tile<true, false, 8>};
+  return {false, min, min ? tile<false, true, 8> : tile<false, false, 8>};
+}
+
+}  // namespace
+
+SLUICE_AMX void amx_matmul_groups(const WeightView& w, const QuantizedActivations& xq, int64_t num_tokens, float* y,
+                                  int64_t group_begin, int64_t group_end) {
+  const Traits tr = traits(w.type);
+  const TileConfig cfg = config(tr.halves ? 16 : 32);
+  _tile_loadconfig(&cfg);
+  const int64_t cols = w.cols, num_blocks = cols / kSubBlock;
+  const int64_t dx_stride = cols / xq.block, sums_stride = cols / 16;
+  // The last partial token tile, zero-padded to 16 rows (its extra rows' results are dropped).
+  const int64_t full = num_tokens / kTile * kTile, rest = num_tokens - full;
+  std::vector<int8_t> pad_x;
+  std::vector<float> pad_dx;
+  std::vector<int16_t> pad_sums;
+  if (rest > 0) {
+    pad_x.assign(kTile * cols, 0);
+    std::memcpy(pad_x.data(), xq.q.data() + full * cols, rest * cols);
+    pad_dx.assign(kTile * dx_stride, 0.0f);
+    std::memcpy(pad_dx.data(), xq.d.data() + full * dx_stride, rest * dx_stride * sizeof(float));
+    if (tr.min) {
+      pad_sums.assign(kTile * sums_stride, 0);
+      std::memcpy(pad_sums.data(), xq.sums.data() + full * sums_stride, rest * sums_stride * sizeof(int16_t));
+    }
+  }
+  const int64_t tiles = (num_tokens + kTile - 1) / kTile;
+  std::vector<float> acc(tiles * kTile * kRows);
+  AmxChunk* chunk = new AmxChunk;  // 27 KiB: off the stack of pool threads
+  for (int64_t g = group_begin; g < group_end; ++g) {
+    const int64_t n0 = g * kRows;
+    const int64_t num_rows = std::min<int64_t>(kRows, w.rows - n0);
+    const uint8_t* rows[kRows];
+    for (int r = 0; r < kRows; ++r) rows[r] = w.row(n0 + std::min<int64_t>(r, num_rows - 1));
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int64_t b0 = 0; b0 < num_blocks; b0 += kChunk) {
+      const int nb = static_cast<int>(std::min<int64_t>(kChunk, num_blocks - b0));
+      decode_chunk(w.type, rows, b0, nb, *chunk);
+      for (int64_t tt = 0; tt < tiles; ++tt) {
+        const bool padded = tt * kTile >= full;
+        const int64_t t0 = tt * kTile;
+        const int8_t* x = padded ? pad_x.data() : xq.q.data() + t0 * cols;
+        const float* dx = padded ? pad_dx.data() : xq.d.data() + t0 * dx_stride;
+        const int16_t* sums = !tr.min ? nullptr : padded ? pad_sums.data() : xq.sums.data() + t0 * sums_stride;
+        tr.run(*chunk, b0, nb, x, cols, dx, dx_stride, sums, sums_stride, acc.data() + t0 * kRows);
+      }
+    }
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      std::memcpy(y + t * w.rows + n0, acc.data() + t * kRows, num_rows * sizeof(float));
+    }
+  }
+  delete chunk;
+  _tile_release();
+}
+
+}  // namespace sluice::kernels
