@@ -13,6 +13,8 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/peak.h"
+#include "bench/bench_model.h"
+#include "kernels/kernel_path.h"
 #include "kernels/matmul.h"
 #include "model/loader.h"
 #include "model/model_maker.h"
@@ -106,24 +108,14 @@ int run(int argc, char** argv) {
   app.add_option("--batch", batch, "Sequences per step for the batched decode")->capture_default_str();
   app.add_option("--prefill", prefill, "Prompt tokens in the prefill pass")->capture_default_str();
   app.add_option("--steps", steps, "Decode steps measured")->capture_default_str();
+  std::string paths;
+  app.add_option("--paths", paths, "Kernel paths to measure, e.g. avx2,amx (default: every one this machine runs)");
   CLI11_PARSE(app, argc, argv);
 
-  std::unique_ptr<Model> model;
-  if (model_path.empty()) {
-    auto spec = preset_spec(preset);
-    if (!spec) return std::fprintf(stderr, "%s\n", spec.error().message().c_str()), 1;
-    spec->dtype = dtype == "f32" ? gguf::TensorType::kF32 : dtype == "f16" ? gguf::TensorType::kF16
-                : dtype == "bf16" ? gguf::TensorType::kBF16 : gguf::TensorType::kQ8_0;
-    std::fprintf(stderr, "making %s %s in memory...\n", preset.c_str(), dtype.c_str());
-    auto w = make_model(*spec);
-    auto f = gguf::File::from_buffer(w->to_bytes(), preset);
-    model = std::move(*Model::load(std::move(*f)));
-    model_path = preset + " " + dtype + " (random weights)";
-  } else {
-    auto loaded = load_model(model_path);
-    if (!loaded) return std::fprintf(stderr, "%s\n", loaded.error().message().c_str()), 1;
-    model = std::move(loaded->model);
-  }
+  std::string description;
+  LoadedModel loaded = load_bench_model(model_path, preset, dtype, description);
+  std::unique_ptr<Model> model = std::move(loaded.model);
+  model_path = description;
   ThreadPool pool(threads);
   std::printf("model: %s, threads: %d, SIMD: %s\n", model_path.c_str(), pool.num_threads(), kernels::simd_target_name());
 
@@ -132,17 +124,23 @@ int run(int argc, char** argv) {
   std::printf("machine: read bandwidth %.1f GB/s, peak FMA %.1f GFLOP/s\n", bw / 1e9, peak / 1e9);
 
   const double wbytes = weight_bytes_per_token_step(*model);
-  const double single = decode_step_seconds(*model, pool, 1, ctx, steps);
-  const double batched = decode_step_seconds(*model, pool, batch, ctx, steps);
-  const double pf = prefill_seconds(*model, pool, prefill);
-  const double pf_flops = 2.0 * matmul_params(*model) * prefill / pf;
-
-  std::printf("decode, 1 sequence at ctx %d:  %.2f ms/step, %.1f tok/s, weights %.0f MB/step -> %.1f GB/s = %.2f of read bandwidth\n",
-              ctx, single * 1e3, 1 / single, wbytes / 1e6, wbytes / single / 1e9, wbytes / single / bw);
-  std::printf("decode, %d sequences per step: %.2f ms/step, %.1f tok/s = %.2fx one sequence\n", batch,
-              batched * 1e3, batch / batched, (batch / batched) / (1 / single));
-  std::printf("prefill, %d tokens:            %.1f tok/s, %.1f GFLOP/s = %.2f of peak FMA\n", prefill,
-              prefill / pf, pf_flops / 1e9, pf_flops / peak);
+  // Each kernel path the machine runs, side by side (kernel_path.h; all give the same bits).
+  for (const std::string& why : kernels::unavailable_kernel_paths()) std::printf("kernel path not run: %s\n", why.c_str());
+  for (const kernels::KernelPath path : kernels::available_kernel_paths()) {
+    if (!paths.empty() && paths.find(kernels::kernel_path_name(path)) == std::string::npos) continue;
+    if (!kernels::set_kernel_path(path)) continue;
+    std::printf("-- kernel path %s\n", kernels::kernel_path_name(path));
+    const double single = decode_step_seconds(*model, pool, 1, ctx, steps);
+    const double batched = decode_step_seconds(*model, pool, batch, ctx, steps);
+    const double pf = prefill_seconds(*model, pool, prefill);
+    const double pf_flops = 2.0 * matmul_params(*model) * prefill / pf;
+    std::printf("decode, 1 sequence at ctx %d:  %.2f ms/step, %.1f tok/s, weights %.0f MB/step -> %.1f GB/s = %.2f of read bandwidth\n",
+                ctx, single * 1e3, 1 / single, wbytes / 1e6, wbytes / single / 1e9, wbytes / single / bw);
+    std::printf("decode, %d sequences per step: %.2f ms/step (%.2fx a 1-sequence step), %.1f tok/s = %.2fx one sequence\n",
+                batch, batched * 1e3, batched / single, batch / batched, (batch / batched) / (1 / single));
+    std::printf("prefill, %d tokens:            %.1f tok/s, %.1f GFLOP/s = %.2f of peak FMA\n", prefill,
+                prefill / pf, pf_flops / 1e9, pf_flops / peak);
+  }
   return 0;
 }
 

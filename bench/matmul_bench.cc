@@ -20,6 +20,7 @@
 
 #include "bench/peak.h"
 #include "common/half.h"
+#include "kernels/kernel_path.h"
 #include "kernels/matmul.h"
 #include "kernels/quant_blocks.h"
 #include "kernels/quantize.h"
@@ -107,39 +108,45 @@ int run(int argc, char** argv) {
                           {"ffn_up 4864x896", 4864, 896},
                           {"ffn_down 896x4864", 896, 4864},
                           {"output 151936x896", 151936, 896}};
-  std::mt19937 rng(1);
-  std::printf("%-20s", "shape \\ tokens");
-  for (int t : tokens) std::printf(" %11d", t);
-  std::printf("\n");
-  for (const Shape& s : shapes) {
-    if (s.cols % kernels::block_elements(type) != 0 && int8) {
-      std::printf("%-20s %s cannot hold rows of %lld\n", s.name, dtype.c_str(), static_cast<long long>(s.cols));
-      continue;
-    }
-    const auto data = make_weights(type, s.rows, s.cols, rng);
-    const kernels::WeightView w{data.data(), type, s.rows, s.cols};
-    std::printf("%-20s", s.name);
-    double one_token_of_bandwidth = -1;
-    for (int t : tokens) {
-      std::vector<float> x(static_cast<size_t>(t) * s.cols), y(static_cast<size_t>(t) * s.rows);
-      std::normal_distribution<float> normal(0.0f, 1.0f);
-      for (float& v : x) v = normal(rng);
-      kernels::matmul(pool, w, x.data(), t, y.data());  // warm-up
-      double best = 1e30;
-      const double end = now() + seconds;
-      int reps = 0;
-      do {
-        const double t0 = now();
-        kernels::matmul(pool, w, x.data(), t, y.data());
-        best = std::min(best, now() - t0);
-        ++reps;
-      } while (now() < end || reps < 3);
-      const double macs = static_cast<double>(s.rows) * s.cols * t / best;
-      std::printf(" %5.1f %4.2fc", macs / 1e9, macs / peak_mac);
-      if (t == 1) one_token_of_bandwidth = static_cast<double>(data.size()) / best / bw;
-    }
-    if (one_token_of_bandwidth >= 0) std::printf("   1 token: %.2f of bandwidth", one_token_of_bandwidth);
+  // Each kernel path the machine runs, side by side (kernel_path.h; all give the same bits).
+  for (const std::string& why : kernels::unavailable_kernel_paths()) std::printf("kernel path not run: %s\n", why.c_str());
+  for (const kernels::KernelPath path : kernels::available_kernel_paths()) {
+    if (!kernels::set_kernel_path(path)) continue;
+    std::printf("-- kernel path %s\n", kernels::kernel_path_name(path));
+    std::mt19937 rng(1);
+    std::printf("%-20s", "shape \\ tokens");
+    for (int t : tokens) std::printf(" %11d", t);
     std::printf("\n");
+    for (const Shape& s : shapes) {
+      if (s.cols % kernels::block_elements(type) != 0 && int8) {
+        std::printf("%-20s %s cannot hold rows of %lld\n", s.name, dtype.c_str(), static_cast<long long>(s.cols));
+        continue;
+      }
+      const auto data = make_weights(type, s.rows, s.cols, rng);
+      const kernels::WeightView w{data.data(), type, s.rows, s.cols};
+      std::printf("%-20s", s.name);
+      double one_token_of_bandwidth = -1;
+      for (int t : tokens) {
+        std::vector<float> x(static_cast<size_t>(t) * s.cols), y(static_cast<size_t>(t) * s.rows);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        for (float& v : x) v = normal(rng);
+        kernels::matmul(pool, w, x.data(), t, y.data());  // warm-up
+        double best = 1e30;
+        const double end = now() + seconds;
+        int reps = 0;
+        do {
+          const double t0 = now();
+          kernels::matmul(pool, w, x.data(), t, y.data());
+          best = std::min(best, now() - t0);
+          ++reps;
+        } while (now() < end || reps < 3);
+        const double macs = static_cast<double>(s.rows) * s.cols * t / best;
+        std::printf(" %5.1f %4.2fc", macs / 1e9, macs / peak_mac);
+        if (t == 1) one_token_of_bandwidth = static_cast<double>(data.size()) / best / bw;
+      }
+      if (one_token_of_bandwidth >= 0) std::printf("   1 token: %.2f of bandwidth", one_token_of_bandwidth);
+      std::printf("\n");
+    }
   }
   std::printf("(GMAC/s, then c: the fraction of the reference loop's rate)\n");
   return 0;

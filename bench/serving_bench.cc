@@ -16,6 +16,7 @@
 #include <CLI/CLI.hpp>
 
 #include "engine/engine.h"
+#include "kernels/kernel_path.h"
 #include "kernels/matmul.h"
 #include "bench/bench_model.h"
 

@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "kernels/kernel_path.h"
 #include "common/thread_pool.h"
 #include "engine/engine.h"
 #include "model/loader.h"
@@ -123,6 +124,7 @@ int run(ServeOptions& o) {
   std::cerr << "model: " << o.model << (loaded->is_demo ? " (random weights: its output is gibberish)" : "")
             << ", served as '" << api_config.model_name << "'\n"
             << describe_kv_cache(**engine, mc) << "\n"
+            << kernels::describe_kernel_paths() << "\n"
             << "chat template: " << template_from << "\n"
             << "compute threads: " << pool.num_threads() << ", HTTP threads: " << o.http.threads
             << (o.http.api_key.empty() ? "" : ", API key required") << "\n";

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "kernels/matmul.h"
+#include "kernels/decoded_chunk.h"
 #include "kernels/matmul_amx.h"
 #include "kernels/quant_blocks.h"
 
@@ -32,7 +33,7 @@ namespace sluice::kernels {
 namespace {
 
 constexpr int kRows = kAmxGroupRows;  // 16
-constexpr int kChunk = 32;            // sub-blocks decoded at a time
+constexpr int kChunk = kChunkSubBlocks;  // sub-blocks decoded at a time
 constexpr int kTile = 16;             // tokens per tile
 
 // The palette-1 tile configuration (Intel SDM, LDTILECFG): 64 bytes.
@@ -63,30 +64,7 @@ TileConfig config(int k) {
   return c;
 }
 
-struct AmxChunk {
-  alignas(64) int8_t w[kChunk][8][4 * kRows];  // [i][j]: B row j of sub-block i
-  alignas(64) int32_t sc[kChunk][2][kRows];
-  alignas(64) int32_t m[kChunk][2][kRows];
-  alignas(64) float d[kChunk][kRows];
-  alignas(64) float dmin[kChunk][kRows];
-};
-
-void decode_chunk(gguf::TensorType type, const uint8_t* const* rows, int64_t b0, int num_blocks, AmxChunk& c) {
-  Decoded32 dec;
-  for (int i = 0; i < num_blocks; ++i) {
-    for (int r = 0; r < kRows; ++r) {
-      decode_block32(type, rows[r], b0 + i, dec);
-      for (int j = 0; j < 8; ++j) std::memcpy(&c.w[i][j][4 * r], dec.q + 4 * j, 4);
-      for (int h = 0; h < 2; ++h) {
-        c.sc[i][h][r] = dec.sc[h];
-        c.m[i][h][r] = dec.m[h];
-      }
-      c.d[i][r] = dec.d;
-      c.dmin[i][r] = dec.dmin;
-    }
-  }
-}
-
+using AmxChunk = DecodedChunk<kRows>;
 
 // int32 lanes as floats (rounded to nearest, as every path converts). The masked form: GCC 12's
 // plain one reads an undefined vector, which its -Wmaybe-uninitialized flags.
@@ -268,7 +246,7 @@ SLUICE_AMX void amx_matmul_groups(const WeightView& w, const QuantizedActivation
     std::fill(acc.begin(), acc.end(), 0.0f);
     for (int64_t b0 = 0; b0 < num_blocks; b0 += kChunk) {
       const int nb = static_cast<int>(std::min<int64_t>(kChunk, num_blocks - b0));
-      decode_chunk(w.type, rows, b0, nb, *chunk);
+      decode_chunk16(w.type, rows, b0, nb, *chunk);
       for (int64_t tt = 0; tt < tiles; ++tt) {
         const bool padded = tt * kTile >= full;
         const int64_t t0 = tt * kTile;

@@ -40,6 +40,7 @@
 #include "kernels/matmul.h"
 #include "kernels/matmul_q8.h"
 #include "kernels/kernel_path.h"
+#include "kernels/decoded_chunk.h"
 #include "kernels/matmul_amx.h"
 #include "kernels/quant_blocks.h"
 
@@ -63,14 +64,8 @@ constexpr int kRows = kQuantGroupRows;
 constexpr int kChunk = 32;    // sub-blocks decoded at a time: 14 KiB of scratch, in L1
 constexpr int kTokenTile = 4;  // tokens per tile: 4 accumulators, 4 integer sums, 4 partials
 
-// One chunk of a row group, decoded: w[i][j][4r + c] = row r, sub-block b0 + i, level 4j + c.
-struct QuantChunk {
-  alignas(32) int8_t w[kChunk][8][4 * kRows];
-  alignas(32) int32_t sc[kChunk][2][kRows];
-  alignas(32) int32_t m[kChunk][2][kRows];
-  alignas(32) float d[kChunk][kRows];
-  alignas(32) float dmin[kChunk][kRows];
-};
+using QuantChunk = DecodedChunk<kRows>;
+static_assert(kChunk == kChunkSubBlocks);
 
 // Quantized rows, scales and 16-element sums of tokens [t0, t0 + kT).
 template <int kT>
@@ -253,39 +248,41 @@ HWY_INLINE void unpack(const uint8_t* row, int64_t b, Sub& o) {
   }
 }
 
-// The chunk decoded and transposed: each row's sub-block unpacked, then the 8 rows' vectors
+// The chunk decoded and transposed: each row's sub-block unpacked, then each 8 rows' vectors
 // interleaved 4 bytes at a time (32-bit lane r of step j = row r's levels 4j..4j+3).
-template <gguf::TensorType kType>
-void decode_chunk(const uint8_t* const* rows, int64_t b0, int num_blocks, QuantChunk& c) {
-  Sub sub[kRows];
+template <gguf::TensorType kType, int kN>
+void decode_chunk(const uint8_t* const* rows, int64_t b0, int num_blocks, DecodedChunk<kN>& c) {
+  Sub sub[8];
   for (int i = 0; i < num_blocks; ++i) {
-    for (int r = 0; r < kRows; ++r) {
-      unpack<kType>(rows[r], b0 + i, sub[r]);
-      for (int h = 0; h < 2; ++h) {
-        c.sc[i][h][r] = sub[r].sc[h];
-        c.m[i][h][r] = sub[r].m[h];
+    for (int o = 0; o < kN; o += 8) {  // rows o .. o + 7
+      for (int r = 0; r < 8; ++r) {
+        unpack<kType>(rows[o + r], b0 + i, sub[r]);
+        for (int h = 0; h < 2; ++h) {
+          c.sc[i][h][o + r] = sub[r].sc[h];
+          c.m[i][h][o + r] = sub[r].m[h];
+        }
       }
-    }
-    _mm256_store_ps(c.d[i], halves<false>(sub, &Sub::d));
-    _mm256_store_ps(c.dmin[i], halves<neg_min(kType)>(sub, &Sub::dmin));
-    // 4x4 transposes of 32-bit lanes within each 128-bit half: rows (0..3) and (4..7) for steps
-    // 0..3 (the low halves) and 4..7 (the high ones).
-    for (int half = 0; half < 2; ++half) {
-      __m256i v[4];  // [row k, steps of this half | row k + 4, same steps]
-      for (int k = 0; k < 4; ++k) {
-        const __m128i lo = half ? _mm256_extracti128_si256(sub[k].q, 1) : _mm256_castsi256_si128(sub[k].q);
-        const __m128i hi = half ? _mm256_extracti128_si256(sub[k + 4].q, 1) : _mm256_castsi256_si128(sub[k + 4].q);
-        v[k] = _mm256_set_m128i(hi, lo);
+      _mm256_store_ps(c.d[i] + o, halves<false>(sub, &Sub::d));
+      _mm256_store_ps(c.dmin[i] + o, halves<neg_min(kType)>(sub, &Sub::dmin));
+      // 4x4 transposes of 32-bit lanes within each 128-bit half: rows (0..3) and (4..7) for
+      // steps 0..3 (the low halves) and 4..7 (the high ones).
+      for (int half = 0; half < 2; ++half) {
+        __m256i v[4];  // [row k, steps of this half | row k + 4, same steps]
+        for (int k = 0; k < 4; ++k) {
+          const __m128i lo = half ? _mm256_extracti128_si256(sub[k].q, 1) : _mm256_castsi256_si128(sub[k].q);
+          const __m128i hi = half ? _mm256_extracti128_si256(sub[k + 4].q, 1) : _mm256_castsi256_si128(sub[k + 4].q);
+          v[k] = _mm256_set_m128i(hi, lo);
+        }
+        const __m256i t0 = _mm256_unpacklo_epi32(v[0], v[1]);
+        const __m256i t1 = _mm256_unpackhi_epi32(v[0], v[1]);
+        const __m256i t2 = _mm256_unpacklo_epi32(v[2], v[3]);
+        const __m256i t3 = _mm256_unpackhi_epi32(v[2], v[3]);
+        auto step = [&](int k) { return reinterpret_cast<__m256i*>(&c.w[i][4 * half + k][4 * o]); };
+        _mm256_store_si256(step(0), _mm256_unpacklo_epi64(t0, t2));
+        _mm256_store_si256(step(1), _mm256_unpackhi_epi64(t0, t2));
+        _mm256_store_si256(step(2), _mm256_unpacklo_epi64(t1, t3));
+        _mm256_store_si256(step(3), _mm256_unpackhi_epi64(t1, t3));
       }
-      const __m256i t0 = _mm256_unpacklo_epi32(v[0], v[1]);
-      const __m256i t1 = _mm256_unpackhi_epi32(v[0], v[1]);
-      const __m256i t2 = _mm256_unpacklo_epi32(v[2], v[3]);
-      const __m256i t3 = _mm256_unpackhi_epi32(v[2], v[3]);
-      auto* out = reinterpret_cast<__m256i*>(c.w[i][4 * half]);
-      _mm256_store_si256(out + 0, _mm256_unpacklo_epi64(t0, t2));
-      _mm256_store_si256(out + 1, _mm256_unpackhi_epi64(t0, t2));
-      _mm256_store_si256(out + 2, _mm256_unpacklo_epi64(t1, t3));
-      _mm256_store_si256(out + 3, _mm256_unpackhi_epi64(t1, t3));
     }
   }
 }
@@ -422,13 +419,12 @@ HWY_INLINE void tile(const QuantChunk& c, int64_t b0, int num_blocks, const Toke
   for (int t = 0; t < kT; ++t) _mm256_storeu_ps(acc + t * kRows, a[t]);
 }
 #else
-template <gguf::TensorType kType>
-void decode_chunk(const uint8_t* const* rows, int64_t b0, int num_blocks, QuantChunk& c) {
-  constexpr gguf::TensorType type = kType;
+template <gguf::TensorType kType, int kN>
+void decode_chunk(const uint8_t* const* rows, int64_t b0, int num_blocks, DecodedChunk<kN>& c) {
   Decoded32 dec;
   for (int i = 0; i < num_blocks; ++i) {
-    for (int r = 0; r < kRows; ++r) {
-      decode_block32(type, rows[r], b0 + i, dec);
+    for (int r = 0; r < kN; ++r) {
+      decode_block32(kType, rows[r], b0 + i, dec);
       for (int j = 0; j < 8; ++j) std::memcpy(&c.w[i][j][4 * r], dec.q + 4 * j, 4);
       for (int h = 0; h < 2; ++h) {
         c.sc[i][h][r] = dec.sc[h];
@@ -520,12 +516,32 @@ void groups(const WeightView& w, const QuantizedActivations& xq, int64_t num_tok
     std::fill(acc.begin(), acc.end(), 0.0f);
     for (int64_t b0 = 0; b0 < num_blocks; b0 += kChunk) {
       const int nb = static_cast<int>(std::min<int64_t>(kChunk, num_blocks - b0));
-      decode_chunk<kType>(rows, b0, nb, chunk);
+      decode_chunk<kType, kRows>(rows, b0, nb, chunk);
       token_tiles<kHalves, kMin, kSub>(chunk, b0, nb, xq, w.cols, num_tokens, acc.data());
     }
     for (int64_t t = 0; t < num_tokens; ++t) {
       std::memcpy(y + t * w.rows + n0, acc.data() + t * kRows, num_rows * sizeof(float));
     }
+  }
+}
+
+void DecodeChunk16(gguf::TensorType type, const uint8_t* const* rows, int64_t b0, int num_blocks,
+                   DecodedChunk<16>& c) {
+  using T = gguf::TensorType;
+  switch (type) {
+    case T::kQ4_0: return decode_chunk<T::kQ4_0, 16>(rows, b0, num_blocks, c);
+    case T::kQ4_1: return decode_chunk<T::kQ4_1, 16>(rows, b0, num_blocks, c);
+    case T::kQ5_0: return decode_chunk<T::kQ5_0, 16>(rows, b0, num_blocks, c);
+    case T::kQ5_1: return decode_chunk<T::kQ5_1, 16>(rows, b0, num_blocks, c);
+    case T::kQ8_0: return decode_chunk<T::kQ8_0, 16>(rows, b0, num_blocks, c);
+    case T::kIQ4_NL: return decode_chunk<T::kIQ4_NL, 16>(rows, b0, num_blocks, c);
+    case T::kQ2_K: return decode_chunk<T::kQ2_K, 16>(rows, b0, num_blocks, c);
+    case T::kQ3_K: return decode_chunk<T::kQ3_K, 16>(rows, b0, num_blocks, c);
+    case T::kQ4_K: return decode_chunk<T::kQ4_K, 16>(rows, b0, num_blocks, c);
+    case T::kQ5_K: return decode_chunk<T::kQ5_K, 16>(rows, b0, num_blocks, c);
+    case T::kQ6_K: return decode_chunk<T::kQ6_K, 16>(rows, b0, num_blocks, c);
+    case T::kIQ4_XS: return decode_chunk<T::kIQ4_XS, 16>(rows, b0, num_blocks, c);
+    default: return;
   }
 }
 
@@ -571,6 +587,12 @@ void amx_matmul(ThreadPool& pool, std::span<const MatmulTarget> targets, const Q
 }
 
 HWY_EXPORT(MatmulQuantGroups);
+HWY_EXPORT(DecodeChunk16);
+
+void decode_chunk16(gguf::TensorType type, const uint8_t* const* rows, int64_t b0, int num_blocks,
+                    DecodedChunk<16>& c) {
+  HWY_DYNAMIC_DISPATCH(DecodeChunk16)(type, rows, b0, num_blocks, c);
+}
 
 void matmul_quant(ThreadPool& pool, std::span<const MatmulTarget> targets, const float* x, int64_t num_tokens) {
   if (targets.empty()) return;
