@@ -18,6 +18,57 @@ constexpr std::string_view kLlama3Regex =
 constexpr std::string_view kQwen2Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr std::string_view kDigitRegex = R"(\p{N})";
+// GPT-2's without the final \s+ (as llama.cpp gives MPT, OLMo, StarCoder...: whitespace the
+// lookahead leaves stays a fragment of its own either way).
+constexpr std::string_view kGpt2LookaheadRegex =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))";
+
+// DeepSeek LLM (deepseek-ai/deepseek-llm-7b-base, tokenizer.json: a Sequence of Split
+// pre-tokenizers, each Isolated): newlines alone, runs of letters of the Latin, Greek, Cyrillic,
+// Armenian, Georgian, Cherokee... blocks (the class below, as published, written with code points),
+// ASCII and full-width punctuation, trailing white space, CJK ideographs and Hangul, digits.
+constexpr std::string_view kDeepseekLetters =
+    R"(\s?[A-Za-z\x{B5}\x{C0}-\x{D6}\x{D8}-\x{F6}\x{F8}-\x{1BA}\x{1BC}-\x{1BF}\x{1C4}-\x{293}\x{295}-\x{2AF})"
+    R"(\x{370}-\x{373}\x{376}\x{377}\x{37B}-\x{37D}\x{37F}\x{386}\x{388}-\x{38A}\x{38C}\x{38E}-\x{3A1})"
+    R"(\x{3A3}-\x{3F5}\x{3F7}-\x{481}\x{48A}-\x{52F}\x{531}-\x{556}\x{10A0}-\x{10C5}\x{13A0}-\x{13F5})"
+    R"(\x{13F8}-\x{13FD}\x{1C90}-\x{1CBA}\x{1CBD}-\x{1CBF}\x{1D00}-\x{1D2B}\x{1D6B}-\x{1D77}\x{1D79}-\x{1D9A})"
+    R"(\x{1E00}-\x{1F15}\x{1F18}-\x{1F1D}\x{1F20}-\x{1F45}\x{1F48}-\x{1F4D}\x{1F50}-\x{1F57}\x{1F59}\x{1F5B})"
+    R"(\x{1F5D}\x{1F5F}-\x{1F7D}\x{1F80}-\x{1FB4}\x{1FB6}-\x{1FBC}\x{1FBE}\x{1FC2}-\x{1FC4}\x{1FC6}-\x{1FCC})"
+    R"(\x{1FD0}-\x{1FD3}\x{1FD6}-\x{1FDB}\x{1FE0}-\x{1FEC}\x{1FF2}-\x{1FF4}\x{1FF6}-\x{1FFC}\x{2102}\x{2107})"
+    R"(\x{210A}-\x{2113}\x{2115}\x{2119}-\x{211D}\x{2124}\x{2126}\x{2128}\x{212A}-\x{212D}\x{212F}-\x{2134})"
+    R"(\x{2139}\x{213C}-\x{213F}\x{2145}-\x{2149}\x{214E}\x{2183}\x{2184}\x{2C00}-\x{2C7B}\x{2C7E}-\x{2CE4})"
+    R"(\x{2CEB}-\x{2CEE}\x{2CF2}\x{2CF3}\x{A640}-\x{A66D}\x{A680}-\x{A69B}\x{A722}-\x{A76F}\x{A771}-\x{A787})"
+    R"(\x{A78B}-\x{A78E}\x{AB70}-\x{ABBF}\x{FB00}-\x{FB06}\x{FB13}-\x{FB17}\x{FF21}-\x{FF3A}\x{FF41}-\x{FF5A})"
+    R"(\x{10400}-\x{1044F}\x{104B0}-\x{104D3}\x{104D8}-\x{104FB}\x{10C80}-\x{10CB2}\x{10CC0}-\x{10CF2})"
+    R"(\x{118A0}-\x{118DF}\x{1E900}-\x{1E943}]+)";
+constexpr std::string_view kDeepseekPunct = R"(\s?[!-/:-~\x{FF01}-\x{FF0F}\x{FF1A}-\x{FF5E}\x{2018}-\x{201F}\x{3000}-\x{3002}]+)";
+constexpr std::string_view kDeepseekCjk = R"([\x{4E00}-\x{9FA5}\x{0800}-\x{4E00}\x{AC00}-\x{D7FF}]+)";
+// DeepSeek V3 (deepseek-ai/DeepSeek-V3 tokenizer.json): digits in 1..3, CJK ideographs and kana,
+// then a Llama-3-like split where letters take marks and punctuation/symbols go together.
+constexpr std::string_view kDeepseekV3Cjk = R"([\x{4E00}-\x{9FA5}\x{3040}-\x{309F}\x{30A0}-\x{30FF}]+)";
+constexpr std::string_view kDeepseekV3Regex =
+    R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// GPT-4o (tiktoken's o200k_base pattern, as in its tokenizer.json): words split before capitals,
+// contractions attached, digits in 1..3.
+constexpr std::string_view kGpt4oRegex =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// Tekken (Mistral NeMo's tokenizer.json): GPT-4o's split without contractions, single digits.
+constexpr std::string_view kTekkenRegex =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+)"
+    R"(|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*)"
+    R"(|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// Falcon (tiiuae/falcon-7b tokenizer.json: Punctuation, ByteLevel, Digits), as llama.cpp writes
+// it: punctuation runs, the GPT-2 split, then digits in threes.
+constexpr std::string_view kFalconPunct = R"([\p{P}\$\+<=>\^~\|`]+)";
+constexpr std::string_view kThreeDigits = R"([0-9][0-9][0-9])";
+// Chameleon (facebook/chameleon-7b tokenizer.json): sentinel and image tokens whole, tabs,
+// newlines and runs of 2 or 4 spaces, single digits, single punctuation, then GPT-2's split.
+constexpr std::string_view kChameleonSentinel = R"(<sentinel:[0-9]+>)";
+constexpr std::string_view kChameleonImage = R"((IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z)";
+constexpr std::string_view kChameleonSpaces = R"(([\t\n]|    |  ))";
+constexpr std::string_view kChameleonPunct = R"([\p{P}!-/:-@\[-`{-~])";
 
 struct PreTokenizerSpec {
   std::string_view name;
@@ -26,7 +77,7 @@ struct PreTokenizerSpec {
 
 // Name aliases follow llama.cpp's mapping of tokenizer.ggml.pre values to regex sets.
 std::optional<PreTokenizerSpec> find_spec(std::string_view pre) {
-  static constexpr std::array<std::string_view, 4> kGpt2Names = {"default", "gpt2", "gpt-2", "olmo"};
+  static constexpr std::array<std::string_view, 5> kGpt2Names = {"default", "gpt2", "gpt-2", "olmo", "mpt"};
   static constexpr std::array<std::string_view, 3> kLlama3Names = {"llama-bpe", "llama3", "llama-v3"};
   static constexpr std::array<std::string_view, 2> kQwen2Names = {"qwen2", "deepseek-r1-qwen"};
   static constexpr std::array<std::string_view, 7> kSmollmNames = {
@@ -41,6 +92,21 @@ std::optional<PreTokenizerSpec> find_spec(std::string_view pre) {
   if (in(kLlama3Names)) return PreTokenizerSpec{"llama3", {kLlama3Regex}};
   if (in(kQwen2Names)) return PreTokenizerSpec{"qwen2", {kQwen2Regex}};
   if (in(kSmollmNames)) return PreTokenizerSpec{"smollm", {kDigitRegex, kGpt2Regex}};
+  if (pre == "deepseek-llm") {
+    return PreTokenizerSpec{"deepseek-llm", {R"([\r\n])", kDeepseekLetters, kDeepseekPunct, R"(\s+$)", kDeepseekCjk,
+                                             R"(\p{N}+)"}};
+  }
+  if (pre == "deepseek-coder") {
+    return PreTokenizerSpec{"deepseek-coder", {R"([\r\n])", R"(\s?\p{L}+)", R"(\s?\p{P}+)", kDeepseekCjk, kDigitRegex}};
+  }
+  if (pre == "deepseek-v3") return PreTokenizerSpec{"deepseek-v3", {R"(\p{N}{1,3})", kDeepseekV3Cjk, kDeepseekV3Regex}};
+  if (pre == "falcon") return PreTokenizerSpec{"falcon", {kFalconPunct, kGpt2LookaheadRegex, kThreeDigits}};
+  if (pre == "gpt-4o") return PreTokenizerSpec{"gpt-4o", {kGpt4oRegex}};
+  if (pre == "tekken") return PreTokenizerSpec{"tekken", {kTekkenRegex}};
+  if (pre == "chameleon") {
+    return PreTokenizerSpec{"chameleon", {kChameleonSentinel, kChameleonImage, kChameleonSpaces, kDigitRegex,
+                                          kChameleonPunct, kGpt2LookaheadRegex}};
+  }
   return std::nullopt;
 }
 
@@ -89,9 +155,10 @@ PreTokenizer& PreTokenizer::operator=(PreTokenizer&&) noexcept = default;
 PreTokenizer::~PreTokenizer() = default;
 
 std::vector<std::string_view> supported_pretokenizer_names() {
-  return {"default", "gpt2", "gpt-2", "olmo", "llama-bpe", "llama3", "llama-v3", "qwen2",
+  return {"default", "gpt2", "gpt-2", "olmo", "mpt", "llama-bpe", "llama3", "llama-v3", "qwen2",
           "deepseek-r1-qwen", "smollm", "starcoder", "refact", "command-r", "codeshell",
-          "exaone", "minerva"};
+          "exaone", "minerva", "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon", "gpt-4o",
+          "tekken", "chameleon"};
 }
 
 Result<PreTokenizer> PreTokenizer::create(std::string_view pre) {

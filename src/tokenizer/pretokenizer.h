@@ -10,6 +10,14 @@
 //   qwen2                    the Qwen2 regex (as Llama 3, but single digits)
 //   smollm (and starcoder,   first \p{N} (each digit alone), then the GPT-2 regex
 //   refact, command-r, ...)
+//   deepseek-llm             newlines, Latin/Greek/Cyrillic... letter runs, punctuation, CJK, digit runs
+//   deepseek-coder           newlines, letter runs, punctuation runs, CJK, single digits
+//   deepseek-v3              digits in 1..3, CJK and kana, then a Llama-3-like regex with marks
+//   falcon                   punctuation runs, GPT-2, then digits in threes
+//   gpt-4o                   o200k: words split before capitals, digits in 1..3
+//   tekken                   as gpt-4o without contractions, single digits
+//   chameleon                sentinel/image tokens whole, spaces, single digits and punctuation, GPT-2
+// (each from the model's published tokenizer.json; pretokenizer.cc cites them)
 //
 // An unknown name is an error (see create()): a silently wrong split would tokenize
 // differently from the model's training, which is worse than refusing to load.

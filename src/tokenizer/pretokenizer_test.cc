@@ -38,6 +38,43 @@ TEST(PreTokenizer, SmollmSplitsDigitsFirstThenAppliesGpt2) {
   EXPECT_EQ(split("smollm", "ab12 cd"), (Fragments{"ab", "1", "2", " cd"}));
 }
 
+// The other families' rules, on text that tells them apart (digits, capitals, contractions,
+// punctuation, CJK, special-token shapes).
+TEST(PreTokenizer, DeepseekFamiliesSplitDigitsLettersAndCjkTheirOwnWay) {
+  // LLM: digit runs whole; Latin and Greek letter runs (its own letter class); CJK apart.
+  EXPECT_EQ(split("deepseek-llm", "Hello World 12345"), (Fragments{"Hello", " World", " ", "12345"}));
+  EXPECT_EQ(split("deepseek-llm", "\xE4\xB8\xAD\xE6\x96\x87" "abc \xCE\xA9\xCE\xBC\xCE\xAD\xCE\xB3\xCE\xB1"),
+            (Fragments{"\xE4\xB8\xAD\xE6\x96\x87", "abc", " \xCE\xA9\xCE\xBC\xCE\xAD\xCE\xB3\xCE\xB1"}));
+  EXPECT_EQ(split("deepseek-llm", "x,.y\nz"), (Fragments{"x", ",.", "y", "\n", "z"}));
+  // Coder: single digits, punctuation runs with an optional space.
+  EXPECT_EQ(split("deepseek-coder", "Hello World 12345"),
+            (Fragments{"Hello", " World", " ", "1", "2", "3", "4", "5"}));
+  EXPECT_EQ(split("deepseek-coder", "a ,.b"), (Fragments{"a", " ,.", "b"}));
+  // V3: digits in threes, kana with the ideographs, punctuation glued to a following ASCII word.
+  EXPECT_EQ(split("deepseek-v3", "Hello World 12345"), (Fragments{"Hello", " World", " ", "123", "45"}));
+  EXPECT_EQ(split("deepseek-v3", "\xE3\x81\x8B\xE4\xB8\xADx.foo"),
+            (Fragments{"\xE3\x81\x8B\xE4\xB8\xAD", "x", ".foo"}));
+}
+
+TEST(PreTokenizer, Gpt4oAndTekkenSplitBeforeCapitals) {
+  EXPECT_EQ(split("gpt-4o", "HelloWorld can't 12345"),
+            (Fragments{"Hello", "World", " can't", " ", "123", "45"}));
+  EXPECT_EQ(split("tekken", "HelloWorld can't 12345"),
+            (Fragments{"Hello", "World", " can", "'t", " ", "1", "2", "3", "4", "5"}));
+  EXPECT_EQ(split("gpt2", "HelloWorld can't 12345"), (Fragments{"HelloWorld", " can", "'t", " 12345"}));
+}
+
+TEST(PreTokenizer, FalconAndChameleonRules) {
+  // Falcon: punctuation runs first, GPT-2 words, then digits in threes.
+  EXPECT_EQ(split("falcon", "a+=12345 b"), (Fragments{"a", "+=", "123", "45", " b"}));
+  // Chameleon: two spaces alone, single digits and punctuation. Its sentinel rule isolates
+  // "<sentinel:12>" first, but every later rule splits every fragment again (as Hugging Face's
+  // Sequence does): such tokens stay whole as special tokens, matched before pre-tokenizing.
+  EXPECT_EQ(split("chameleon", "<sentinel:12>ab  c1,2"),
+            (Fragments{"<", "sentinel", ":", "1", "2", ">", "ab", "  ", "c", "1", ",", "2"}));
+  EXPECT_EQ(split("mpt", "Hello world's"), (Fragments{"Hello", " world", "'s"}));
+}
+
 TEST(PreTokenizer, NextLineCountsAsWhiteSpace) {
   // U+0085 is white space for the reference tokenizers, though not for PCRE2's \s: as
   // white space it splits like "\n\n" above; as punctuation it would be one fragment.
@@ -49,7 +86,7 @@ TEST(PreTokenizer, FragmentsAlwaysConcatenateToTheInput) {
       "", " ", "\t\n \r\n", "e\xCC\x81t\xC3\xA9", "\xF0\x9F\x98\x80\xF0\x9F\x98\x80!",
       "\xE4\xB8\xAD\xE6\x96\x87 mixed 42 \xD9\x85\xD8\xB1\xD8\xAD\xD8\xA8\xD8\xA7",
       "'''' 's 'S 'Re", "\xE2\x80\xA8\xE3\x80\x80x"};
-  for (std::string_view pre : {"gpt2", "llama3", "qwen2", "smollm"}) {
+  for (std::string_view pre : supported_pretokenizer_names()) {
     for (std::string_view text : texts) {
       std::string joined;
       for (std::string_view f : split(pre, text)) {
