@@ -113,7 +113,7 @@ struct TileArgs {
 // block the float steps.
 template <bool kHalves, bool kMin, int kSub>
 SLUICE_AMX inline void epilogue(const TileArgs& g, int i, const int32_t (*p)[kTile][kRows], __m512i* isum,
-                                __m512i* msum) {
+                                __m512i* msum, __m512* a) {
   const AmxChunk& c = g.c;
   const int64_t b = g.b0 + i;
   for (int t = 0; t < kTile; ++t) {
@@ -138,6 +138,15 @@ SLUICE_AMX inline void epilogue(const TileArgs& g, int i, const int32_t (*p)[kTi
   if ((b + 1) % kSub != 0) return;
   const int64_t q = b / kSub;
   const __m512 d = _mm512_load_ps(c.d[i]);
+  if constexpr (kSub == 1) {  // the accumulators stay in registers across the chunk (a)
+    for (int t = 0; t < kTile; ++t) {
+      const __m512 xs = _mm512_set1_ps(g.dx[t * g.dx_stride + q]);
+      a[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, xs), to_float(isum[t]), a[t]);
+      if constexpr (kMin) a[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_load_ps(c.dmin[i]), xs), to_float(msum[t]), a[t]);
+      msum[t] = _mm512_setzero_si512();
+    }
+    return;
+  }
   for (int t = 0; t < kTile; ++t) {
     const __m512 xs = _mm512_set1_ps(g.dx[t * g.dx_stride + q]);
     __m512 a = _mm512_loadu_ps(g.acc + t * kRows);
@@ -159,6 +168,10 @@ SLUICE_AMX void tile(const AmxChunk& c, int64_t b0, int num_blocks, const int8_t
   __m512i isum[kTile], msum[kTile];
   for (int t = 0; t < kTile; ++t) isum[t] = msum[t] = _mm512_setzero_si512();
   const TileArgs g{c, b0, dx, dx_stride, sums, sums_stride, acc};
+  __m512 a[kTile];
+  if constexpr (kSub == 1) {
+    for (int t = 0; t < kTile; ++t) a[t] = _mm512_loadu_ps(acc + t * kRows);
+  }
   if constexpr (kHalves) {
     for (int i = 0; i < num_blocks; ++i) {
       const int8_t* xa = x + (b0 + i) * kSubBlock;
@@ -172,7 +185,7 @@ SLUICE_AMX void tile(const AmxChunk& c, int64_t b0, int num_blocks, const int8_t
       _tile_dpbssd(1, 3, 5);
       _tile_stored(0, prod[0][0], 64);
       _tile_stored(1, prod[0][1], 64);
-      epilogue<kHalves, kMin, kSub>(g, i, prod[0], isum, msum);
+      epilogue<kHalves, kMin, kSub>(g, i, prod[0], isum, msum, a);
     }
   } else {
     for (int i = 0; i < num_blocks; i += 2) {
@@ -188,12 +201,15 @@ SLUICE_AMX void tile(const AmxChunk& c, int64_t b0, int num_blocks, const int8_t
         _tile_dpbssd(1, 3, 5);
       }
       _tile_stored(0, prod[0][0], 64);
-      epilogue<kHalves, kMin, kSub>(g, i, prod[0], isum, msum);
+      epilogue<kHalves, kMin, kSub>(g, i, prod[0], isum, msum, a);
       if (second) {
         _tile_stored(1, prod[1][0], 64);
-        epilogue<kHalves, kMin, kSub>(g, i + 1, prod[1], isum, msum);
+        epilogue<kHalves, kMin, kSub>(g, i + 1, prod[1], isum, msum, a);
       }
     }
+  }
+  if constexpr (kSub == 1) {
+    for (int t = 0; t < kTile; ++t) _mm512_storeu_ps(acc + t * kRows, a[t]);
   }
 }
 
