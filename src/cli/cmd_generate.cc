@@ -143,7 +143,11 @@ int run_one(const GenerateOptions& o, Engine& engine, const Tokenizer& tok, cons
     StreamOutput part = h->next();
     if (!o.json) {
       std::fwrite(part.text.data(), 1, part.text.size(), stdout);
-      std::fflush(stdout);
+      if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+        // The reader is gone (a closed pipe, a full disk): stop generating for it now.
+        h->cancel();
+        return fail("cannot write to standard output");
+      }
     }
     all.tokens.insert(all.tokens.end(), part.tokens.begin(), part.tokens.end());
     all.text += part.text;
