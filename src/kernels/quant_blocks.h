@@ -36,8 +36,10 @@
 //   msum = m[0] * sum_{k<16} qx[k]      + m[1] * sum_{k>=16} qx[k]
 //
 // and then the float work  acc = fma(d * dx, isum, acc);  acc = fma(dmin * dx, msum, acc)  (the
-// second only for types with a min). Every |isum| stays below 2^24 (the largest, Q6_K and
-// IQ4_XS, reach about 1.66e7), so the integers are exact in any summation order.
+// second only for types with a min). A sub-block's |isum| stays below 2^24 (the largest, Q6_K
+// and IQ4_XS, reach about 1.66e7), and a super-block's sum of eight below 2^28, so the integers
+// are exact in int32 in any summation order (matmul_quant.cc adds a super-block's before its
+// float steps).
 #pragma once
 
 #include <cstdint>
