@@ -133,6 +133,19 @@ TEST(Cli, ModelQuantizeThenInfoAndGenerate) {
   std::filesystem::remove(path);
 }
 
+// The kernel path is printed at start; a SLUICE_KERNELS value that names no path is a clear
+// error with the usage exit code, not a silent fallback.
+TEST(Cli, KernelPathIsPrintedAndAForcedBadOneRefused) {
+  const std::string sluice = sluice::testing::binary_dir() + "/src/cli/sluice";
+  Output ok = run("generate -p hi -n 1", true);
+  ASSERT_EQ(ok.exit_code, 0) << ok.out;
+  EXPECT_NE(ok.out.find("kernels: "), std::string::npos) << ok.out;
+  EXPECT_EQ(shell("SLUICE_KERNELS=avx9 " + sluice + " generate -p hi -n 1 >/dev/null 2>&1; echo $?"), "2\n");
+  EXPECT_NE(shell("SLUICE_KERNELS=avx9 " + sluice + " generate -p hi -n 1 2>&1 >/dev/null")
+                .find("SLUICE_KERNELS=avx9: unknown kernel path 'avx9' (choose avx2 or amx)"),
+            std::string::npos);
+}
+
 TEST(Cli, DemoInfoSaysGibberish) {
   Output o = run("model info demo");
   ASSERT_EQ(o.exit_code, 0);

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "kernels/matmul.h"
@@ -253,7 +254,7 @@ SLUICE_AMX void amx_matmul_groups(const WeightView& w, const QuantizedActivation
   }
   const int64_t tiles = (num_tokens + kTile - 1) / kTile;
   std::vector<float> acc(tiles * kTile * kRows);
-  AmxChunk* chunk = new AmxChunk;  // 27 KiB: off the stack of pool threads
+  const auto chunk = std::make_unique<AmxChunk>();  // 27 KiB: off the stack of pool threads
   for (int64_t g = group_begin; g < group_end; ++g) {
     const int64_t n0 = g * kRows;
     const int64_t num_rows = std::min<int64_t>(kRows, w.rows - n0);
@@ -276,7 +277,6 @@ SLUICE_AMX void amx_matmul_groups(const WeightView& w, const QuantizedActivation
       std::memcpy(y + t * w.rows + n0, acc.data() + t * kRows, num_rows * sizeof(float));
     }
   }
-  delete chunk;
   _tile_release();
 }
 

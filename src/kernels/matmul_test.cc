@@ -314,6 +314,23 @@ TEST(MatmulQ8, FullInt8RangeIsExact) {
   }
 }
 
+// Naming a path: an unknown name and a path the machine cannot run are errors that say why.
+TEST(KernelPath, UnknownOrUnavailablePathIsAnError) {
+  auto bad = parse_kernel_path("avx9");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message().find("unknown kernel path 'avx9' (choose avx2 or amx)"), std::string::npos);
+  for (const std::string& why : unavailable_kernel_paths()) {
+    const auto name = why.substr(0, why.find(':'));
+    auto path = parse_kernel_path(name);
+    ASSERT_TRUE(path) << why;
+    const Status s = set_kernel_path(*path);
+    ASSERT_FALSE(s) << why;
+    EXPECT_NE(s.message().find(why), std::string::npos) << s.message();
+  }
+  EXPECT_NE(describe_kernel_paths().find(std::string("kernels: ") + kernel_path_name(active_kernel_path())),
+            std::string::npos);
+}
+
 TEST(Matmul, SupportedTypes) {
   EXPECT_TRUE(weight_type_supported(TensorType::kQ8_0));
   EXPECT_TRUE(weight_type_supported(TensorType::kQ4_K));

@@ -1,10 +1,9 @@
 #include "model/quantize_model.h"
 
 #include <algorithm>
-#include <cstring>
 
-#include "common/half.h"
 #include "gguf/gguf_writer.h"
+#include "kernels/matmul.h"
 #include "kernels/quant_blocks.h"
 #include "kernels/quantize.h"
 #include "model/config.h"
@@ -73,18 +72,6 @@ TensorType fallback(TensorType t, uint64_t cols) {
     default: break;
   }
   return fits(t) ? t : TensorType::kF16;
-}
-
-void to_floats(const gguf::TensorInfo& t, uint64_t begin, uint64_t n, float* out) {
-  for (uint64_t i = 0; i < n; ++i) {
-    const uint64_t k = begin + i;
-    switch (t.type) {
-      case TensorType::kF32: std::memcpy(&out[i], t.data + 4 * k, 4); break;
-      case TensorType::kF16: { uint16_t h; std::memcpy(&h, t.data + 2 * k, 2); out[i] = f16_to_f32(h); break; }
-      case TensorType::kBF16: { uint16_t h; std::memcpy(&h, t.data + 2 * k, 2); out[i] = bf16_to_f32(h); break; }
-      default: break;
-    }
-  }
 }
 
 Result<Walk> start_walk(const gguf::File& in) {
@@ -187,8 +174,9 @@ Result<QuantizeReport> quantize_into(const gguf::File& in, const QuantMix& mix, 
         static_cast<int64_t>(rows),
         [&](int64_t begin, int64_t end) {
           std::vector<float> row(cols);
+          const kernels::WeightView src{t.data, t.type, static_cast<int64_t>(rows), static_cast<int64_t>(cols)};
           for (int64_t r = begin; r < end; ++r) {
-            to_floats(t, static_cast<uint64_t>(r) * cols, cols, row.data());
+            kernels::dequantize_row(src, r, row.data());
             kernels::quantize_row(type, row.data(), static_cast<int64_t>(cols), bytes.data() + r * row_bytes);
           }
         },
