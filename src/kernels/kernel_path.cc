@@ -16,6 +16,7 @@ namespace {
 
 struct Probe {
   bool avx2 = false;
+  bool avx512 = false, avxvnni = false;
   bool amx = false;
   std::string amx_why;  // why not, when !amx
 };
@@ -38,6 +39,10 @@ Probe probe() {
   const bool tile = leaf7 && (d >> 24 & 1), int8 = leaf7 && (d >> 25 & 1);
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl");
+  // The vnni paths' kernels use AVX2 and F16C too (the decoders), and the avx512 one AVX512DQ.
+  p.avx512 = p.avx2 && avx512 && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+  unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+  p.avxvnni = p.avx2 && __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) && (a1 >> 4 & 1);  // CPUID.(7,1):EAX[4]
   if (!tile || !int8) {
     p.amx_why = "the CPU has no AMX-INT8";
   } else if (!avx512 || !p.avx2) {
@@ -69,25 +74,35 @@ std::atomic<int> g_path{-1};
 
 KernelPath best() {
   const Probe& p = machine();
-  return p.amx ? KernelPath::kAmx : p.avx2 ? KernelPath::kAvx2 : KernelPath::kGeneric;
+  if (p.amx) return KernelPath::kAmx;
+  if (p.avx512) return KernelPath::kAvx512;
+  if (p.avxvnni) return KernelPath::kAvxVnni;
+  return p.avx2 ? KernelPath::kAvx2 : KernelPath::kGeneric;
 }
 
-bool runs(KernelPath path) {
+constexpr KernelPath kAllPaths[] = {KernelPath::kGeneric, KernelPath::kAvx2, KernelPath::kAvxVnni,
+                                    KernelPath::kAvx512, KernelPath::kAmx};
+
+}  // namespace
+
+bool kernel_path_runs(KernelPath path) {
   const Probe& p = machine();
   switch (path) {
     case KernelPath::kGeneric: return !p.avx2;
     case KernelPath::kAvx2: return p.avx2;
+    case KernelPath::kAvxVnni: return p.avxvnni;
+    case KernelPath::kAvx512: return p.avx512;
     case KernelPath::kAmx: return p.amx;
   }
   return false;
 }
 
-}  // namespace
-
 const char* kernel_path_name(KernelPath path) {
   switch (path) {
     case KernelPath::kGeneric: return "generic";
     case KernelPath::kAvx2: return "avx2";
+    case KernelPath::kAvxVnni: return "avxvnni";
+    case KernelPath::kAvx512: return "avx512";
     case KernelPath::kAmx: return "amx";
   }
   return "?";
@@ -95,8 +110,8 @@ const char* kernel_path_name(KernelPath path) {
 
 std::vector<KernelPath> available_kernel_paths() {
   std::vector<KernelPath> out;
-  for (KernelPath p : {KernelPath::kGeneric, KernelPath::kAvx2, KernelPath::kAmx}) {
-    if (runs(p)) out.push_back(p);
+  for (KernelPath p : kAllPaths) {
+    if (kernel_path_runs(p)) out.push_back(p);
   }
   return out;
 }
@@ -104,19 +119,21 @@ std::vector<KernelPath> available_kernel_paths() {
 std::vector<std::string> unavailable_kernel_paths() {
   std::vector<std::string> out;
   if (!machine().avx2) out.push_back(fmt::format("avx2: {}", "the CPU has no AVX2/FMA/F16C"));
+  if (!machine().avxvnni) out.push_back(fmt::format("avxvnni: {}", "the CPU has no AVX-VNNI"));
+  if (!machine().avx512) out.push_back(fmt::format("avx512: {}", "the CPU has no AVX-512 F/BW/VL/DQ with VNNI"));
   if (!machine().amx) out.push_back(fmt::format("amx: {}", machine().amx_why));
   return out;
 }
 
 Result<KernelPath> parse_kernel_path(const std::string& name) {
-  for (KernelPath p : {KernelPath::kAvx2, KernelPath::kAmx}) {
-    if (name == kernel_path_name(p)) return p;
+  for (KernelPath p : kAllPaths) {
+    if (p != KernelPath::kGeneric && name == kernel_path_name(p)) return p;
   }
-  return Error("unknown kernel path '{}' (choose avx2 or amx)", name);
+  return Error("unknown kernel path '{}' (choose avx2, avxvnni, avx512 or amx)", name);
 }
 
 Status set_kernel_path(KernelPath path) {
-  if (!runs(path)) {
+  if (!kernel_path_runs(path)) {
     for (const std::string& why : unavailable_kernel_paths()) {
       if (why.starts_with(kernel_path_name(path))) return Status::error(fmt::format("this machine cannot run kernel path {}", why));
     }

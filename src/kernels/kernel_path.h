@@ -3,13 +3,18 @@
 //
 //   amx     Intel AMX-INT8 tiles (Sapphire Rapids and later) for several tokens at once; Linux must
 //           grant the tile state (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)), which a
-//           VM can refuse. One token still runs the avx2 code (a tile of one row wastes it).
+//           VM can refuse. 2-3 tokens run the avx512 code, one token the avx2 code's direct path
+//           (a tile of 16 token rows would be mostly padding).
+//   avx512  512-bit AVX-512 VNNI (vpdpbusd: 64 byte products into 16 int32 lanes), 16 rows a
+//           vector (Intel Ice Lake and later, AMD Zen 4 and later). One token: avx2's direct path.
+//   avxvnni the 256-bit VEX form of vpdpbusd (AVX-VNNI: Intel Alder Lake and later, where
+//           AVX-512 is absent), 8 rows a vector. One token: avx2's direct path.
 //   avx2    256-bit integer dot products (vpmaddubsw + vpmaddwd), the baseline of x86-64-v3.
 //   generic Highway's portable code for CPUs without AVX2.
 //
 // Every path computes the same exact integer block sums and the same float operations per
 // (row, token) in the same order, so all of them give bit-identical results (the kernel tests
-// compare them with memcmp). SLUICE_KERNELS=avx2|amx forces a path (for comparisons and tests);
+// compare them with memcmp). SLUICE_KERNELS=avx2|avxvnni|avx512|amx forces a path (for comparisons and tests);
 // a path the machine cannot run is an error, not a silent fallback.
 #pragma once
 
@@ -20,13 +25,14 @@
 
 namespace sluice::kernels {
 
-enum class KernelPath { kGeneric, kAvx2, kAmx };
+enum class KernelPath { kGeneric, kAvx2, kAvxVnni, kAvx512, kAmx };
 
 const char* kernel_path_name(KernelPath path);
 
 // The paths this machine can run, best last; and for each one it cannot, why.
 std::vector<KernelPath> available_kernel_paths();
 std::vector<std::string> unavailable_kernel_paths();
+bool kernel_path_runs(KernelPath path);
 
 // The path in use: SLUICE_KERNELS when set (an unknown or unavailable value aborts with a
 // message at the first kernel call: set_kernel_path reports it as an error instead), else the

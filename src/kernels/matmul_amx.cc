@@ -257,9 +257,8 @@ SLUICE_AMX void amx_matmul_groups(const WeightView& w, const QuantizedActivation
   const auto chunk = std::make_unique<AmxChunk>();  // 27 KiB: off the stack of pool threads
   for (int64_t g = group_begin; g < group_end; ++g) {
     const int64_t n0 = g * kRows;
-    const int64_t num_rows = std::min<int64_t>(kRows, w.rows - n0);
     const uint8_t* rows[kRows];
-    for (int r = 0; r < kRows; ++r) rows[r] = w.row(n0 + std::min<int64_t>(r, num_rows - 1));
+    const int64_t num_rows = group_rows(w, g, rows);
     std::fill(acc.begin(), acc.end(), 0.0f);
     for (int64_t b0 = 0; b0 < num_blocks; b0 += kChunk) {
       const int nb = static_cast<int>(std::min<int64_t>(kChunk, num_blocks - b0));

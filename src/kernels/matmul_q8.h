@@ -51,4 +51,9 @@ void matmul_q8_0(ThreadPool& pool, std::span<const MatmulTarget> targets, const 
 // that type, cols equal and a multiple of the type's block.
 void matmul_quant(ThreadPool& pool, std::span<const MatmulTarget> targets, const float* x, int64_t num_tokens);
 
+// Which code matmul_quant runs for num_tokens tokens on the active kernel path: the Highway
+// vector code (avx2 or generic, and for Q8_0 matmul_q8_0), or one of the instruction paths.
+enum class QuantRoute { kVector, kVnni256, kVnni512, kAmx };
+QuantRoute quant_route(int64_t num_tokens);
+
 }  // namespace sluice::kernels

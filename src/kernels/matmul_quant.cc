@@ -42,6 +42,7 @@
 #include "kernels/kernel_path.h"
 #include "kernels/decoded_chunk.h"
 #include "kernels/matmul_amx.h"
+#include "kernels/matmul_vnni.h"
 #include "kernels/quant_blocks.h"
 
 #if HWY_ARCH_X86
@@ -505,9 +506,8 @@ void groups(const WeightView& w, const QuantizedActivations& xq, int64_t num_tok
   QuantChunk chunk;
   for (int64_t g = group_begin; g < group_end; ++g) {
     const int64_t n0 = g * kRows;
-    const int64_t num_rows = std::min<int64_t>(kRows, w.rows - n0);
     const uint8_t* rows[kRows];
-    for (int r = 0; r < kRows; ++r) rows[r] = w.row(n0 + std::min<int64_t>(r, num_rows - 1));
+    const int64_t num_rows = group_rows(w, g, rows);
     const uint8_t* next = g + 1 < group_end ? w.row(n0 + kRows) : nullptr;
     if (kHasDirect && num_tokens == 1) {
       direct<kType, kHalves, kMin, kSub>(rows, num_blocks, xq.q.data(), xq.d.data(),
@@ -531,24 +531,34 @@ void groups(const WeightView& w, const QuantizedActivations& xq, int64_t num_tok
   }
 }
 
-void DecodeChunk16(gguf::TensorType type, const uint8_t* const* rows, int64_t b0, int num_blocks,
-                   DecodedChunk<16>& c) {
+template <int kN>
+void DecodeChunk(gguf::TensorType type, const uint8_t* const* rows, int64_t b0, int num_blocks, DecodedChunk<kN>& c) {
   using T = gguf::TensorType;
   switch (type) {
-    case T::kQ4_0: return decode_chunk<T::kQ4_0, 16>(rows, b0, num_blocks, c);
-    case T::kQ4_1: return decode_chunk<T::kQ4_1, 16>(rows, b0, num_blocks, c);
-    case T::kQ5_0: return decode_chunk<T::kQ5_0, 16>(rows, b0, num_blocks, c);
-    case T::kQ5_1: return decode_chunk<T::kQ5_1, 16>(rows, b0, num_blocks, c);
-    case T::kQ8_0: return decode_chunk<T::kQ8_0, 16>(rows, b0, num_blocks, c);
-    case T::kIQ4_NL: return decode_chunk<T::kIQ4_NL, 16>(rows, b0, num_blocks, c);
-    case T::kQ2_K: return decode_chunk<T::kQ2_K, 16>(rows, b0, num_blocks, c);
-    case T::kQ3_K: return decode_chunk<T::kQ3_K, 16>(rows, b0, num_blocks, c);
-    case T::kQ4_K: return decode_chunk<T::kQ4_K, 16>(rows, b0, num_blocks, c);
-    case T::kQ5_K: return decode_chunk<T::kQ5_K, 16>(rows, b0, num_blocks, c);
-    case T::kQ6_K: return decode_chunk<T::kQ6_K, 16>(rows, b0, num_blocks, c);
-    case T::kIQ4_XS: return decode_chunk<T::kIQ4_XS, 16>(rows, b0, num_blocks, c);
+    case T::kQ4_0: return decode_chunk<T::kQ4_0, kN>(rows, b0, num_blocks, c);
+    case T::kQ4_1: return decode_chunk<T::kQ4_1, kN>(rows, b0, num_blocks, c);
+    case T::kQ5_0: return decode_chunk<T::kQ5_0, kN>(rows, b0, num_blocks, c);
+    case T::kQ5_1: return decode_chunk<T::kQ5_1, kN>(rows, b0, num_blocks, c);
+    case T::kQ8_0: return decode_chunk<T::kQ8_0, kN>(rows, b0, num_blocks, c);
+    case T::kIQ4_NL: return decode_chunk<T::kIQ4_NL, kN>(rows, b0, num_blocks, c);
+    case T::kQ2_K: return decode_chunk<T::kQ2_K, kN>(rows, b0, num_blocks, c);
+    case T::kQ3_K: return decode_chunk<T::kQ3_K, kN>(rows, b0, num_blocks, c);
+    case T::kQ4_K: return decode_chunk<T::kQ4_K, kN>(rows, b0, num_blocks, c);
+    case T::kQ5_K: return decode_chunk<T::kQ5_K, kN>(rows, b0, num_blocks, c);
+    case T::kQ6_K: return decode_chunk<T::kQ6_K, kN>(rows, b0, num_blocks, c);
+    case T::kIQ4_XS: return decode_chunk<T::kIQ4_XS, kN>(rows, b0, num_blocks, c);
     default: return;
   }
+}
+
+void DecodeChunk16(gguf::TensorType type, const uint8_t* const* rows, int64_t b0, int num_blocks,
+                   DecodedChunk<16>& c) {
+  DecodeChunk<16>(type, rows, b0, num_blocks, c);
+}
+
+void DecodeChunk8(gguf::TensorType type, const uint8_t* const* rows, int64_t b0, int num_blocks,
+                  DecodedChunk<8>& c) {
+  DecodeChunk<8>(type, rows, b0, num_blocks, c);
 }
 
 void MatmulQuantGroups(const WeightView& w, const QuantizedActivations& xq, int64_t num_tokens, float* y,
@@ -579,25 +589,43 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace sluice::kernels {
 
-// The AMX path's loop: row groups of 16.
-void amx_matmul(ThreadPool& pool, std::span<const MatmulTarget> targets, const QuantizedActivations& xq,
-                int64_t num_tokens) {
+// One parallel loop over the row groups of `group_rows` rows of every target, with chunks of
+// about 64 KiB of weights per hand-out.
+template <class Fn>
+void over_groups(ThreadPool& pool, std::span<const MatmulTarget> targets, int64_t group_rows, Fn fn) {
   const size_t row_bytes = std::max<size_t>(1, targets[0].w.row_bytes());
-  const int64_t grain =
-      std::max<int64_t>(1, (int64_t{64} << 10) / (kAmxGroupRows * static_cast<int64_t>(row_bytes)));
+  const int64_t grain = std::max<int64_t>(1, (int64_t{64} << 10) / (group_rows * static_cast<int64_t>(row_bytes)));
   parallel_over_targets(
-      pool, targets, [](const WeightView& w) { return (w.rows + kAmxGroupRows - 1) / kAmxGroupRows; }, grain,
-      [&](size_t i, int64_t begin, int64_t end) {
-        amx_matmul_groups(targets[i].w, xq, num_tokens, targets[i].y, begin, end);
-      });
+      pool, targets, [&](const WeightView& w) { return (w.rows + group_rows - 1) / group_rows; }, grain,
+      [&](size_t i, int64_t begin, int64_t end) { fn(targets[i].w, targets[i].y, begin, end); });
 }
 
 HWY_EXPORT(MatmulQuantGroups);
 HWY_EXPORT(DecodeChunk16);
+HWY_EXPORT(DecodeChunk8);
 
 void decode_chunk16(gguf::TensorType type, const uint8_t* const* rows, int64_t b0, int num_blocks,
                     DecodedChunk<16>& c) {
   HWY_DYNAMIC_DISPATCH(DecodeChunk16)(type, rows, b0, num_blocks, c);
+}
+
+void decode_chunk8(gguf::TensorType type, const uint8_t* const* rows, int64_t b0, int num_blocks,
+                   DecodedChunk<8>& c) {
+  HWY_DYNAMIC_DISPATCH(DecodeChunk8)(type, rows, b0, num_blocks, c);
+}
+
+QuantRoute quant_route(int64_t num_tokens) {
+  switch (active_kernel_path()) {
+    case KernelPath::kAmx:
+      if (num_tokens >= kAmxMinTokens) return QuantRoute::kAmx;
+      // Fewer tokens than an AMX tile wants: the best vector path (every AMX CPU so far has
+      // AVX-512 VNNI; kernel_path.h says whether this one does).
+      if (num_tokens >= kVnniMinTokens && kernel_path_runs(KernelPath::kAvx512)) return QuantRoute::kVnni512;
+      return QuantRoute::kVector;
+    case KernelPath::kAvx512: return num_tokens >= kVnniMinTokens ? QuantRoute::kVnni512 : QuantRoute::kVector;
+    case KernelPath::kAvxVnni: return num_tokens >= kVnniMinTokens ? QuantRoute::kVnni256 : QuantRoute::kVector;
+    default: return QuantRoute::kVector;
+  }
 }
 
 void matmul_quant(ThreadPool& pool, std::span<const MatmulTarget> targets, const float* x, int64_t num_tokens) {
@@ -606,17 +634,27 @@ void matmul_quant(ThreadPool& pool, std::span<const MatmulTarget> targets, const
   QuantizedActivations xq;
   const gguf::TensorType type = targets[0].w.type;
   quantize_activations(x, num_tokens, cols, xq, block_elements(type), /*with_sums=*/has_min(type));
-  if (active_kernel_path() == KernelPath::kAmx && num_tokens >= kAmxMinTokens) {
-    amx_matmul(pool, targets, xq, num_tokens);
+  const QuantRoute route = quant_route(num_tokens);
+  if (route == QuantRoute::kAmx) {
+    over_groups(pool, targets, kAmxGroupRows, [&](const WeightView& w, float* y, int64_t begin, int64_t end) {
+      amx_matmul_groups(w, xq, num_tokens, y, begin, end);
+    });
     return;
   }
-  const size_t row_bytes = std::max<size_t>(1, targets[0].w.row_bytes());
-  const int64_t grain =
-      std::max<int64_t>(1, (int64_t{64} << 10) / (kQuantGroupRows * static_cast<int64_t>(row_bytes)));
+  if (route == QuantRoute::kVnni512 || route == QuantRoute::kVnni256) {
+    std::vector<uint8_t> xu(xq.q.size());  // vpdpbusd's unsigned operand: x + 128
+    for (size_t i = 0; i < xu.size(); ++i) xu[i] = static_cast<uint8_t>(xq.q[i]) ^ 0x80;
+    const bool wide = route == QuantRoute::kVnni512;
+    over_groups(pool, targets, wide ? kVnni512GroupRows : kVnni256GroupRows,
+                [&](const WeightView& w, float* y, int64_t begin, int64_t end) {
+                  (wide ? vnni512_matmul_groups : vnni256_matmul_groups)(w, xq, xu.data(), num_tokens, y, begin, end);
+                });
+    return;
+  }
   auto fn = HWY_DYNAMIC_DISPATCH(MatmulQuantGroups);
-  parallel_over_targets(
-      pool, targets, [](const WeightView& w) { return (w.rows + kQuantGroupRows - 1) / kQuantGroupRows; }, grain,
-      [&](size_t i, int64_t begin, int64_t end) { fn(targets[i].w, xq, num_tokens, targets[i].y, begin, end); });
+  over_groups(pool, targets, kQuantGroupRows, [&](const WeightView& w, float* y, int64_t begin, int64_t end) {
+    fn(w, xq, num_tokens, y, begin, end);
+  });
 }
 
 }  // namespace sluice::kernels
