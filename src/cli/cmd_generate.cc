@@ -284,7 +284,7 @@ int run(const GenerateOptions& o) {
   ThreadPool pool(o.threads);
   auto engine = Engine::create(*loaded->model, tok, pool, *config);
   if (!engine) return fail_config(engine.error());
-  if (!o.json) std::cerr << describe_kv_cache(**engine, mc) << "\n" << kernels::describe_kernel_paths() << "\n";
+  if (!o.json) std::cerr << describe_kv_cache(**engine, mc) << "\n" << describe_kernels(*loaded->model) << "\n";
   if (reqs.size() == 1) return run_one(o, **engine, tok, prompts[0], std::move(reqs[0]));
   const size_t parallel = o.prompts_file.empty() || o.parallel == 0 ? reqs.size() : static_cast<size_t>(o.parallel);
   return run_many(o, **engine, tok, prompts, reqs, parallel);

@@ -124,7 +124,7 @@ int run(ServeOptions& o) {
   std::cerr << "model: " << o.model << (loaded->is_demo ? " (random weights: its output is gibberish)" : "")
             << ", served as '" << api_config.model_name << "'\n"
             << describe_kv_cache(**engine, mc) << "\n"
-            << kernels::describe_kernel_paths() << "\n"
+            << describe_kernels(model) << "\n"
             << "chat template: " << template_from << "\n"
             << "compute threads: " << pool.num_threads() << ", HTTP threads: " << o.http.threads
             << (o.http.api_key.empty() ? "" : ", API key required") << "\n";

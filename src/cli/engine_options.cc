@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "kernels/kernel_path.h"
+
 namespace sluice::cli {
 
 void EngineOptions::add_to(CLI::App& cmd) {
@@ -129,6 +131,17 @@ Result<EngineConfig> EngineOptions::to_config(const ModelConfig& model, const To
     SLUICE_ASSIGN_OR_RETURN(c.kv_cache_bytes, parse_memory_size(kv_cache_memory, available));
   }
   return c;
+}
+
+std::string describe_kernels(const Model& model) {
+  std::string out = kernels::describe_kernel_paths();
+  const ModelWeights& w = model.weights();
+  if (!w.packed.empty()) {
+    out += fmt::format("\nweights repacked for the 16-row kernels: {} matrices, {:.1f} MiB beside the file's {:.1f} MiB",
+                       w.packed.size(), static_cast<double>(w.packed_bytes()) / (1024.0 * 1024.0),
+                       static_cast<double>(model.file().file_size()) / (1024.0 * 1024.0));
+  }
+  return out;
 }
 
 std::string describe_kv_cache(const Engine& engine, const ModelConfig& model) {

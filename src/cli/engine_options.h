@@ -39,5 +39,7 @@ int64_t available_memory_bytes();
 
 // One line for stderr: "KV cache: 3.0 GiB f16, 12288 blocks of 16 = 196608 tokens (12288 bytes per token)".
 std::string describe_kv_cache(const Engine& engine, const ModelConfig& model);
+// The kernel paths, and the memory the weights repacked at load take (kernels/packed_weight.h).
+std::string describe_kernels(const Model& model);
 
 }  // namespace sluice::cli

@@ -164,6 +164,18 @@ KernelPath active_kernel_path() {
   return static_cast<KernelPath>(g_path.load());
 }
 
+bool repack_weights() {
+  static const bool allowed = [] {
+    const char* env = std::getenv("SLUICE_REPACK");
+    if (env == nullptr || *env == '\0' || std::string(env) == "on") return true;
+    if (std::string(env) == "off") return false;
+    std::fprintf(stderr, "sluice: SLUICE_REPACK=%s: expected on or off\n", env);
+    std::exit(2);
+  }();
+  const KernelPath p = active_kernel_path();
+  return allowed && (p == KernelPath::kAmx || p == KernelPath::kAvx512);
+}
+
 std::string describe_kernel_paths() {
   std::string out = fmt::format("kernels: {}", kernel_path_name(active_kernel_path()));
   std::string others;

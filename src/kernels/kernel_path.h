@@ -43,6 +43,12 @@ KernelPath active_kernel_path();
 Status set_kernel_path(KernelPath path);
 Result<KernelPath> parse_kernel_path(const std::string& name);
 
+// Whether models repack their quantized weights at load (packed_weight.h): when the active path
+// reads packed weights (amx, avx512), unless SLUICE_REPACK=off (an unknown value aborts with a
+// message, as SLUICE_KERNELS does). Off, those paths decode each chunk at run time: the same
+// bits, slower for small batches, no extra memory.
+bool repack_weights();
+
 // One line for the logs: "kernels: amx (avx2 available; avx512-vnni: ...)".
 std::string describe_kernel_paths();
 

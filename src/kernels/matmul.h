@@ -23,11 +23,16 @@
 
 namespace sluice::kernels {
 
+class PackedWeight;
+
 struct WeightView {
   const uint8_t* data = nullptr;
   gguf::TensorType type = gguf::TensorType::kF32;
   int64_t rows = 0;
   int64_t cols = 0;
+  // The same weight repacked for the 16-row kernels (packed_weight.h), or null: they decode it
+  // at run time then. Other paths read data.
+  const PackedWeight* packed = nullptr;
 
   size_t row_bytes() const;
   const uint8_t* row(int64_t n) const { return data + static_cast<size_t>(n) * row_bytes(); }

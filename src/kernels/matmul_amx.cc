@@ -25,6 +25,7 @@
 
 #include "kernels/matmul.h"
 #include "kernels/decoded_chunk.h"
+#include "kernels/packed_weight.h"
 #include "kernels/matmul_amx.h"
 #include "kernels/quant_blocks.h"
 
@@ -65,7 +66,7 @@ TileConfig config(int k) {
   return c;
 }
 
-using AmxChunk = DecodedChunk<kRows>;
+using AmxChunk = ChunkRef<kRows>;
 
 // int32 lanes as floats (rounded to nearest, as every path converts). The masked form: GCC 12's
 // plain one reads an undefined vector, which its -Wmaybe-uninitialized flags.
@@ -254,7 +255,8 @@ SLUICE_AMX void amx_matmul_groups(const WeightView& w, const QuantizedActivation
   }
   const int64_t tiles = (num_tokens + kTile - 1) / kTile;
   std::vector<float> acc(tiles * kTile * kRows);
-  const auto chunk = std::make_unique<AmxChunk>();  // 27 KiB: off the stack of pool threads
+  std::unique_ptr<DecodedChunk<kRows>> decoded;  // 27 KiB: off the stack of pool threads
+  if (w.packed == nullptr) decoded = std::make_unique<DecodedChunk<kRows>>();
   for (int64_t g = group_begin; g < group_end; ++g) {
     const int64_t n0 = g * kRows;
     const uint8_t* rows[kRows];
@@ -262,19 +264,23 @@ SLUICE_AMX void amx_matmul_groups(const WeightView& w, const QuantizedActivation
     std::fill(acc.begin(), acc.end(), 0.0f);
     for (int64_t b0 = 0; b0 < num_blocks; b0 += kChunk) {
       const int nb = static_cast<int>(std::min<int64_t>(kChunk, num_blocks - b0));
-      decode_chunk16(w.type, rows, b0, nb, *chunk);
+      AmxChunk chunk;
+      if (w.packed != nullptr) {
+        chunk = w.packed->chunk(g, b0 / kChunk);
+      } else {
+        decode_chunk16(w.type, rows, b0, nb, *decoded);
+        chunk = chunk_ref(*decoded);
+      }
       for (int64_t tt = 0; tt < tiles; ++tt) {
         const bool padded = tt * kTile >= full;
         const int64_t t0 = tt * kTile;
         const int8_t* x = padded ? pad_x.data() : xq.q.data() + t0 * cols;
         const float* dx = padded ? pad_dx.data() : xq.d.data() + t0 * dx_stride;
         const int16_t* sums = !tr.min ? nullptr : padded ? pad_sums.data() : xq.sums.data() + t0 * sums_stride;
-        tr.run(*chunk, b0, nb, x, cols, dx, dx_stride, sums, sums_stride, acc.data() + t0 * kRows);
+        tr.run(chunk, b0, nb, x, cols, dx, dx_stride, sums, sums_stride, acc.data() + t0 * kRows);
       }
     }
-    for (int64_t t = 0; t < num_tokens; ++t) {
-      std::memcpy(y + t * w.rows + n0, acc.data() + t * kRows, num_rows * sizeof(float));
-    }
+    store_group<kRows>(acc.data(), num_tokens, num_rows, y, w.rows, n0);
   }
   _tile_release();
 }

@@ -525,9 +525,7 @@ void groups(const WeightView& w, const QuantizedActivations& xq, int64_t num_tok
       decode_chunk<kType, kRows>(rows, b0, nb, chunk);
       token_tiles<kHalves, kMin, kSub>(chunk, b0, nb, xq, w.cols, num_tokens, acc.data());
     }
-    for (int64_t t = 0; t < num_tokens; ++t) {
-      std::memcpy(y + t * w.rows + n0, acc.data() + t * kRows, num_rows * sizeof(float));
-    }
+    store_group<kRows>(acc.data(), num_tokens, num_rows, y, w.rows, n0);
   }
 }
 

@@ -42,6 +42,9 @@ SLUICE_VNNI_INLINE VF to_f(VI v) { return _mm512_maskz_cvtepi32_ps(static_cast<_
 inline void decode(gguf::TensorType type, const uint8_t* const* rows, int64_t b0, int nb, DecodedChunk<kRows>& c) {
   decode_chunk16(type, rows, b0, nb, c);
 }
+// The 16-row kernel reads a packed weight in place; otherwise each chunk is decoded.
+inline bool reads_packed(const WeightView& w) { return w.packed != nullptr; }
+inline ChunkRef<kRows> packed_chunk(const WeightView& w, int64_t g, int64_t k) { return w.packed->chunk(g, k); }
 #else
 constexpr int kRows = kVnni256GroupRows;
 using VI = __m256i;
@@ -64,10 +67,12 @@ SLUICE_VNNI_INLINE VF to_f(VI v) { return _mm256_cvtepi32_ps(v); }
 inline void decode(gguf::TensorType type, const uint8_t* const* rows, int64_t b0, int nb, DecodedChunk<kRows>& c) {
   decode_chunk8(type, rows, b0, nb, c);
 }
+inline bool reads_packed(const WeightView&) { return false; }  // packed weights have groups of 16
+inline ChunkRef<kRows> packed_chunk(const WeightView&, int64_t, int64_t) { return {}; }
 #endif
 
 constexpr int kTile = 8;  // tokens per tile
-using Chunk = DecodedChunk<kRows>;
+using Chunk = ChunkRef<kRows>;
 
 // Where tile token t's activations are: unsigned levels, block scales, 16-element sums.
 struct TileTokens {
@@ -171,7 +176,9 @@ void matmul_groups(const WeightView& w, const QuantizedActivations& xq, const ui
   const int64_t cols = w.cols, num_blocks = cols / kSubBlock;
   const int64_t dx_stride = cols / xq.block, sums_stride = cols / 16;
   std::vector<float> acc(num_tokens * kRows);
-  const auto chunk = std::make_unique<Chunk>();  // off the stack of pool threads
+  const bool packed = reads_packed(w);
+  std::unique_ptr<DecodedChunk<kRows>> decoded;  // off the stack of pool threads
+  if (!packed) decoded = std::make_unique<DecodedChunk<kRows>>();
   for (int64_t g = group_begin; g < group_end; ++g) {
     const int64_t n0 = g * kRows;
     const uint8_t* rows[kRows];
@@ -179,7 +186,13 @@ void matmul_groups(const WeightView& w, const QuantizedActivations& xq, const ui
     std::fill(acc.begin(), acc.end(), 0.0f);
     for (int64_t b0 = 0; b0 < num_blocks; b0 += kChunkSubBlocks) {
       const int nb = static_cast<int>(std::min<int64_t>(kChunkSubBlocks, num_blocks - b0));
-      decode(w.type, rows, b0, nb, *chunk);
+      Chunk chunk;
+      if (packed) {
+        chunk = packed_chunk(w, g, b0 / kChunkSubBlocks);
+      } else {
+        decode(w.type, rows, b0, nb, *decoded);
+        chunk = chunk_ref(*decoded);
+      }
       for (int64_t t0 = 0; t0 < num_tokens; t0 += kTile) {
         const int kt = static_cast<int>(std::min<int64_t>(kTile, num_tokens - t0));
         TileTokens tk{};
@@ -188,12 +201,10 @@ void matmul_groups(const WeightView& w, const QuantizedActivations& xq, const ui
           tk.dx[t] = xq.d.data() + (t0 + t) * dx_stride;
           tk.sums[t] = xq.sums.empty() ? nullptr : xq.sums.data() + (t0 + t) * sums_stride;
         }
-        fns[kt - 1](*chunk, b0, nb, tk, acc.data() + t0 * kRows);
+        fns[kt - 1](chunk, b0, nb, tk, acc.data() + t0 * kRows);
       }
     }
-    for (int64_t t = 0; t < num_tokens; ++t) {
-      std::memcpy(y + t * w.rows + n0, acc.data() + t * kRows, num_rows * sizeof(float));
-    }
+    store_group<kRows>(acc.data(), num_tokens, num_rows, y, w.rows, n0);
   }
 }
 

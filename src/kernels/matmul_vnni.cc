@@ -26,6 +26,7 @@
 
 #include "kernels/matmul_vnni.h"
 #include "kernels/decoded_chunk.h"
+#include "kernels/packed_weight.h"
 #include "kernels/quant_blocks.h"
 
 #define SLUICE_VNNI_BITS 512

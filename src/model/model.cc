@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "kernels/attention.h"
+#include "kernels/kernel_path.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 
@@ -14,6 +15,10 @@ Result<std::unique_ptr<Model>> Model::load(std::unique_ptr<gguf::File> file) {
   SLUICE_ASSIGN_OR_RETURN(m->config_, ModelConfig::from_gguf(*file));
   SLUICE_ASSIGN_OR_RETURN(m->weights_, ModelWeights::bind(*file, m->config_));
   m->file_ = std::move(file);
+  if (kernels::repack_weights()) {
+    ThreadPool pool(0);
+    m->weights_.repack(pool);
+  }
   const ModelConfig& c = m->config_;
   m->inv_freq_.resize(c.rope_dim / 2);
   for (int32_t i = 0; i < c.rope_dim / 2; ++i) {

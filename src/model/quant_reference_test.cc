@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/test_paths.h"
+#include "kernels/kernel_path.h"
 #include "model/model.h"
 #include "model/quantize_model.h"
 
@@ -231,6 +232,38 @@ TEST_P(QuantReference, AsAccurateAsLlamaCpp) {
   auto model = Model::load(std::move(*file));
   ASSERT_TRUE(model) << model.error().message();
   expect_as_accurate_as_llama(**model, GetParam());
+}
+
+// Weights repacked at load (kernels/packed_weight.h) give the logits of the same weights decoded
+// at run time, bit for bit, on every position of the 16 prompts: a model loaded on the avx2 path
+// (nothing repacked) and one loaded on a path that repacks, both run on that path.
+TEST_P(QuantReference, RepackedWeightsGiveTheSameBits) {
+  using kernels::KernelPath;
+  const KernelPath before = kernels::active_kernel_path();
+  KernelPath tiles = KernelPath::kAmx;
+  if (!kernels::kernel_path_runs(tiles)) tiles = KernelPath::kAvx512;
+  if (!kernels::kernel_path_runs(tiles) || !kernels::kernel_path_runs(KernelPath::kAvx2)) {
+    GTEST_SKIP() << "this machine has neither amx nor avx512, the paths that read repacked weights";
+  }
+  auto load = [&](KernelPath path) {
+    EXPECT_TRUE(kernels::set_kernel_path(path));
+    auto file = gguf::File::open(quant_dir() + "llama-d256-s21-" + GetParam() + ".gguf");
+    EXPECT_TRUE(file) << file.error().message();
+    auto model = Model::load(std::move(*file));
+    EXPECT_TRUE(model) << model.error().message();
+    return std::move(*model);
+  };
+  auto as_loaded = load(KernelPath::kAvx2);
+  auto repacked = load(tiles);
+  ASSERT_TRUE(as_loaded->weights().packed.empty());
+  if (GetParam() == "F32") {
+    ASSERT_TRUE(repacked->weights().packed.empty());  // nothing to repack
+  } else {
+    ASSERT_FALSE(repacked->weights().packed.empty());
+  }
+  const auto prompts = read_reference(quant_dir() + "llama-d256-s21-F32.reference.jsonl");
+  EXPECT_EQ(sluice_logprobs(*as_loaded, prompts), sluice_logprobs(*repacked, prompts)) << kernel_path_name(tiles);
+  ASSERT_TRUE(kernels::set_kernel_path(before));
 }
 
 INSTANTIATE_TEST_SUITE_P(Mixes, QuantReference,

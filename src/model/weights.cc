@@ -112,4 +112,23 @@ Result<ModelWeights> ModelWeights::bind(const gguf::File& f, const ModelConfig& 
   return w;
 }
 
+void ModelWeights::repack(ThreadPool& pool) {
+  auto pack = [&](kernels::WeightView& w) {
+    if (!kernels::PackedWeight::packs(w.type) || w.packed != nullptr) return;
+    packed.push_back(kernels::PackedWeight::pack(w, pool));
+    w.packed = packed.back().get();
+  };
+  pack(output);
+  if (output.data == token_embd.data) token_embd.packed = output.packed;
+  for (LayerWeights& l : layers) {
+    for (kernels::WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) pack(*w);
+  }
+}
+
+size_t ModelWeights::packed_bytes() const {
+  size_t n = 0;
+  for (const auto& p : packed) n += p->bytes();
+  return n;
+}
+
 }  // namespace sluice

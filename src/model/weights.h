@@ -9,7 +9,9 @@
 
 #include "common/status.h"
 #include "gguf/gguf_reader.h"
+#include "common/thread_pool.h"
 #include "kernels/matmul.h"
+#include "kernels/packed_weight.h"
 #include "model/config.h"
 
 namespace sluice {
@@ -33,8 +35,15 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   const float* rope_freq_factors = nullptr;  // [rope_dim / 2] or null
   std::vector<std::unique_ptr<std::vector<float>>> owned;  // converted vectors
+  // Matrices repacked for the 16-row kernels (kernels/packed_weight.h), pointed to by the views.
+  std::vector<std::unique_ptr<kernels::PackedWeight>> packed;
 
   static Result<ModelWeights> bind(const gguf::File& file, const ModelConfig& config);
+
+  // Repacks every block-quantized matrix the forward pass multiplies by (token_embd only when
+  // it is also the output), so the amx and avx512 kernels read it in place.
+  void repack(ThreadPool& pool);
+  size_t packed_bytes() const;
 };
 
 }  // namespace sluice

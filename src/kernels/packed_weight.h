@@ -1,0 +1,58 @@
+// A quantized weight repacked once at load into the layout of the 16-row kernels (the amx and
+// avx512 paths, kernel_path.h): for each group of 16 rows and each chunk of up to 32 sub-blocks,
+// the levels already decoded and transposed (decoded_chunk.h's DecodedChunk<16>: 32-bit lane r of
+// step j = row r's levels 4j..4j+3, the weight operand of an AMX tile and of a vpdpbusd) with the
+// scales as int32 and floats beside them. Those kernels then read it in place instead of
+// decoding the chunk for every call, which is most of a small batch's time.
+//
+// Only the fields a type reads are stored: levels and d always (32 + 4 bytes per 32 weights of a
+// row), the integer scales for the super-block types (+4), mins and dmin for the types with a min
+// (+6... all as int32 and float). So the copy takes 1.125 bytes per weight for Q8_0, Q4_0, Q5_0 and
+// IQ4_NL, 1.375 for Q3_K, Q6_K and IQ4_XS, 1.5 for Q4_1 and Q5_1, 1.75 for Q2_K, Q4_K and Q5_K,
+// beside the file's own bytes (which one-token decode keeps reading: it is bound by memory, and
+// they are fewer).
+//
+// The levels and scales are the decoder's own output, so a packed weight gives the same bits as
+// decoding at run time (the kernel tests compare them with memcmp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "common/thread_pool.h"
+#include "kernels/decoded_chunk.h"
+#include "kernels/matmul.h"
+
+namespace sluice::kernels {
+
+class PackedWeight {
+ public:
+  static constexpr int kRows = 16;
+
+  // Whether the packed form exists for this type (every block-quantized type).
+  static bool packs(gguf::TensorType type);
+  // REQUIRES: packs(w.type). Decodes every row group, in parallel on the pool.
+  static std::unique_ptr<PackedWeight> pack(const WeightView& w, ThreadPool& pool);
+
+  ~PackedWeight();
+  PackedWeight(const PackedWeight&) = delete;
+  PackedWeight& operator=(const PackedWeight&) = delete;
+
+  // Chunk k (sub-blocks 32k .. 32k + 31, fewer in the last) of row group g.
+  ChunkRef<kRows> chunk(int64_t g, int64_t k) const;
+  size_t bytes() const { return size_; }
+
+ private:
+  PackedWeight() = default;
+  size_t field_offset(int field, int nb) const;
+
+  gguf::TensorType type_{};
+  bool scales_ = false, mins_ = false;
+  int64_t num_blocks_ = 0;      // sub-blocks per row
+  size_t full_chunk_bytes_ = 0;  // a chunk of 32 sub-blocks
+  size_t group_bytes_ = 0;
+  uint8_t* data_ = nullptr;  // 64-byte aligned
+  size_t size_ = 0;
+};
+
+}  // namespace sluice::kernels
