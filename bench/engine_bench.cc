@@ -1,7 +1,8 @@
 // engine_bench: the forward pass against the machine's ceilings, as ratios taken in one run.
 //
 //   decode step (1 sequence)   weight bytes per step / step time, vs measured read bandwidth
-//   prefill                    matmul FLOP/s, vs measured peak FMA rate
+//   prefill                    matmul rate, vs the kernel path's measured peak (integer types:
+//                              its instruction mix, bench/peak_isa.cc; float types: FMA)
 //   batched decode (B seqs)    tokens/s of B sequences per step, vs one sequence per step
 //
 // Usage: engine_bench [-m FILE.gguf | --preset NAME --dtype TYPE] [--threads N] [--ctx N]
@@ -16,6 +17,7 @@
 #include "bench/bench_model.h"
 #include "kernels/kernel_path.h"
 #include "kernels/matmul.h"
+#include "kernels/quant_blocks.h"
 #include "model/loader.h"
 #include "model/model_maker.h"
 
@@ -124,10 +126,11 @@ int run(int argc, char** argv) {
   std::printf("machine: read bandwidth %.1f GB/s, peak FMA %.1f GFLOP/s\n", bw / 1e9, peak / 1e9);
 
   const double wbytes = weight_bytes_per_token_step(*model);
+  const bool int8 = kernels::is_block_quant(model->weights().layers.at(0).up.type);
   // Each kernel path the machine runs, side by side (kernel_path.h; all give the same bits).
   for (const std::string& why : kernels::unavailable_kernel_paths()) std::printf("kernel path not run: %s\n", why.c_str());
   for (const kernels::KernelPath path : kernels::available_kernel_paths()) {
-    if (!paths.empty() && paths.find(kernels::kernel_path_name(path)) == std::string::npos) continue;
+    if (!path_listed(paths, kernels::kernel_path_name(path))) continue;
     if (!kernels::set_kernel_path(path)) continue;
     std::printf("-- kernel path %s\n", kernels::kernel_path_name(path));
     const double single = decode_step_seconds(*model, pool, 1, ctx, steps);
@@ -138,8 +141,14 @@ int run(int argc, char** argv) {
                 ctx, single * 1e3, 1 / single, wbytes / 1e6, wbytes / single / 1e9, wbytes / single / bw);
     std::printf("decode, %d sequences per step: %.2f ms/step (%.2fx a 1-sequence step), %.1f tok/s = %.2fx one sequence\n",
                 batch, batched * 1e3, batched / single, batch / batched, (batch / batched) / (1 / single));
-    std::printf("prefill, %d tokens:            %.1f tok/s, %.1f GFLOP/s = %.2f of peak FMA\n", prefill,
-                prefill / pf, pf_flops / 1e9, pf_flops / peak);
+    if (int8) {  // against the path's own integer peak (bench/peak_isa.cc)
+      const double peak_mac = measure_peak_path_macs(pool, path);
+      std::printf("prefill, %d tokens:            %.1f tok/s, %.1f GMAC/s = %.2f of the path's peak (%.0f GMAC/s)\n",
+                  prefill, prefill / pf, pf_flops / 2e9, pf_flops / 2 / peak_mac, peak_mac / 1e9);
+    } else {
+      std::printf("prefill, %d tokens:            %.1f tok/s, %.1f GFLOP/s = %.2f of peak FMA\n", prefill,
+                  prefill / pf, pf_flops / 1e9, pf_flops / peak);
+    }
   }
   return 0;
 }

@@ -19,6 +19,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/peak.h"
+#include "kernels/packed_weight.h"
 #include "common/half.h"
 #include "kernels/kernel_path.h"
 #include "kernels/matmul.h"
@@ -87,6 +88,8 @@ int run(int argc, char** argv) {
   app.add_option("--seconds", seconds, "Time per measurement (best of repeated runs)")
       ->check(CLI::Range(0.001, 60.0))
       ->capture_default_str();
+  std::string paths;
+  app.add_option("--paths", paths, "Kernel paths to measure, e.g. avx2,amx (default: every one this machine runs)");
   CLI11_PARSE(app, argc, argv);
 
   const auto parsed = gguf::tensor_type_from_name(dtype);
@@ -98,9 +101,9 @@ int run(int argc, char** argv) {
   ThreadPool pool(threads);
   const double bw = measure_read_bandwidth(pool);
   const bool int8 = kernels::is_block_quant(type);
-  const double peak_mac = int8 ? measure_peak_int8_macs(pool) : measure_peak_flops(pool) / 2;
-  std::printf("threads: %d, SIMD: %s, read bandwidth %.1f GB/s, %s reference loop %.1f GMAC/s\n", pool.num_threads(),
-              kernels::simd_target_name(), bw / 1e9, int8 ? "int8 (Q8_0 kernel's inner loop)" : "f32 FMA", peak_mac / 1e9);
+  const double fma_mac = int8 ? 0 : measure_peak_flops(pool) / 2;
+  std::printf("threads: %d, SIMD: %s, read bandwidth %.1f GB/s\n", pool.num_threads(), kernels::simd_target_name(),
+              bw / 1e9);
 
   // Qwen2.5-0.5B: q (and o), k/v, gate/up, down, output.
   const Shape shapes[] = {{"attn_q 896x896", 896, 896},
@@ -111,8 +114,13 @@ int run(int argc, char** argv) {
   // Each kernel path the machine runs, side by side (kernel_path.h; all give the same bits).
   for (const std::string& why : kernels::unavailable_kernel_paths()) std::printf("kernel path not run: %s\n", why.c_str());
   for (const kernels::KernelPath path : kernels::available_kernel_paths()) {
+    if (!path_listed(paths, kernels::kernel_path_name(path))) continue;
     if (!kernels::set_kernel_path(path)) continue;
-    std::printf("-- kernel path %s\n", kernels::kernel_path_name(path));
+    // The path's own ceiling: its integer kernel's instruction mix (bench/peak_isa.cc), or FMAs.
+    const double peak_mac = int8 ? measure_peak_path_macs(pool, path) : fma_mac;
+    std::printf("-- kernel path %s: %s %.1f GMAC/s\n", kernels::kernel_path_name(path),
+                !int8 ? "f32 FMA peak" : path == kernels::KernelPath::kAmx ? "tdpbssd peak" : "inner-loop peak",
+                peak_mac / 1e9);
     std::mt19937 rng(1);
     std::printf("%-20s", "shape \\ tokens");
     for (int t : tokens) std::printf(" %11d", t);
@@ -123,7 +131,13 @@ int run(int argc, char** argv) {
         continue;
       }
       const auto data = make_weights(type, s.rows, s.cols, rng);
-      const kernels::WeightView w{data.data(), type, s.rows, s.cols};
+      kernels::WeightView w{data.data(), type, s.rows, s.cols};
+      // Repacked as a model load repacks it for this path (kernels/packed_weight.h).
+      std::unique_ptr<kernels::PackedWeight> packed;
+      if (kernels::repack_weights() && kernels::PackedWeight::packs(type)) {
+        packed = kernels::PackedWeight::pack(w, pool);
+        w.packed = packed.get();
+      }
       std::printf("%-20s", s.name);
       double one_token_of_bandwidth = -1;
       for (int t : tokens) {
@@ -148,7 +162,7 @@ int run(int argc, char** argv) {
       std::printf("\n");
     }
   }
-  std::printf("(GMAC/s, then c: the fraction of the reference loop's rate)\n");
+  std::printf("(GMAC/s, then c: the fraction of the path's peak)\n");
   return 0;
 }
 

@@ -47,21 +47,25 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-// Tiles: 0, 1 the products (C, and C of the second half); 2, 3 the activations; 4, 5 the weights.
-// k: bytes of a product's dot (32, or 16 for the half-scale types).
+// Two buffers of products, so one sub-block's dot products run while the previous one's epilogue
+// reads its stored products. k = 32: tiles 0, 1 the products of buffers 0, 1; 2, 3 their
+// activations; 4, 5 their weights. k = 16 (the half-scale types, two products per sub-block):
+// tiles 0, 1 buffer 0's products, 2, 3 buffer 1's; 4, 5 the halves' activations, 6, 7 their
+// weights.
 TileConfig config(int k) {
   TileConfig c;
-  for (int t : {0, 1}) {
-    c.rows[t] = kTile;
-    c.colsb[t] = 64;
-  }
-  for (int t : {2, 3}) {
-    c.rows[t] = kTile;
-    c.colsb[t] = static_cast<uint16_t>(k);
-  }
-  for (int t : {4, 5}) {
-    c.rows[t] = static_cast<uint8_t>(k / 4);
-    c.colsb[t] = 64;
+  auto set = [&](int t, int rows, int colsb) {
+    c.rows[t] = static_cast<uint8_t>(rows);
+    c.colsb[t] = static_cast<uint16_t>(colsb);
+  };
+  if (k == 32) {
+    for (int t : {0, 1}) set(t, kTile, 64);
+    for (int t : {2, 3}) set(t, kTile, 32);
+    for (int t : {4, 5}) set(t, 8, 64);
+  } else {
+    for (int t : {0, 1, 2, 3}) set(t, kTile, 64);
+    for (int t : {4, 5}) set(t, kTile, 16);
+    for (int t : {6, 7}) set(t, 4, 64);
   }
   return c;
 }
@@ -72,32 +76,45 @@ using AmxChunk = ChunkRef<kRows>;
 // plain one reads an undefined vector, which its -Wmaybe-uninitialized flags.
 SLUICE_AMX inline __m512 to_float(__m512i v) { return _mm512_maskz_cvtepi32_ps(static_cast<__mmask16>(0xFFFF), v); }
 
-// The product tiles of sub-block i into prod (one, or two for the half-scale types). Tiles kC and
-// kC + 1 take the products, kA/kA + 1 the activations, kB/kB + 1 the weights: two sub-blocks in
-// flight use disjoint tiles, so the second's dot products overlap the first's epilogue.
-template <int kC, int kA, int kB, bool kHalves>
-SLUICE_AMX inline void products(const AmxChunk& c, int i, const int8_t* xa, int64_t stride) {
+// The products of sub-block i (activations at xa, rows `stride` bytes apart) on buffer kBuf's
+// tiles, stored to prod (prod[1]: the second half's, for the half-scale types). The tile numbers
+// are literals: GCC's tile intrinsics paste them into the assembly text.
+template <bool kHalves, int kBuf>
+SLUICE_AMX inline void product(const AmxChunk& c, int i, const int8_t* xa, int64_t stride,
+                               int32_t (*prod)[kTile][kRows]) {
   if constexpr (kHalves) {
-    _tile_loadd(kA, xa, stride);
-    _tile_loadd(kA + 1, xa + 16, stride);
-    _tile_loadd(kB, c.w[i][0], 64);
-    _tile_loadd(kB + 1, c.w[i][4], 64);
-    _tile_zero(kC);
-    _tile_zero(kC + 1);
-    _tile_dpbssd(kC, kA, kB);
-    _tile_dpbssd(kC + 1, kA + 1, kB + 1);
+    _tile_loadd(4, xa, stride);
+    _tile_loadd(5, xa + 16, stride);
+    _tile_loadd(6, c.w[i][0], 64);
+    _tile_loadd(7, c.w[i][4], 64);
+    if constexpr (kBuf == 0) {
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_dpbssd(0, 4, 6);
+      _tile_dpbssd(1, 5, 7);
+      _tile_stored(0, prod[0], 64);
+      _tile_stored(1, prod[1], 64);
+    } else {
+      _tile_zero(2);
+      _tile_zero(3);
+      _tile_dpbssd(2, 4, 6);
+      _tile_dpbssd(3, 5, 7);
+      _tile_stored(2, prod[0], 64);
+      _tile_stored(3, prod[1], 64);
+    }
+  } else if constexpr (kBuf == 0) {
+    _tile_loadd(2, xa, stride);
+    _tile_loadd(4, c.w[i][0], 64);
+    _tile_zero(0);
+    _tile_dpbssd(0, 2, 4);
+    _tile_stored(0, prod[0], 64);
   } else {
-    _tile_loadd(kA, xa, stride);
-    _tile_loadd(kB, c.w[i][0], 64);
-    _tile_zero(kC);
-    _tile_dpbssd(kC, kA, kB);
+    _tile_loadd(3, xa, stride);
+    _tile_loadd(5, c.w[i][0], 64);
+    _tile_zero(1);
+    _tile_dpbssd(1, 3, 5);
+    _tile_stored(1, prod[0], 64);
   }
-}
-
-template <int kC, bool kHalves>
-SLUICE_AMX inline void store_products(int32_t (*prod)[kTile][kRows]) {
-  _tile_stored(kC, prod[0], 64);
-  if constexpr (kHalves) _tile_stored(kC + 1, prod[1], 64);
 }
 
 // What a token tile's epilogue reads: the chunk, the tile's activations and its accumulators.
@@ -160,9 +177,9 @@ SLUICE_AMX inline void epilogue(const TileArgs& g, int i, const int32_t (*p)[kTi
 }
 
 // One token tile over one chunk. A super-block never spans chunks (a chunk is 32 sub-blocks, a
-// multiple of 8), so the integer sums start at zero. Sub-blocks go in pairs on disjoint tiles
-// (C 0/1, A 2/3, B 4/5), so the second's dot products overlap the first's epilogue; the half-scale
-// types use both sets for one sub-block's two halves.
+// multiple of 8), so the integer sums start at zero. Software-pipelined: sub-block i + 1's
+// products are issued on the other buffer before sub-block i's epilogue, so the tile unit works
+// while the vector units do the epilogue, and an epilogue never waits for the store it reads.
 template <bool kHalves, bool kMin, int kSub>
 SLUICE_AMX void tile(const AmxChunk& c, int64_t b0, int num_blocks, const int8_t* x, int64_t stride,
                      const float* dx, int64_t dx_stride, const int16_t* sums, int64_t sums_stride, float* acc) {
@@ -174,41 +191,17 @@ SLUICE_AMX void tile(const AmxChunk& c, int64_t b0, int num_blocks, const int8_t
   if constexpr (kSub == 1) {
     for (int t = 0; t < kTile; ++t) a[t] = _mm512_loadu_ps(acc + t * kRows);
   }
-  if constexpr (kHalves) {
-    for (int i = 0; i < num_blocks; ++i) {
-      const int8_t* xa = x + (b0 + i) * kSubBlock;
-      _tile_loadd(2, xa, stride);
-      _tile_loadd(3, xa + 16, stride);
-      _tile_loadd(4, c.w[i][0], 64);
-      _tile_loadd(5, c.w[i][4], 64);
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_dpbssd(0, 2, 4);
-      _tile_dpbssd(1, 3, 5);
-      _tile_stored(0, prod[0][0], 64);
-      _tile_stored(1, prod[0][1], 64);
-      epilogue<kHalves, kMin, kSub>(g, i, prod[0], isum, msum, a);
-    }
-  } else {
-    for (int i = 0; i < num_blocks; i += 2) {
-      const bool second = i + 1 < num_blocks;
-      _tile_loadd(2, x + (b0 + i) * kSubBlock, stride);
-      _tile_loadd(4, c.w[i][0], 64);
-      _tile_zero(0);
-      _tile_dpbssd(0, 2, 4);
-      if (second) {
-        _tile_loadd(3, x + (b0 + i + 1) * kSubBlock, stride);
-        _tile_loadd(5, c.w[i + 1][0], 64);
-        _tile_zero(1);
-        _tile_dpbssd(1, 3, 5);
-      }
-      _tile_stored(0, prod[0][0], 64);
-      epilogue<kHalves, kMin, kSub>(g, i, prod[0], isum, msum, a);
-      if (second) {
-        _tile_stored(1, prod[1][0], 64);
-        epilogue<kHalves, kMin, kSub>(g, i + 1, prod[1], isum, msum, a);
+  product<kHalves, 0>(c, 0, x + b0 * kSubBlock, stride, prod[0]);
+  for (int i = 0; i < num_blocks; ++i) {
+    if (i + 1 < num_blocks) {
+      const int8_t* xa = x + (b0 + i + 1) * kSubBlock;
+      if ((i + 1) % 2 == 0) {
+        product<kHalves, 0>(c, i + 1, xa, stride, prod[0]);
+      } else {
+        product<kHalves, 1>(c, i + 1, xa, stride, prod[1]);
       }
     }
+    epilogue<kHalves, kMin, kSub>(g, i, prod[i % 2], isum, msum, a);
   }
   if constexpr (kSub == 1) {
     for (int t = 0; t < kTile; ++t) _mm512_storeu_ps(acc + t * kRows, a[t]);
