@@ -125,7 +125,8 @@ struct TileArgs {
   int64_t dx_stride;
   const int16_t* sums;
   int64_t sums_stride;
-  float* acc;  // [kTile][kRows]
+  float* acc;  // token t's 16 accumulators at acc + t * acc_stride
+  int64_t acc_stride;
 };
 
 // The epilogue of sub-block i from its products p: the integer sums, and at the end of the type's
@@ -168,10 +169,10 @@ SLUICE_AMX inline void epilogue(const TileArgs& g, int i, const int32_t (*p)[kTi
   }
   for (int t = 0; t < kTile; ++t) {
     const __m512 xs = _mm512_set1_ps(g.dx[t * g.dx_stride + q]);
-    __m512 a = _mm512_loadu_ps(g.acc + t * kRows);
+    __m512 a = _mm512_loadu_ps(g.acc + t * g.acc_stride);
     a = _mm512_fmadd_ps(_mm512_mul_ps(d, xs), to_float(isum[t]), a);
     if constexpr (kMin) a = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_load_ps(c.dmin[i]), xs), to_float(msum[t]), a);
-    _mm512_storeu_ps(g.acc + t * kRows, a);
+    _mm512_storeu_ps(g.acc + t * g.acc_stride, a);
     isum[t] = msum[t] = _mm512_setzero_si512();
   }
 }
@@ -182,14 +183,18 @@ SLUICE_AMX inline void epilogue(const TileArgs& g, int i, const int32_t (*p)[kTi
 // while the vector units do the epilogue, and an epilogue never waits for the store it reads.
 template <bool kHalves, bool kMin, int kSub>
 SLUICE_AMX void tile(const AmxChunk& c, int64_t b0, int num_blocks, const int8_t* x, int64_t stride,
-                     const float* dx, int64_t dx_stride, const int16_t* sums, int64_t sums_stride, float* acc) {
+                     const float* dx, int64_t dx_stride, const int16_t* sums, int64_t sums_stride, float* acc,
+                     int64_t acc_stride, bool first) {
   alignas(64) int32_t prod[2][2][kTile][kRows];
   __m512i isum[kTile], msum[kTile];
   for (int t = 0; t < kTile; ++t) isum[t] = msum[t] = _mm512_setzero_si512();
-  const TileArgs g{c, b0, dx, dx_stride, sums, sums_stride, acc};
+  const TileArgs g{c, b0, dx, dx_stride, sums, sums_stride, acc, acc_stride};
   __m512 a[kTile];
+  // The first chunk starts the accumulators at zero (the super-block types' epilogue reads them).
   if constexpr (kSub == 1) {
-    for (int t = 0; t < kTile; ++t) a[t] = _mm512_loadu_ps(acc + t * kRows);
+    for (int t = 0; t < kTile; ++t) a[t] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + t * acc_stride);
+  } else if (first) {
+    for (int t = 0; t < kTile; ++t) _mm512_storeu_ps(acc + t * acc_stride, _mm512_setzero_ps());
   }
   product<kHalves, 0>(c, 0, x + b0 * kSubBlock, stride, prod[0]);
   for (int i = 0; i < num_blocks; ++i) {
@@ -204,7 +209,7 @@ SLUICE_AMX void tile(const AmxChunk& c, int64_t b0, int num_blocks, const int8_t
     epilogue<kHalves, kMin, kSub>(g, i, prod[i % 2], isum, msum, a);
   }
   if constexpr (kSub == 1) {
-    for (int t = 0; t < kTile; ++t) _mm512_storeu_ps(acc + t * kRows, a[t]);
+    for (int t = 0; t < kTile; ++t) _mm512_storeu_ps(acc + t * acc_stride, a[t]);
   }
 }
 
@@ -212,7 +217,7 @@ SLUICE_AMX void tile(const AmxChunk& c, int64_t b0, int num_blocks, const int8_t
 struct Traits {
   bool halves, min;
   void (*run)(const AmxChunk&, int64_t, int, const int8_t*, int64_t, const float*, int64_t, const int16_t*, int64_t,
-              float*);
+              float*, int64_t, bool);
 };
 
 Traits traits(gguf::TensorType t) {
@@ -247,6 +252,7 @@ SLUICE_AMX void amx_matmul_groups(const WeightView& w, const QuantizedActivation
     }
   }
   const int64_t tiles = (num_tokens + kTile - 1) / kTile;
+  // A full group's full token tiles accumulate in y itself; the rest in acc, copied after.
   std::vector<float> acc(tiles * kTile * kRows);
   std::unique_ptr<DecodedChunk<kRows>> decoded;  // 27 KiB: off the stack of pool threads
   if (w.packed == nullptr) decoded = std::make_unique<DecodedChunk<kRows>>();
@@ -254,7 +260,7 @@ SLUICE_AMX void amx_matmul_groups(const WeightView& w, const QuantizedActivation
     const int64_t n0 = g * kRows;
     const uint8_t* rows[kRows];
     const int64_t num_rows = group_rows(w, g, rows);
-    std::fill(acc.begin(), acc.end(), 0.0f);
+    const bool in_y = num_rows == kRows;
     for (int64_t b0 = 0; b0 < num_blocks; b0 += kChunk) {
       const int nb = static_cast<int>(std::min<int64_t>(kChunk, num_blocks - b0));
       AmxChunk chunk;
@@ -270,10 +276,12 @@ SLUICE_AMX void amx_matmul_groups(const WeightView& w, const QuantizedActivation
         const int8_t* x = padded ? pad_x.data() : xq.q.data() + t0 * cols;
         const float* dx = padded ? pad_dx.data() : xq.d.data() + t0 * dx_stride;
         const int16_t* sums = !tr.min ? nullptr : padded ? pad_sums.data() : xq.sums.data() + t0 * sums_stride;
-        tr.run(chunk, b0, nb, x, cols, dx, dx_stride, sums, sums_stride, acc.data() + t0 * kRows);
+        float* out = in_y && !padded ? y + t0 * w.rows + n0 : acc.data() + t0 * kRows;
+        tr.run(chunk, b0, nb, x, cols, dx, dx_stride, sums, sums_stride, out, in_y && !padded ? w.rows : kRows, b0 == 0);
       }
     }
-    store_group<kRows>(acc.data(), num_tokens, num_rows, y, w.rows, n0);
+    const int64_t from = in_y ? full : 0;
+    store_group<kRows>(acc.data() + from * kRows, num_tokens - from, num_rows, y + from * w.rows, w.rows, n0);
   }
   _tile_release();
 }
