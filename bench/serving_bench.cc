@@ -8,6 +8,7 @@
 //
 // Usage: serving_bench [-m FILE.gguf | --preset NAME --dtype TYPE] [--threads N] [--prompt P]
 //                      [--output O] [--concurrency 1,2,4,...] [--max-batch-tokens T] [--kv-cache-dtype f16|f32]
+//                      [--paths avx2,amx,...]  (every kernel path the machine runs, side by side)
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -19,6 +20,7 @@
 #include "kernels/kernel_path.h"
 #include "kernels/matmul.h"
 #include "bench/bench_model.h"
+#include "bench/peak.h"
 
 namespace sluice::bench {
 namespace {
@@ -102,6 +104,8 @@ int main(int argc, char** argv) {
   app.add_option("--concurrency", concurrency, "Concurrent requests, one run each")->delimiter(',')->capture_default_str();
   app.add_option("--max-batch-tokens", max_batch_tokens, "Token budget per step")->capture_default_str();
   app.add_option("--kv-cache-dtype", kv_dtype, "f16 or f32")->capture_default_str();
+  std::string paths;
+  app.add_option("--paths", paths, "Kernel paths to measure, e.g. avx2,amx (default: every one this machine runs)");
   CLI11_PARSE(app, argc, argv);
 
   std::string description;
@@ -117,17 +121,24 @@ int main(int argc, char** argv) {
   std::printf("model: %s, threads: %d, SIMD: %s, KV cache %s, prompt %d, output %d, max-batch-tokens %d\n",
               model_path.c_str(), pool.num_threads(), kernels::simd_target_name(), kv_dtype.c_str(), prompt_len,
               output_len, max_batch_tokens);
-  std::printf("| concurrent | output tok/s | vs 1 stream | decode step | step vs batch 1 | mean TTFT |\n");
-  std::printf("|---:|---:|---:|---:|---:|---:|\n");
-  double single_tps = 0, single_step = 0;
-  for (int c : concurrency) {
-    bench::Run r = bench::run(*m.model, *m.tokenizer, pool, config, c, prompt_len, output_len, 1234 + c);
-    const double step = bench::mean_step(r, static_cast<size_t>(c));
-    if (c == concurrency.front()) single_tps = r.tokens_per_second, single_step = step;
-    std::printf("| %d | %.1f | %.2fx | %.1f ms | %.2fx | %.1f ms |\n", c, r.tokens_per_second,
-                r.tokens_per_second / single_tps, step * 1e3, single_step > 0 ? step / single_step : 0.0,
-                r.mean_ttft * 1e3);
-    std::fflush(stdout);
+  // Each kernel path the machine runs, side by side (kernel_path.h; all give the same bits).
+  for (const std::string& why : kernels::unavailable_kernel_paths()) std::printf("kernel path not run: %s\n", why.c_str());
+  for (const kernels::KernelPath path : kernels::available_kernel_paths()) {
+    if (!bench::path_listed(paths, kernels::kernel_path_name(path))) continue;
+    if (!kernels::set_kernel_path(path)) continue;
+    std::printf("-- kernel path %s\n", kernels::kernel_path_name(path));
+    std::printf("| concurrent | output tok/s | vs 1 stream | decode step | step vs batch 1 | mean TTFT |\n");
+    std::printf("|---:|---:|---:|---:|---:|---:|\n");
+    double single_tps = 0, single_step = 0;
+    for (int c : concurrency) {
+      bench::Run r = bench::run(*m.model, *m.tokenizer, pool, config, c, prompt_len, output_len, 1234 + c);
+      const double step = bench::mean_step(r, static_cast<size_t>(c));
+      if (c == concurrency.front()) single_tps = r.tokens_per_second, single_step = step;
+      std::printf("| %d | %.1f | %.2fx | %.1f ms | %.2fx | %.1f ms |\n", c, r.tokens_per_second,
+                  r.tokens_per_second / single_tps, step * 1e3, single_step > 0 ? step / single_step : 0.0,
+                  r.mean_ttft * 1e3);
+      std::fflush(stdout);
+    }
   }
   return 0;
 }

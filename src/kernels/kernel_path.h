@@ -3,7 +3,7 @@
 //
 //   amx     Intel AMX-INT8 tiles (Sapphire Rapids and later) for several tokens at once; Linux must
 //           grant the tile state (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)), which a
-//           VM can refuse. 2-3 tokens run the avx512 code, one token the avx2 code's direct path
+//           VM can refuse. 2-7 tokens run the avx512 code, one token the avx2 code's direct path
 //           (a tile of 16 token rows would be mostly padding).
 //   avx512  512-bit AVX-512 VNNI (vpdpbusd: 64 byte products into 16 int32 lanes), 16 rows a
 //           vector (Intel Ice Lake and later, AMD Zen 4 and later). One token: avx2's direct path.

@@ -9,9 +9,10 @@
 namespace sluice::kernels {
 
 inline constexpr int kAmxGroupRows = 16;
-// Fewer tokens than this go to the avx2 code even on the AMX path (a tile of 16 token rows would
-// be mostly padding); the results are the same bits either way.
-inline constexpr int64_t kAmxMinTokens = 4;
+// Fewer tokens than this go to the avx512 code (or avx2's, for one token) even on the AMX path: a
+// tile of 16 token rows would be mostly padding, and matmul_bench measured avx512 ahead at 4
+// tokens, even at 8, behind at 16 (Qwen2.5-0.5B shapes, Q8_0). The same bits either way.
+inline constexpr int64_t kAmxMinTokens = 8;
 
 // Rows 16 * group_begin up to 16 * group_end (or w.rows) of y = x W^T, for any block-quantized
 // type. xq: the activations quantized as matmul_quant does for the type (sums for min types).
