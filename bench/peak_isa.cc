@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "bench/peak.h"
+#include "kernels/matmul_amx.h"
 
 namespace sluice::bench {
 namespace {
@@ -84,17 +85,9 @@ SLUICE_PEAK_VNNI256 double vnni256_chains(int64_t iters, int32_t seed) {
   return static_cast<double>(iters) * 8 * 8 * 32;
 }
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 // k: bytes of each dot product (64 or 32).
 SLUICE_PEAK_AMX double amx_chains(int64_t iters, int32_t seed, int k) {
-  TileConfig cfg;
+  kernels::AmxTileConfig cfg;
   for (int t = 0; t < 4; ++t) {  // C
     cfg.rows[t] = 16;
     cfg.colsb[t] = 64;

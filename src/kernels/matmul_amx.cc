@@ -38,14 +38,7 @@ constexpr int kRows = kAmxGroupRows;  // 16
 constexpr int kChunk = kChunkSubBlocks;  // sub-blocks decoded at a time
 constexpr int kTile = 16;             // tokens per tile
 
-// The palette-1 tile configuration (Intel SDM, LDTILECFG): 64 bytes.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
+using TileConfig = AmxTileConfig;
 
 // Two buffers of products, so one sub-block's dot products run while the previous one's epilogue
 // reads its stored products. k = 32: tiles 0, 1 the products of buffers 0, 1; 2, 3 their
