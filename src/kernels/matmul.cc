@@ -215,7 +215,7 @@ void matmul_multi(ThreadPool& pool, std::span<const MatmulTarget> targets, const
     for (const MatmulTarget& t : targets) matmul_multi(pool, {&t, 1}, x, num_tokens);
     return;
   }
-  if (type == gguf::TensorType::kQ8_0 && quant_route(num_tokens) == QuantRoute::kVector) {
+  if (type == gguf::TensorType::kQ8_0 && quant_route(targets, num_tokens) == QuantRoute::kVector) {
     matmul_q8_0(pool, targets, x, num_tokens);
     return;
   }

@@ -43,6 +43,7 @@
 #include "kernels/decoded_chunk.h"
 #include "kernels/matmul_amx.h"
 #include "kernels/matmul_vnni.h"
+#include "kernels/packed_weight.h"
 #include "kernels/quant_blocks.h"
 
 #if HWY_ARCH_X86
@@ -612,8 +613,16 @@ void decode_chunk8(gguf::TensorType type, const uint8_t* const* rows, int64_t b0
   HWY_DYNAMIC_DISPATCH(DecodeChunk8)(type, rows, b0, num_blocks, c);
 }
 
-QuantRoute quant_route(int64_t num_tokens) {
-  switch (active_kernel_path()) {
+QuantRoute quant_route(std::span<const MatmulTarget> targets, int64_t num_tokens) {
+  const KernelPath path = active_kernel_path();
+  // One token on the avx512 or amx path, with every weight's lean form repacked: its own kernel.
+  if (num_tokens == 1 && (path == KernelPath::kAvx512 || path == KernelPath::kAmx) &&
+      kernel_path_runs(KernelPath::kAvx512) &&
+      std::all_of(targets.begin(), targets.end(),
+                  [](const MatmulTarget& t) { return t.w.packed != nullptr && t.w.packed->lean(); })) {
+    return QuantRoute::kLean512;
+  }
+  switch (path) {
     case KernelPath::kAmx:
       if (num_tokens >= kAmxMinTokens) return QuantRoute::kAmx;
       // Fewer tokens than an AMX tile wants: the best vector path (every AMX CPU so far has
@@ -631,8 +640,15 @@ void matmul_quant(ThreadPool& pool, std::span<const MatmulTarget> targets, const
   const int64_t cols = targets[0].w.cols;
   QuantizedActivations xq;
   const gguf::TensorType type = targets[0].w.type;
-  quantize_activations(x, num_tokens, cols, xq, block_elements(type), /*with_sums=*/has_min(type));
-  const QuantRoute route = quant_route(num_tokens);
+  const QuantRoute route = quant_route(targets, num_tokens);
+  const bool lean = route == QuantRoute::kLean512;
+  quantize_activations(x, num_tokens, cols, xq, block_elements(type), /*with_sums=*/has_min(type) || lean);
+  if (lean) {
+    over_groups(pool, targets, PackedWeight::kRows, [&](const WeightView& w, float* y, int64_t begin, int64_t end) {
+      vnni512_lean_one_token(w, xq, y, begin, end);
+    });
+    return;
+  }
   if (route == QuantRoute::kAmx) {
     over_groups(pool, targets, kAmxGroupRows, [&](const WeightView& w, float* y, int64_t begin, int64_t end) {
       amx_matmul_groups(w, xq, num_tokens, y, begin, end);

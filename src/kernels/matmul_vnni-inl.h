@@ -168,7 +168,119 @@ const std::array<TileFn, kTile>& tiles_for(gguf::TensorType t) {
   return min ? kTiles<false, true, 8> : kTiles<false, false, 8>;
 }
 
+#if SLUICE_VNNI_BITS == 512
+// ---- One token on the lean form (packed_weight.h): as many bytes as the file's, no decoding ----
+
+// 16 halves as floats (the masked form, as to_f).
+SLUICE_VNNI_INLINE __m512 halves16(const uint16_t* p) {
+  return _mm512_maskz_cvtph_ps(static_cast<__mmask16>(0xFFFF), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+SLUICE_VNNI_INLINE __m512i xbcast(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// kBits: 4, 5 or 8; kTable: IQ4_NL (the nibbles index its table, stored as value + 128).
+template <int kBits, bool kTable, bool kMin>
+SLUICE_VNNI_TARGET void lean_groups(const PackedWeight& pw, int64_t num_rows_total, int64_t num_blocks, int offset,
+                                    const int8_t* x, const float* dx, const int16_t* sums, float* y,
+                                    int64_t group_begin, int64_t group_end) {
+  const __m512i nib = _mm512_set1_epi8(15), bit4 = _mm512_set1_epi8(16);
+  alignas(16) uint8_t table_u[16];
+  for (int i = 0; i < 16; ++i) table_u[i] = static_cast<uint8_t>(kIq4nlValues[i] + 128);
+  const __m512i table = _mm512_maskz_broadcast_i32x4(static_cast<__mmask16>(0xFFFF), _mm_load_si128(reinterpret_cast<const __m128i*>(table_u)));
+  constexpr int64_t kLevelBytes = kBits == 8 ? 512 : 256;
+  const size_t group_bytes = pw.lean_group_bytes();
+  // The next group follows in memory: its b-th num_blocks-th part is asked for at sub-block b, so
+  // its lines arrive spread over this group's work (as the avx2 code's direct path does).
+  const size_t part = (group_bytes + num_blocks - 1) / num_blocks;
+  for (int64_t g = group_begin; g < group_end; ++g) {
+    const PackedWeight::Lean lean = pw.lean_group(g);
+    const uint8_t* next = g + 1 < group_end ? lean.levels + group_bytes : nullptr;
+    __m512 a = _mm512_setzero_ps();
+    for (int64_t b = 0; b < num_blocks; ++b) {
+      if (next != nullptr) {
+        for (size_t off = b * part; off < std::min(group_bytes, (b + 1) * part); off += 64) {
+          _mm_prefetch(reinterpret_cast<const char*>(next + off), _MM_HINT_T0);
+        }
+      }
+      const uint8_t* lv = lean.levels + b * kLevelBytes;
+      const int8_t* xb = x + b * kSubBlock;
+      // Two accumulators: eight dependent vpdpbusd would wait on each other's latency.
+      __m512i acc = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512();
+      if constexpr (kBits == 8) {
+        for (int j = 0; j < 8; j += 2) {
+          acc = _mm512_dpbusd_epi32(acc, _mm512_load_si512(lv + 64 * j), xbcast(xb + 4 * j));
+          acc2 = _mm512_dpbusd_epi32(acc2, _mm512_load_si512(lv + 64 * j + 64), xbcast(xb + 4 * j + 4));
+        }
+      } else {
+        for (int p = 0; p < 4; ++p) {
+          const __m512i v = _mm512_load_si512(lv + 64 * p);
+          __m512i lo = _mm512_and_si512(v, nib);
+          __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+          if constexpr (kBits == 5) {
+            __mmask64 m0, m1;
+            std::memcpy(&m0, lean.high + b * 64 + 16 * p, 8);
+            std::memcpy(&m1, lean.high + b * 64 + 16 * p + 8, 8);
+            lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(m0, bit4));
+            hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(m1, bit4));
+          }
+          if constexpr (kTable) {
+            lo = _mm512_shuffle_epi8(table, lo);
+            hi = _mm512_shuffle_epi8(table, hi);
+          }
+          acc = _mm512_dpbusd_epi32(acc, lo, xbcast(xb + 8 * p));
+          acc2 = _mm512_dpbusd_epi32(acc2, hi, xbcast(xb + 8 * p + 4));
+        }
+      }
+      acc = _mm512_add_epi32(acc, acc2);
+      const int32_t sx = int32_t{sums[2 * b]} + sums[2 * b + 1];
+      const __m512i isum = _mm512_sub_epi32(acc, _mm512_set1_epi32(offset * sx));
+      const __m512 xs = _mm512_set1_ps(dx[b]);
+      const __m512 d = halves16(lean.d + b * kRows);
+      a = _mm512_fmadd_ps(_mm512_mul_ps(d, xs), to_f(isum), a);
+      if constexpr (kMin) {  // msum = sum(x) (the integer min is 1)
+        const __m512 dmin = halves16(lean.dmin + b * kRows);
+        a = _mm512_fmadd_ps(_mm512_mul_ps(dmin, xs), to_f(_mm512_set1_epi32(sx)), a);
+      }
+    }
+    const int64_t n0 = g * kRows, num_rows = std::min<int64_t>(kRows, num_rows_total - n0);
+    if (num_rows == kRows) {
+      _mm512_storeu_ps(y + n0, a);
+    } else {
+      alignas(64) float out[kRows];
+      _mm512_store_ps(out, a);
+      std::memcpy(y + n0, out, num_rows * sizeof(float));
+    }
+  }
+}
+#endif
+
 }  // namespace
+
+#if SLUICE_VNNI_BITS == 512
+void lean_one_token(const WeightView& w, const QuantizedActivations& xq, float* y, int64_t group_begin,
+                    int64_t group_end) {
+  using T = gguf::TensorType;
+  const PackedWeight& pw = *w.packed;
+  const int64_t nb = w.cols / kSubBlock;
+  const int off = PackedWeight::lean_offset(w.type);
+  const int8_t* x = xq.q.data();
+  const float* dx = xq.d.data();
+  const int16_t* sums = xq.sums.data();
+  switch (w.type) {
+    case T::kQ4_0: return lean_groups<4, false, false>(pw, w.rows, nb, off, x, dx, sums, y, group_begin, group_end);
+    case T::kQ4_1: return lean_groups<4, false, true>(pw, w.rows, nb, off, x, dx, sums, y, group_begin, group_end);
+    case T::kIQ4_NL: return lean_groups<4, true, false>(pw, w.rows, nb, off, x, dx, sums, y, group_begin, group_end);
+    case T::kQ5_0: return lean_groups<5, false, false>(pw, w.rows, nb, off, x, dx, sums, y, group_begin, group_end);
+    case T::kQ5_1: return lean_groups<5, false, true>(pw, w.rows, nb, off, x, dx, sums, y, group_begin, group_end);
+    case T::kQ8_0: return lean_groups<8, false, false>(pw, w.rows, nb, off, x, dx, sums, y, group_begin, group_end);
+    default: return;
+  }
+}
+#endif
 
 void matmul_groups(const WeightView& w, const QuantizedActivations& xq, const uint8_t* xu, int64_t num_tokens, float* y,
                    int64_t group_begin, int64_t group_end) {

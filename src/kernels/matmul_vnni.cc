@@ -44,6 +44,11 @@ void vnni512_matmul_groups(const WeightView& w, const QuantizedActivations& xq, 
   vnni512::matmul_groups(w, xq, xu, num_tokens, y, group_begin, group_end);
 }
 
+void vnni512_lean_one_token(const WeightView& w, const QuantizedActivations& xq, float* y, int64_t group_begin,
+                            int64_t group_end) {
+  vnni512::lean_one_token(w, xq, y, group_begin, group_end);
+}
+
 void vnni256_matmul_groups(const WeightView& w, const QuantizedActivations& xq, const uint8_t* xu, int64_t num_tokens,
                            float* y, int64_t group_begin, int64_t group_end) {
   vnni256::matmul_groups(w, xq, xu, num_tokens, y, group_begin, group_end);

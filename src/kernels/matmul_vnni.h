@@ -20,6 +20,11 @@ inline constexpr int64_t kVnniMinTokens = 2;
 // the same levels plus 128 as unsigned bytes (xq.q[i] ^ 0x80), vpdpbusd's unsigned operand.
 void vnni512_matmul_groups(const WeightView& w, const QuantizedActivations& xq, const uint8_t* xu, int64_t num_tokens,
                            float* y, int64_t group_begin, int64_t group_end);
+// One token (num_tokens 1) on the lean form of w.packed (packed_weight.h): rows 16 * group_begin
+// up to 16 * group_end of y. xq: quantized per 32 with the 16-element sums.
+// REQUIRES: w.packed->lean().
+void vnni512_lean_one_token(const WeightView& w, const QuantizedActivations& xq, float* y, int64_t group_begin,
+                            int64_t group_end);
 void vnni256_matmul_groups(const WeightView& w, const QuantizedActivations& xq, const uint8_t* xu, int64_t num_tokens,
                            float* y, int64_t group_begin, int64_t group_end);
 

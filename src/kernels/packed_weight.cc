@@ -5,6 +5,7 @@
 #include <cstring>
 #include <new>
 
+#include "common/half.h"
 #include "kernels/quant_blocks.h"
 
 namespace sluice::kernels {
@@ -61,10 +62,96 @@ std::unique_ptr<PackedWeight> PackedWeight::pack(const WeightView& w, ThreadPool
       }
     }
   });
+  if (has_lean(w.type)) p->pack_lean(w, pool);
   return p;
 }
 
-PackedWeight::~PackedWeight() { ::operator delete(data_, std::align_val_t{64}); }
+PackedWeight::~PackedWeight() {
+  ::operator delete(data_, std::align_val_t{64});
+  if (lean_data_ != nullptr) ::operator delete(lean_data_, std::align_val_t{64});
+}
+
+bool PackedWeight::has_lean(gguf::TensorType type) {
+  using T = gguf::TensorType;
+  return type == T::kQ4_0 || type == T::kQ4_1 || type == T::kQ5_0 || type == T::kQ5_1 || type == T::kQ8_0 ||
+         type == T::kIQ4_NL;
+}
+
+int PackedWeight::lean_offset(gguf::TensorType type) {
+  using T = gguf::TensorType;
+  switch (type) {
+    case T::kQ4_0: return 8;
+    case T::kQ5_0: return 16;
+    case T::kQ8_0: case T::kIQ4_NL: return 128;
+    default: return 0;
+  }
+}
+
+namespace {
+
+// The unsigned level the lean form stores for a decoded level q of the type.
+uint8_t lean_level(gguf::TensorType type, int8_t q) {
+  if (type == gguf::TensorType::kIQ4_NL) {
+    for (int i = 0; i < 16; ++i) {
+      if (kIq4nlValues[i] == q) return static_cast<uint8_t>(i);
+    }
+    return 0;  // unreachable: the decoder gives table values
+  }
+  return static_cast<uint8_t>(q + PackedWeight::lean_offset(type));
+}
+
+}  // namespace
+
+void PackedWeight::pack_lean(const WeightView& w, ThreadPool& pool) {
+  const bool bytes8 = w.type == gguf::TensorType::kQ8_0;
+  const bool five = w.type == gguf::TensorType::kQ5_0 || w.type == gguf::TensorType::kQ5_1;
+  lean_level_bytes_ = bytes8 ? 512 : 256;
+  lean_high_bytes_ = five ? 64 : 0;
+  const size_t per_block = lean_level_bytes_ + lean_high_bytes_ + (mins_ ? 64 : 32);
+  lean_group_bytes_ = (num_blocks_ * per_block + 63) / 64 * 64;
+  const int64_t groups = (w.rows + kRows - 1) / kRows;
+  lean_size_ = std::max<size_t>(64, groups * lean_group_bytes_);
+  lean_data_ = static_cast<uint8_t*>(::operator new(lean_size_, std::align_val_t{64}));
+  std::memset(lean_data_, 0, lean_size_);
+  pool.parallel_for(groups, [&](int64_t begin, int64_t end) {
+    Decoded32 dec;
+    for (int64_t g = begin; g < end; ++g) {
+      const uint8_t* rows[kRows];
+      group_rows(w, g, rows);
+      uint8_t* levels = lean_data_ + g * lean_group_bytes_;
+      uint8_t* high = levels + num_blocks_ * lean_level_bytes_;
+      auto* d = reinterpret_cast<uint16_t*>(high + num_blocks_ * lean_high_bytes_);
+      uint16_t* dmin = d + num_blocks_ * kRows;
+      for (int64_t b = 0; b < num_blocks_; ++b) {
+        for (int r = 0; r < kRows; ++r) {
+          decode_block32(w.type, rows[r], b, dec);
+          d[b * kRows + r] = f32_to_f16(dec.d);
+          if (mins_) dmin[b * kRows + r] = f32_to_f16(dec.dmin);
+          for (int e = 0; e < kSubBlock; ++e) {
+            const uint8_t u = lean_level(w.type, dec.q[e]);
+            const int j = e / 4, lane_byte = 4 * r + e % 4;  // step j, byte of the 64-byte step vector
+            if (bytes8) {
+              levels[b * 512 + 64 * j + lane_byte] = u;
+            } else {
+              uint8_t& v = levels[b * 256 + 64 * (j / 2) + lane_byte];
+              v = static_cast<uint8_t>(v | (u & 15) << (4 * (j % 2)));
+              if (five && (u & 16)) high[b * 64 + 8 * j + lane_byte / 8] |= static_cast<uint8_t>(1 << (lane_byte % 8));
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+PackedWeight::Lean PackedWeight::lean_group(int64_t g) const {
+  Lean l;
+  l.levels = lean_data_ + g * lean_group_bytes_;
+  l.high = lean_high_bytes_ > 0 ? l.levels + num_blocks_ * lean_level_bytes_ : nullptr;
+  l.d = reinterpret_cast<const uint16_t*>(l.levels + num_blocks_ * (lean_level_bytes_ + lean_high_bytes_));
+  l.dmin = mins_ ? l.d + num_blocks_ * kRows : nullptr;
+  return l;
+}
 
 ChunkRef<PackedWeight::kRows> PackedWeight::chunk(int64_t g, int64_t k) const {
   const int nb = static_cast<int>(std::min<int64_t>(kChunkSubBlocks, num_blocks_ - k * kChunkSubBlocks));

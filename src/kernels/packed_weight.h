@@ -40,11 +40,39 @@ class PackedWeight {
 
   // Chunk k (sub-blocks 32k .. 32k + 31, fewer in the last) of row group g.
   ChunkRef<kRows> chunk(int64_t g, int64_t k) const;
-  size_t bytes() const { return size_; }
+  size_t bytes() const { return size_ + lean_size_; }
+
+  // The lean form, for one token (the avx512 code's lean path, matmul_vnni-inl.h): the 32-element
+  // types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL) in as many bytes as the file's, laid out for
+  // vpdpbusd. Per row group, for sub-blocks b = 0 .. num_blocks - 1:
+  //
+  //   levels[b]  the transposed levels (lane r of step j = row r's levels 4j..4j+3) as unsigned
+  //              u = q + offset: 8-bit types 8 steps of 64 bytes; the others 4 vectors of 64
+  //              bytes, vector p holding step 2p in its low nibbles and 2p + 1 in its high ones
+  //              (IQ4_NL: the table indices)
+  //   high[b]    5-bit types: bit 4 of each level, 8 bytes per step (byte k of step j = bit 4 of
+  //              lane bytes 8k .. 8k + 7)
+  //   d[b]       16 halves; dmin[b] the same, for the types with a min
+  //
+  // each array contiguous, so a group is one stream. The dot products are sum(u x) - offset *
+  // sum(x), with sum(x) from the activations' 16-element sums: the same integers.
+  struct Lean {
+    const uint8_t* levels = nullptr;
+    const uint8_t* high = nullptr;
+    const uint16_t* d = nullptr;
+    const uint16_t* dmin = nullptr;
+  };
+  // Whether the lean form exists for this type, its level offset and bits.
+  static bool has_lean(gguf::TensorType type);
+  static int lean_offset(gguf::TensorType type);
+  bool lean() const { return lean_data_ != nullptr; }
+  Lean lean_group(int64_t g) const;
+  size_t lean_group_bytes() const { return lean_group_bytes_; }
 
  private:
   PackedWeight() = default;
   size_t field_offset(int field, int nb) const;
+  void pack_lean(const WeightView& w, ThreadPool& pool);
 
   gguf::TensorType type_{};
   bool scales_ = false, mins_ = false;
@@ -53,6 +81,9 @@ class PackedWeight {
   size_t group_bytes_ = 0;
   uint8_t* data_ = nullptr;  // 64-byte aligned
   size_t size_ = 0;
+  size_t lean_level_bytes_ = 0, lean_high_bytes_ = 0, lean_group_bytes_ = 0;  // per sub-block; per group
+  uint8_t* lean_data_ = nullptr;
+  size_t lean_size_ = 0;
 };
 
 }  // namespace sluice::kernels
