@@ -176,6 +176,14 @@ SLUICE_VNNI_INLINE __m512 halves16(const uint16_t* p) {
   return _mm512_maskz_cvtph_ps(static_cast<__mmask16>(0xFFFF), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
+// 16 bytes widened to int32 lanes, signed or unsigned (masked forms, as to_f).
+SLUICE_VNNI_INLINE __m512i widen_i8(const int8_t* p) {
+  return _mm512_maskz_cvtepi8_epi32(static_cast<__mmask16>(0xFFFF), _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+SLUICE_VNNI_INLINE __m512i widen_u8(const uint8_t* p) {
+  return _mm512_maskz_cvtepu8_epi32(static_cast<__mmask16>(0xFFFF), _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
 SLUICE_VNNI_INLINE __m512i xbcast(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
@@ -256,6 +264,94 @@ SLUICE_VNNI_TARGET void lean_groups(const PackedWeight& pw, int64_t num_rows_tot
     }
   }
 }
+
+// The super-block types (Q4_K, Q5_K, Q6_K, IQ4_XS): kBits 4, 5 or 6; kHalves: scales per 16
+// (Q6_K). Per sub-block the dot product of each half (vectors 0, 1 and 2, 3: steps 0..3 are
+// elements 0..15), scaled by its integer scale into the super-block's sum; per super-block the
+// float steps.
+template <int kBits, bool kTable, bool kMin, bool kHalves>
+SLUICE_VNNI_TARGET void lean_super_groups(const PackedWeight& pw, int64_t num_rows_total, int64_t num_blocks, int offset,
+                                          const int8_t* x, const float* dx, const int16_t* sums, float* y,
+                                          int64_t group_begin, int64_t group_end) {
+  const __m512i nib = _mm512_set1_epi8(15), bit4 = _mm512_set1_epi8(16), bit5 = _mm512_set1_epi8(32);
+  alignas(16) uint8_t table_u[16];
+  for (int i = 0; i < 16; ++i) table_u[i] = static_cast<uint8_t>(kIq4nlValues[i] + 128);
+  const __m512i table = _mm512_maskz_broadcast_i32x4(static_cast<__mmask16>(0xFFFF),
+                                                      _mm_load_si128(reinterpret_cast<const __m128i*>(table_u)));
+  constexpr int kPlanes = kBits - 4;
+  const size_t group_bytes = pw.lean_group_bytes();
+  const size_t part = (group_bytes + num_blocks - 1) / num_blocks;
+  for (int64_t g = group_begin; g < group_end; ++g) {
+    const PackedWeight::Lean lean = pw.lean_group(g);
+    const uint8_t* next = g + 1 < group_end ? lean.levels + group_bytes : nullptr;
+    __m512 a = _mm512_setzero_ps();
+    __m512i isum = _mm512_setzero_si512(), msum = _mm512_setzero_si512();
+    for (int64_t b = 0; b < num_blocks; ++b) {
+      if (next != nullptr) {
+        for (size_t off = b * part; off < std::min(group_bytes, (b + 1) * part); off += 64) {
+          _mm_prefetch(reinterpret_cast<const char*>(next + off), _MM_HINT_T0);
+        }
+      }
+      const uint8_t* lv = lean.levels + b * 256;
+      const int8_t* xb = x + b * kSubBlock;
+      __m512i half[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+      for (int p = 0; p < 4; ++p) {
+        const __m512i v = _mm512_load_si512(lv + 64 * p);
+        __m512i lo = _mm512_and_si512(v, nib);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+        if constexpr (kPlanes >= 1) {
+          __mmask64 m0, m1;
+          std::memcpy(&m0, lean.high + b * 64 * kPlanes + 16 * p, 8);
+          std::memcpy(&m1, lean.high + b * 64 * kPlanes + 16 * p + 8, 8);
+          lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(m0, bit4));
+          hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(m1, bit4));
+        }
+        if constexpr (kPlanes >= 2) {
+          __mmask64 m0, m1;
+          std::memcpy(&m0, lean.high + b * 64 * kPlanes + 64 + 16 * p, 8);
+          std::memcpy(&m1, lean.high + b * 64 * kPlanes + 64 + 16 * p + 8, 8);
+          lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(m0, bit5));
+          hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(m1, bit5));
+        }
+        if constexpr (kTable) {
+          lo = _mm512_shuffle_epi8(table, lo);
+          hi = _mm512_shuffle_epi8(table, hi);
+        }
+        half[p / 2] = _mm512_dpbusd_epi32(half[p / 2], lo, xbcast(xb + 8 * p));
+        half[p / 2] = _mm512_dpbusd_epi32(half[p / 2], hi, xbcast(xb + 8 * p + 4));
+      }
+      const int32_t s0 = sums[2 * b], s1 = sums[2 * b + 1];
+      const __m512i d0 = _mm512_sub_epi32(half[0], _mm512_set1_epi32(offset * s0));
+      const __m512i d1 = _mm512_sub_epi32(half[1], _mm512_set1_epi32(offset * s1));
+      if constexpr (kHalves) {
+        const __m512i sc0 = widen_i8(lean.sc + b * 32);
+        const __m512i sc1 = widen_i8(lean.sc + b * 32 + 16);
+        isum = _mm512_add_epi32(isum, _mm512_add_epi32(_mm512_mullo_epi32(sc0, d0), _mm512_mullo_epi32(sc1, d1)));
+      } else {
+        const __m512i sc = widen_i8(lean.sc + b * 16);
+        isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(sc, _mm512_add_epi32(d0, d1)));
+      }
+      if constexpr (kMin) {
+        const __m512i m = widen_u8(lean.m + b * 16);
+        msum = _mm512_add_epi32(msum, _mm512_mullo_epi32(m, _mm512_set1_epi32(s0 + s1)));
+      }
+      if ((b + 1) % 8 != 0) continue;
+      const int64_t q = b / 8;
+      const __m512 xs = _mm512_set1_ps(dx[q]);
+      a = _mm512_fmadd_ps(_mm512_mul_ps(halves16(lean.d + q * kRows), xs), to_f(isum), a);
+      if constexpr (kMin) a = _mm512_fmadd_ps(_mm512_mul_ps(halves16(lean.dmin + q * kRows), xs), to_f(msum), a);
+      isum = msum = _mm512_setzero_si512();
+    }
+    const int64_t n0 = g * kRows, num_rows = std::min<int64_t>(kRows, num_rows_total - n0);
+    if (num_rows == kRows) {
+      _mm512_storeu_ps(y + n0, a);
+    } else {
+      alignas(64) float out[kRows];
+      _mm512_store_ps(out, a);
+      std::memcpy(y + n0, out, num_rows * sizeof(float));
+    }
+  }
+}
 #endif
 
 }  // namespace
@@ -277,6 +373,14 @@ void lean_one_token(const WeightView& w, const QuantizedActivations& xq, float* 
     case T::kQ5_0: return lean_groups<5, false, false>(pw, w.rows, nb, off, x, dx, sums, y, group_begin, group_end);
     case T::kQ5_1: return lean_groups<5, false, true>(pw, w.rows, nb, off, x, dx, sums, y, group_begin, group_end);
     case T::kQ8_0: return lean_groups<8, false, false>(pw, w.rows, nb, off, x, dx, sums, y, group_begin, group_end);
+    case T::kQ4_K:
+      return lean_super_groups<4, false, true, false>(pw, w.rows, nb, off, x, dx, sums, y, group_begin, group_end);
+    case T::kQ5_K:
+      return lean_super_groups<5, false, true, false>(pw, w.rows, nb, off, x, dx, sums, y, group_begin, group_end);
+    case T::kQ6_K:
+      return lean_super_groups<6, false, false, true>(pw, w.rows, nb, off, x, dx, sums, y, group_begin, group_end);
+    case T::kIQ4_XS:
+      return lean_super_groups<4, true, false, false>(pw, w.rows, nb, off, x, dx, sums, y, group_begin, group_end);
     default: return;
   }
 }

@@ -73,8 +73,12 @@ PackedWeight::~PackedWeight() {
 
 bool PackedWeight::has_lean(gguf::TensorType type) {
   using T = gguf::TensorType;
-  return type == T::kQ4_0 || type == T::kQ4_1 || type == T::kQ5_0 || type == T::kQ5_1 || type == T::kQ8_0 ||
-         type == T::kIQ4_NL;
+  switch (type) {
+    case T::kQ4_0: case T::kQ4_1: case T::kQ5_0: case T::kQ5_1: case T::kQ8_0: case T::kIQ4_NL:
+    case T::kQ4_K: case T::kQ5_K: case T::kQ6_K: case T::kIQ4_XS:
+      return true;
+    default: return false;
+  }
 }
 
 int PackedWeight::lean_offset(gguf::TensorType type) {
@@ -82,16 +86,30 @@ int PackedWeight::lean_offset(gguf::TensorType type) {
   switch (type) {
     case T::kQ4_0: return 8;
     case T::kQ5_0: return 16;
-    case T::kQ8_0: case T::kIQ4_NL: return 128;
+    case T::kQ6_K: return 32;
+    case T::kQ8_0: case T::kIQ4_NL: case T::kIQ4_XS: return 128;
     default: return 0;
   }
 }
 
 namespace {
 
+bool table_type(gguf::TensorType t) { return t == gguf::TensorType::kIQ4_NL || t == gguf::TensorType::kIQ4_XS; }
+
+// Bits of the lean form's levels: 8 (Q8_0), 4, 5 or 6.
+int lean_bits(gguf::TensorType t) {
+  using T = gguf::TensorType;
+  switch (t) {
+    case T::kQ8_0: return 8;
+    case T::kQ5_0: case T::kQ5_1: case T::kQ5_K: return 5;
+    case T::kQ6_K: return 6;
+    default: return 4;
+  }
+}
+
 // The unsigned level the lean form stores for a decoded level q of the type.
 uint8_t lean_level(gguf::TensorType type, int8_t q) {
-  if (type == gguf::TensorType::kIQ4_NL) {
+  if (table_type(type)) {
     for (int i = 0; i < 16; ++i) {
       if (kIq4nlValues[i] == q) return static_cast<uint8_t>(i);
     }
@@ -100,42 +118,72 @@ uint8_t lean_level(gguf::TensorType type, int8_t q) {
   return static_cast<uint8_t>(q + PackedWeight::lean_offset(type));
 }
 
+enum LeanField { kLevels, kHigh, kLsc, kLm, kLd, kLdmin, kLeanFields };
+
 }  // namespace
 
 void PackedWeight::pack_lean(const WeightView& w, ThreadPool& pool) {
-  const bool bytes8 = w.type == gguf::TensorType::kQ8_0;
-  const bool five = w.type == gguf::TensorType::kQ5_0 || w.type == gguf::TensorType::kQ5_1;
-  lean_level_bytes_ = bytes8 ? 512 : 256;
-  lean_high_bytes_ = five ? 64 : 0;
-  const size_t per_block = lean_level_bytes_ + lean_high_bytes_ + (mins_ ? 64 : 32);
-  lean_group_bytes_ = (num_blocks_ * per_block + 63) / 64 * 64;
+  const int bits = lean_bits(w.type);
+  const bool super = block_elements(w.type) == kSuperBlock, halves = has_half_scales(w.type);
+  const int64_t nb = num_blocks_, blocks = super ? nb / 8 : nb;
+  const size_t sizes[kLeanFields] = {
+      static_cast<size_t>(nb) * (bits == 8 ? 512 : 256),
+      static_cast<size_t>(nb) * (bits > 4 && bits < 8 ? 64 * (bits - 4) : 0),
+      static_cast<size_t>(super ? nb * (halves ? 32 : 16) : 0),
+      static_cast<size_t>(super && mins_ ? nb * 16 : 0),
+      static_cast<size_t>(blocks) * kRows * 2,
+      static_cast<size_t>(mins_ ? blocks * kRows * 2 : 0)};
+  size_t off = 0;
+  for (int f = 0; f < kLeanFields; ++f) {
+    lean_offsets_[f] = off;
+    off += (sizes[f] + 63) / 64 * 64;  // every array starts on a cache line
+  }
+  lean_group_bytes_ = off;
   const int64_t groups = (w.rows + kRows - 1) / kRows;
   lean_size_ = std::max<size_t>(64, groups * lean_group_bytes_);
   lean_data_ = static_cast<uint8_t*>(::operator new(lean_size_, std::align_val_t{64}));
   std::memset(lean_data_, 0, lean_size_);
-  pool.parallel_for(groups, [&](int64_t begin, int64_t end) {
+  const gguf::TensorType type = w.type;
+  pool.parallel_for(groups, [&, bits, super, halves](int64_t begin, int64_t end) {
     Decoded32 dec;
     for (int64_t g = begin; g < end; ++g) {
       const uint8_t* rows[kRows];
       group_rows(w, g, rows);
-      uint8_t* levels = lean_data_ + g * lean_group_bytes_;
-      uint8_t* high = levels + num_blocks_ * lean_level_bytes_;
-      auto* d = reinterpret_cast<uint16_t*>(high + num_blocks_ * lean_high_bytes_);
-      uint16_t* dmin = d + num_blocks_ * kRows;
-      for (int64_t b = 0; b < num_blocks_; ++b) {
+      uint8_t* base = lean_data_ + g * lean_group_bytes_;
+      uint8_t* levels = base + lean_offsets_[kLevels];
+      uint8_t* high = base + lean_offsets_[kHigh];
+      auto* sc = reinterpret_cast<int8_t*>(base + lean_offsets_[kLsc]);
+      uint8_t* m = base + lean_offsets_[kLm];
+      auto* d = reinterpret_cast<uint16_t*>(base + lean_offsets_[kLd]);
+      auto* dmin = reinterpret_cast<uint16_t*>(base + lean_offsets_[kLdmin]);
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t block = super ? b / 8 : b;
         for (int r = 0; r < kRows; ++r) {
-          decode_block32(w.type, rows[r], b, dec);
-          d[b * kRows + r] = f32_to_f16(dec.d);
-          if (mins_) dmin[b * kRows + r] = f32_to_f16(dec.dmin);
-          for (int e = 0; e < kSubBlock; ++e) {
-            const uint8_t u = lean_level(w.type, dec.q[e]);
-            const int j = e / 4, lane_byte = 4 * r + e % 4;  // step j, byte of the 64-byte step vector
-            if (bytes8) {
-              levels[b * 512 + 64 * j + lane_byte] = u;
+          decode_block32(type, rows[r], b, dec);
+          d[block * kRows + r] = f32_to_f16(dec.d);
+          if (mins_) dmin[block * kRows + r] = f32_to_f16(dec.dmin);
+          if (super) {
+            if (halves) {
+              sc[b * 32 + r] = static_cast<int8_t>(dec.sc[0]);
+              sc[b * 32 + 16 + r] = static_cast<int8_t>(dec.sc[1]);
             } else {
-              uint8_t& v = levels[b * 256 + 64 * (j / 2) + lane_byte];
-              v = static_cast<uint8_t>(v | (u & 15) << (4 * (j % 2)));
-              if (five && (u & 16)) high[b * 64 + 8 * j + lane_byte / 8] |= static_cast<uint8_t>(1 << (lane_byte % 8));
+              sc[b * 16 + r] = static_cast<int8_t>(dec.sc[0]);
+            }
+            if (mins_) m[b * 16 + r] = static_cast<uint8_t>(dec.m[0]);
+          }
+          for (int e = 0; e < kSubBlock; ++e) {
+            const uint8_t u = lean_level(type, dec.q[e]);
+            const int j = e / 4, lane_byte = 4 * r + e % 4;  // step j, byte of the 64-byte step vector
+            if (bits == 8) {
+              levels[b * 512 + 64 * j + lane_byte] = u;
+              continue;
+            }
+            uint8_t& v = levels[b * 256 + 64 * (j / 2) + lane_byte];
+            v = static_cast<uint8_t>(v | (u & 15) << (4 * (j % 2)));
+            for (int plane = 0; plane < bits - 4; ++plane) {
+              if ((u >> (4 + plane)) & 1) {
+                high[b * 64 * (bits - 4) + 64 * plane + 8 * j + lane_byte / 8] |= static_cast<uint8_t>(1 << (lane_byte % 8));
+              }
             }
           }
         }
@@ -145,11 +193,14 @@ void PackedWeight::pack_lean(const WeightView& w, ThreadPool& pool) {
 }
 
 PackedWeight::Lean PackedWeight::lean_group(int64_t g) const {
+  const uint8_t* base = lean_data_ + g * lean_group_bytes_;
   Lean l;
-  l.levels = lean_data_ + g * lean_group_bytes_;
-  l.high = lean_high_bytes_ > 0 ? l.levels + num_blocks_ * lean_level_bytes_ : nullptr;
-  l.d = reinterpret_cast<const uint16_t*>(l.levels + num_blocks_ * (lean_level_bytes_ + lean_high_bytes_));
-  l.dmin = mins_ ? l.d + num_blocks_ * kRows : nullptr;
+  l.levels = base + lean_offsets_[kLevels];
+  l.high = base + lean_offsets_[kHigh];
+  l.sc = reinterpret_cast<const int8_t*>(base + lean_offsets_[kLsc]);
+  l.m = base + lean_offsets_[kLm];
+  l.d = reinterpret_cast<const uint16_t*>(base + lean_offsets_[kLd]);
+  l.dmin = reinterpret_cast<const uint16_t*>(base + lean_offsets_[kLdmin]);
   return l;
 }
 

@@ -42,27 +42,33 @@ class PackedWeight {
   ChunkRef<kRows> chunk(int64_t g, int64_t k) const;
   size_t bytes() const { return size_ + lean_size_; }
 
-  // The lean form, for one token (the avx512 code's lean path, matmul_vnni-inl.h): the 32-element
-  // types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL) in as many bytes as the file's, laid out for
-  // vpdpbusd. Per row group, for sub-blocks b = 0 .. num_blocks - 1:
+  // The lean form, for one token (the avx512 code's lean path, matmul_vnni-inl.h): about as many
+  // bytes as the file's, laid out for vpdpbusd, for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K,
+  // Q5_K, Q6_K and IQ4_XS (not Q2_K and Q3_K, whose 2- and 3-bit levels it would store in 4).
+  // Per row group, arrays over sub-blocks b = 0 .. num_blocks - 1 (d and dmin: over the type's
+  // blocks), each contiguous, so a group is one stream:
   //
   //   levels[b]  the transposed levels (lane r of step j = row r's levels 4j..4j+3) as unsigned
-  //              u = q + offset: 8-bit types 8 steps of 64 bytes; the others 4 vectors of 64
-  //              bytes, vector p holding step 2p in its low nibbles and 2p + 1 in its high ones
-  //              (IQ4_NL: the table indices)
-  //   high[b]    5-bit types: bit 4 of each level, 8 bytes per step (byte k of step j = bit 4 of
-  //              lane bytes 8k .. 8k + 7)
-  //   d[b]       16 halves; dmin[b] the same, for the types with a min
+  //              u = q + offset: Q8_0 8 steps of 64 bytes; the others 4 vectors of 64 bytes,
+  //              vector p holding step 2p in its low nibbles and 2p + 1 in its high ones
+  //              (IQ4_NL, IQ4_XS: the table indices)
+  //   high[b]    5- and 6-bit types: one plane per bit above 4, 8 bytes per step (byte k of step
+  //              j = that bit of lane bytes 8k .. 8k + 7), 64 bytes a plane
+  //   sc[b]      super-block types: the integer scales as int8, 16 (or 32: per half, Q6_K)
+  //   m[b]       Q4_K, Q5_K: the integer mins as uint8, 16
+  //   d, dmin    16 halves per block of the type (dmin: types with a min)
   //
-  // each array contiguous, so a group is one stream. The dot products are sum(u x) - offset *
-  // sum(x), with sum(x) from the activations' 16-element sums: the same integers.
+  // The dot products are sum(u x) - offset * sum(x), with sum(x) from the activations' 16-element
+  // sums: the same integers as every other path.
   struct Lean {
     const uint8_t* levels = nullptr;
     const uint8_t* high = nullptr;
+    const int8_t* sc = nullptr;
+    const uint8_t* m = nullptr;
     const uint16_t* d = nullptr;
     const uint16_t* dmin = nullptr;
   };
-  // Whether the lean form exists for this type, its level offset and bits.
+  // Whether the lean form exists for this type, and its level offset.
   static bool has_lean(gguf::TensorType type);
   static int lean_offset(gguf::TensorType type);
   bool lean() const { return lean_data_ != nullptr; }
@@ -81,7 +87,8 @@ class PackedWeight {
   size_t group_bytes_ = 0;
   uint8_t* data_ = nullptr;  // 64-byte aligned
   size_t size_ = 0;
-  size_t lean_level_bytes_ = 0, lean_high_bytes_ = 0, lean_group_bytes_ = 0;  // per sub-block; per group
+  size_t lean_offsets_[6] = {};  // of levels, high, sc, m, d, dmin in a group
+  size_t lean_group_bytes_ = 0;
   uint8_t* lean_data_ = nullptr;
   size_t lean_size_ = 0;
 };
