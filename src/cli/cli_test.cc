@@ -14,6 +14,7 @@
 
 #include "common/test_paths.h"
 #include "common/utf8.h"
+#include "kernels/kernel_path.h"
 
 namespace sluice {
 namespace {
@@ -143,6 +144,27 @@ TEST(Cli, KernelPathIsPrintedAndAForcedBadOneRefused) {
   EXPECT_EQ(shell("SLUICE_KERNELS=avx9 " + sluice + " generate -p hi -n 1 >/dev/null 2>&1; echo $?"), "2\n");
   EXPECT_NE(shell("SLUICE_KERNELS=avx9 " + sluice + " generate -p hi -n 1 2>&1 >/dev/null")
                 .find("SLUICE_KERNELS=avx9: unknown kernel path 'avx9' (choose avx2, avxvnni, avx512 or amx)"),
+            std::string::npos);
+}
+
+// On a path that reads repacked weights, generate reports their memory; SLUICE_REPACK=off keeps
+// the weights as loaded and says nothing of them; an unknown value is refused.
+TEST(Cli, RepackedWeightsAreReported) {
+  const std::string sluice = sluice::testing::binary_dir() + "/src/cli/sluice";
+  const std::string model = kShared + "/models/quant/llama-d256-s21-Q4_K_M.gguf";
+  const std::string cmd = sluice + " generate -m " + model + " -p hi -n 1 2>&1 >/dev/null";
+  for (const char* path : {"avx512", "amx"}) {
+    if (!sluice::kernels::kernel_path_runs(*sluice::kernels::parse_kernel_path(path))) continue;
+    SCOPED_TRACE(path);
+    const std::string env = std::string("SLUICE_KERNELS=") + path + " ";
+    const std::string on = shell(env + cmd);
+    EXPECT_NE(on.find("weights repacked: 29 matrices"), std::string::npos) << on;
+    EXPECT_NE(on.find("beside the file's 3.3 MiB"), std::string::npos) << on;
+    EXPECT_EQ(shell(env + "SLUICE_REPACK=off " + cmd).find("repacked"), std::string::npos);
+  }
+  EXPECT_NE(shell("SLUICE_KERNELS=avx2 " + cmd).find("kernels: avx2"), std::string::npos);
+  EXPECT_EQ(shell("SLUICE_KERNELS=avx2 " + cmd).find("repacked"), std::string::npos);
+  EXPECT_NE(shell("SLUICE_REPACK=maybe " + cmd).find("SLUICE_REPACK=maybe: expected auto, on or off"),
             std::string::npos);
 }
 

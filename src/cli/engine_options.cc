@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "common/meminfo.h"
 #include "kernels/kernel_path.h"
 
 namespace sluice::cli {
@@ -90,17 +91,6 @@ Result<int64_t> parse_memory_size(const std::string& text, int64_t available_byt
   return static_cast<int64_t>(bytes);
 }
 
-int64_t available_memory_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  int64_t kib = 0;
-  std::string unit;
-  while (in >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
-  }
-  return 0;
-}
-
 Result<EngineConfig> EngineOptions::to_config(const ModelConfig& model, const Tokenizer& tokenizer) const {
   EngineConfig c;
   c.max_num_seqs = max_num_seqs;
@@ -136,10 +126,18 @@ Result<EngineConfig> EngineOptions::to_config(const ModelConfig& model, const To
 std::string describe_kernels(const Model& model) {
   std::string out = kernels::describe_kernel_paths();
   const ModelWeights& w = model.weights();
+  if (!w.repack_note.empty()) out += "\n" + w.repack_note;
   if (!w.packed.empty()) {
-    out += fmt::format("\nweights repacked for the 16-row kernels: {} matrices, {:.1f} MiB beside the file's {:.1f} MiB",
-                       w.packed.size(), static_cast<double>(w.packed_bytes()) / (1024.0 * 1024.0),
-                       static_cast<double>(model.file().file_size()) / (1024.0 * 1024.0));
+    size_t tiles = 0, lean = 0;
+    for (const auto& p : w.packed) {
+      tiles += p->tile_bytes();
+      lean += p->lean_bytes();
+    }
+    constexpr double kMiB = 1024.0 * 1024.0;
+    out += fmt::format("\nweights repacked: {} matrices, {:.1f} MiB (one-token form {:.1f}, tile form {:.1f}) beside the "
+                       "file's {:.1f} MiB",
+                       w.packed.size(), (tiles + lean) / kMiB, lean / kMiB, tiles / kMiB,
+                       static_cast<double>(model.file().file_size()) / kMiB);
   }
   return out;
 }

@@ -34,8 +34,6 @@ struct EngineOptions {
 // fraction of the available memory. Errors name the accepted forms.
 Result<int64_t> parse_memory_size(const std::string& text, int64_t available_bytes);
 
-// MemAvailable of /proc/meminfo in bytes (0 when unknown).
-int64_t available_memory_bytes();
 
 // One line for stderr: "KV cache: 3.0 GiB f16, 12288 blocks of 16 = 196608 tokens (12288 bytes per token)".
 std::string describe_kv_cache(const Engine& engine, const ModelConfig& model);

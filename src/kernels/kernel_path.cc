@@ -164,17 +164,27 @@ KernelPath active_kernel_path() {
   return static_cast<KernelPath>(g_path.load());
 }
 
-bool repack_weights() {
-  static const bool allowed = [] {
+namespace {
+enum class Repack { kOff, kAuto, kOn };
+Repack repack_mode() {
+  static const Repack mode = [] {
     const char* env = std::getenv("SLUICE_REPACK");
-    if (env == nullptr || *env == '\0' || std::string(env) == "on") return true;
-    if (std::string(env) == "off") return false;
-    std::fprintf(stderr, "sluice: SLUICE_REPACK=%s: expected on or off\n", env);
+    if (env == nullptr || *env == '\0' || std::string(env) == "auto") return Repack::kAuto;
+    if (std::string(env) == "on") return Repack::kOn;
+    if (std::string(env) == "off") return Repack::kOff;
+    std::fprintf(stderr, "sluice: SLUICE_REPACK=%s: expected auto, on or off\n", env);
     std::exit(2);
   }();
-  const KernelPath p = active_kernel_path();
-  return allowed && (p == KernelPath::kAmx || p == KernelPath::kAvx512);
+  return mode;
 }
+}  // namespace
+
+bool repack_weights() {
+  const KernelPath p = active_kernel_path();
+  return repack_mode() != Repack::kOff && (p == KernelPath::kAmx || p == KernelPath::kAvx512);
+}
+
+bool repack_within_budget() { return repack_mode() == Repack::kAuto; }
 
 std::string describe_kernel_paths() {
   std::string out = fmt::format("kernels: {}", kernel_path_name(active_kernel_path()));

@@ -44,10 +44,13 @@ Status set_kernel_path(KernelPath path);
 Result<KernelPath> parse_kernel_path(const std::string& name);
 
 // Whether models repack their quantized weights at load (packed_weight.h): when the active path
-// reads packed weights (amx, avx512), unless SLUICE_REPACK=off (an unknown value aborts with a
-// message, as SLUICE_KERNELS does). Off, those paths decode each chunk at run time: the same
-// bits, slower for small batches, no extra memory.
+// reads packed weights (amx, avx512), unless SLUICE_REPACK=off. SLUICE_REPACK=auto (the default)
+// keeps the copies within half the memory available at load (the one-token form first, as big as
+// the file; the tile form, bigger, only if it fits too); on repacks whatever it takes. An unknown
+// value aborts with a message, as SLUICE_KERNELS does. Off, those paths decode each chunk at run
+// time: the same bits, slower, no extra memory.
 bool repack_weights();
+bool repack_within_budget();  // auto (true) or on (false)
 
 // One line for the logs: "kernels: amx (avx2 available; avx512-vnni: ...)".
 std::string describe_kernel_paths();

@@ -248,7 +248,8 @@ SLUICE_AMX void amx_matmul_groups(const WeightView& w, const QuantizedActivation
   // A full group's full token tiles accumulate in y itself; the rest in acc, copied after.
   std::vector<float> acc(tiles * kTile * kRows);
   std::unique_ptr<DecodedChunk<kRows>> decoded;  // 27 KiB: off the stack of pool threads
-  if (w.packed == nullptr) decoded = std::make_unique<DecodedChunk<kRows>>();
+  const bool packed = w.packed != nullptr && w.packed->tiles();
+  if (!packed) decoded = std::make_unique<DecodedChunk<kRows>>();
   for (int64_t g = group_begin; g < group_end; ++g) {
     const int64_t n0 = g * kRows;
     const uint8_t* rows[kRows];
@@ -257,7 +258,7 @@ SLUICE_AMX void amx_matmul_groups(const WeightView& w, const QuantizedActivation
     for (int64_t b0 = 0; b0 < num_blocks; b0 += kChunk) {
       const int nb = static_cast<int>(std::min<int64_t>(kChunk, num_blocks - b0));
       AmxChunk chunk;
-      if (w.packed != nullptr) {
+      if (packed) {
         chunk = w.packed->chunk(g, b0 / kChunk);
       } else {
         decode_chunk16(w.type, rows, b0, nb, *decoded);

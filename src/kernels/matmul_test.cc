@@ -219,19 +219,22 @@ TEST_P(MatmulTest, EveryKernelPathGivesTheSameBits) {
     matmul(pool1, w.view, x.data(), n, want.back().data());
   }
   for (const std::string& why : unavailable_kernel_paths()) std::cout << "not run: " << why << "\n";
-  // The weight as loaded, and repacked for the 16-row kernels (which the other paths ignore).
-  std::unique_ptr<PackedWeight> packed;
-  WeightView packed_view = w.view;
+  // The weight as loaded, repacked for the 16-row kernels (which the other paths ignore), and
+  // repacked in the one-token form only (the tile kernels then decode at run time).
+  std::unique_ptr<PackedWeight> packed, lean;
+  WeightView packed_view = w.view, lean_view = w.view;
   if (PackedWeight::packs(w.view.type)) {
     packed = PackedWeight::pack(w.view, pool3);
     packed_view.packed = packed.get();
+    lean = PackedWeight::pack(w.view, pool3, {.tiles = false, .lean = true});
+    lean_view.packed = lean.get();
   }
   for (const KernelPath path : available_kernel_paths()) {
     if (path == KernelPath::kGeneric) continue;
     SCOPED_TRACE(kernel_path_name(path));
     ASSERT_TRUE(set_kernel_path(path));
-    for (const WeightView& view : {w.view, packed_view}) {
-      SCOPED_TRACE(view.packed != nullptr ? "packed" : "as loaded");
+    for (const WeightView& view : {w.view, packed_view, lean_view}) {
+      SCOPED_TRACE(view.packed == nullptr ? "as loaded" : view.packed->tiles() ? "packed" : "one-token form only");
       for (int64_t n = 1; n <= max_tokens; ++n) {
         for (ThreadPool* pool : {&pool1, &pool3}) {
           std::vector<float> y(n * rows);

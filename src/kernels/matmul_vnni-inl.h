@@ -43,7 +43,7 @@ inline void decode(gguf::TensorType type, const uint8_t* const* rows, int64_t b0
   decode_chunk16(type, rows, b0, nb, c);
 }
 // The 16-row kernel reads a packed weight in place; otherwise each chunk is decoded.
-inline bool reads_packed(const WeightView& w) { return w.packed != nullptr; }
+inline bool reads_packed(const WeightView& w) { return w.packed != nullptr && w.packed->tiles(); }
 inline ChunkRef<kRows> packed_chunk(const WeightView& w, int64_t g, int64_t k) { return w.packed->chunk(g, k); }
 #else
 constexpr int kRows = kVnni256GroupRows;

@@ -28,19 +28,35 @@ size_t PackedWeight::field_offset(int field, int nb) const {
   return off;
 }
 
-std::unique_ptr<PackedWeight> PackedWeight::pack(const WeightView& w, ThreadPool& pool) {
-  std::unique_ptr<PackedWeight> p(new PackedWeight());
-  p->type_ = w.type;
-  p->scales_ = block_elements(w.type) == kSuperBlock;
-  p->mins_ = has_min(w.type);
-  p->num_blocks_ = w.cols / kSubBlock;
-  p->full_chunk_bytes_ = p->field_offset(kFields, kChunkSubBlocks);
-  const int64_t full_chunks = p->num_blocks_ / kChunkSubBlocks;
-  const int last = static_cast<int>(p->num_blocks_ % kChunkSubBlocks);
-  p->group_bytes_ = full_chunks * p->full_chunk_bytes_ + p->field_offset(kFields, last);
+void PackedWeight::layout(const WeightView& w, Forms forms) {
+  type_ = w.type;
+  scales_ = block_elements(w.type) == kSuperBlock;
+  mins_ = has_min(w.type);
+  num_blocks_ = w.cols / kSubBlock;
   const int64_t groups = (w.rows + kRows - 1) / kRows;
-  p->size_ = std::max<size_t>(64, groups * p->group_bytes_);
+  if (forms.tiles) {
+    full_chunk_bytes_ = field_offset(kFields, kChunkSubBlocks);
+    const int64_t full_chunks = num_blocks_ / kChunkSubBlocks;
+    const int last = static_cast<int>(num_blocks_ % kChunkSubBlocks);
+    group_bytes_ = full_chunks * full_chunk_bytes_ + field_offset(kFields, last);
+    size_ = std::max<size_t>(64, groups * group_bytes_);
+  }
+  if (forms.lean && has_lean(w.type)) lean_layout(w);
+}
+
+size_t PackedWeight::planned_bytes(const WeightView& w, Forms forms) {
+  PackedWeight p;
+  p.layout(w, forms);
+  return p.size_ + p.lean_size_;
+}
+
+std::unique_ptr<PackedWeight> PackedWeight::pack(const WeightView& w, ThreadPool& pool, Forms forms) {
+  std::unique_ptr<PackedWeight> p(new PackedWeight());
+  p->layout(w, forms);
+  if (p->lean_size_ > 0) p->pack_lean(w, pool);
+  if (p->size_ == 0) return p;
   p->data_ = static_cast<uint8_t*>(::operator new(p->size_, std::align_val_t{64}));
+  const int64_t groups = (w.rows + kRows - 1) / kRows;
   const int64_t num_chunks = (p->num_blocks_ + kChunkSubBlocks - 1) / kChunkSubBlocks;
   pool.parallel_for(groups, [&](int64_t begin, int64_t end) {
     auto chunk = std::make_unique<DecodedChunk<kRows>>();
@@ -62,12 +78,11 @@ std::unique_ptr<PackedWeight> PackedWeight::pack(const WeightView& w, ThreadPool
       }
     }
   });
-  if (has_lean(w.type)) p->pack_lean(w, pool);
   return p;
 }
 
 PackedWeight::~PackedWeight() {
-  ::operator delete(data_, std::align_val_t{64});
+  if (data_ != nullptr) ::operator delete(data_, std::align_val_t{64});
   if (lean_data_ != nullptr) ::operator delete(lean_data_, std::align_val_t{64});
 }
 
@@ -122,7 +137,7 @@ enum LeanField { kLevels, kHigh, kLsc, kLm, kLd, kLdmin, kLeanFields };
 
 }  // namespace
 
-void PackedWeight::pack_lean(const WeightView& w, ThreadPool& pool) {
+void PackedWeight::lean_layout(const WeightView& w) {
   const int bits = lean_bits(w.type);
   const bool super = block_elements(w.type) == kSuperBlock, halves = has_half_scales(w.type);
   const int64_t nb = num_blocks_, blocks = super ? nb / 8 : nb;
@@ -141,6 +156,13 @@ void PackedWeight::pack_lean(const WeightView& w, ThreadPool& pool) {
   lean_group_bytes_ = off;
   const int64_t groups = (w.rows + kRows - 1) / kRows;
   lean_size_ = std::max<size_t>(64, groups * lean_group_bytes_);
+}
+
+void PackedWeight::pack_lean(const WeightView& w, ThreadPool& pool) {
+  const int bits = lean_bits(w.type);
+  const bool super = block_elements(w.type) == kSuperBlock, halves = has_half_scales(w.type);
+  const int64_t nb = num_blocks_;
+  const int64_t groups = (w.rows + kRows - 1) / kRows;
   lean_data_ = static_cast<uint8_t*>(::operator new(lean_size_, std::align_val_t{64}));
   std::memset(lean_data_, 0, lean_size_);
   const gguf::TensorType type = w.type;

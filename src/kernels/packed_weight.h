@@ -25,22 +25,35 @@
 
 namespace sluice::kernels {
 
+// Which forms of a PackedWeight to build: the tile form (chunk(): the 16-row kernels, 2 tokens and
+// more) and the lean form (lean_group(): one token), where the type has one.
+struct PackForms {
+  bool tiles = true;
+  bool lean = true;
+};
+
 class PackedWeight {
  public:
   static constexpr int kRows = 16;
 
   // Whether the packed form exists for this type (every block-quantized type).
   static bool packs(gguf::TensorType type);
+  using Forms = PackForms;
   // REQUIRES: packs(w.type). Decodes every row group, in parallel on the pool.
-  static std::unique_ptr<PackedWeight> pack(const WeightView& w, ThreadPool& pool);
+  static std::unique_ptr<PackedWeight> pack(const WeightView& w, ThreadPool& pool, Forms forms = {});
+  // The bytes pack() would allocate.
+  static size_t planned_bytes(const WeightView& w, Forms forms);
 
   ~PackedWeight();
   PackedWeight(const PackedWeight&) = delete;
   PackedWeight& operator=(const PackedWeight&) = delete;
 
-  // Chunk k (sub-blocks 32k .. 32k + 31, fewer in the last) of row group g.
+  // Chunk k (sub-blocks 32k .. 32k + 31, fewer in the last) of row group g. REQUIRES: tiles().
+  bool tiles() const { return data_ != nullptr; }
   ChunkRef<kRows> chunk(int64_t g, int64_t k) const;
   size_t bytes() const { return size_ + lean_size_; }
+  size_t tile_bytes() const { return size_; }
+  size_t lean_bytes() const { return lean_size_; }
 
   // The lean form, for one token (the avx512 code's lean path, matmul_vnni-inl.h): about as many
   // bytes as the file's, laid out for vpdpbusd, for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K,
@@ -78,6 +91,8 @@ class PackedWeight {
  private:
   PackedWeight() = default;
   size_t field_offset(int field, int nb) const;
+  void layout(const WeightView& w, Forms forms);
+  void lean_layout(const WeightView& w);
   void pack_lean(const WeightView& w, ThreadPool& pool);
 
   gguf::TensorType type_{};

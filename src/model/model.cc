@@ -1,8 +1,10 @@
 #include "model/model.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
+#include "common/meminfo.h"
 #include "kernels/attention.h"
 #include "kernels/kernel_path.h"
 #include "kernels/matmul.h"
@@ -17,7 +19,10 @@ Result<std::unique_ptr<Model>> Model::load(std::unique_ptr<gguf::File> file) {
   m->file_ = std::move(file);
   if (kernels::repack_weights()) {
     ThreadPool pool(0);
-    m->weights_.repack(pool);
+    // Unknown available memory (0): no budget to keep within.
+    const int64_t available = available_memory_bytes();
+    const bool budget = kernels::repack_within_budget() && available > 0;
+    m->weights_.repack(pool, budget ? static_cast<size_t>(available / 2) : SIZE_MAX);
   }
   const ModelConfig& c = m->config_;
   m->inv_freq_.resize(c.rope_dim / 2);

@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <numeric>
 
@@ -242,6 +243,40 @@ TEST(ModelErrors, UnsupportedArchitectureAndTensorTypeAreNamed) {
   EXPECT_NE(m3.error().message().find("tensor 'blk.0.attn_q.weight' has type Q8_1, which sluice does not compute"),
             std::string::npos)
       << m3.error().message();
+}
+
+// The memory budget decides which forms ModelWeights::repack keeps: all when they fit, the
+// one-token form alone when only it fits (the tile kernels then decode at run time), none when
+// neither fits; the note says which. Tied embeddings share one repacked copy.
+TEST(ModelRepack, BudgetDecidesTheForms) {
+  auto file = make_file(tiny(Arch::kQwen2, TensorType::kQ4_0));
+  auto config = ModelConfig::from_gguf(*file);
+  ASSERT_TRUE(config) << config.error().message();
+  ThreadPool pool(2);
+  auto bind = [&] {
+    auto w = ModelWeights::bind(*file, *config);
+    EXPECT_TRUE(w) << w.error().message();
+    return std::move(*w);
+  };
+  ModelWeights all = bind();
+  all.repack(pool, SIZE_MAX);
+  ASSERT_FALSE(all.packed.empty());
+  EXPECT_TRUE(all.repack_note.empty()) << all.repack_note;
+  EXPECT_EQ(all.token_embd.packed, all.output.packed);  // tied: one copy
+  for (const auto& p : all.packed) EXPECT_TRUE(p->tiles() && p->lean());
+
+  ModelWeights lean = bind();
+  lean.repack(pool, all.packed_bytes() - 1);
+  ASSERT_EQ(lean.packed.size(), all.packed.size());
+  for (const auto& p : lean.packed) EXPECT_TRUE(!p->tiles() && p->lean());
+  EXPECT_LT(lean.packed_bytes(), all.packed_bytes());
+  EXPECT_NE(lean.repack_note.find("the tile form"), std::string::npos) << lean.repack_note;
+
+  ModelWeights none = bind();
+  none.repack(pool, 0);
+  EXPECT_TRUE(none.packed.empty());
+  EXPECT_EQ(none.output.packed, nullptr);
+  EXPECT_NE(none.repack_note.find("weights not repacked"), std::string::npos) << none.repack_note;
 }
 
 }  // namespace

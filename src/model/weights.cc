@@ -112,17 +112,44 @@ Result<ModelWeights> ModelWeights::bind(const gguf::File& f, const ModelConfig& 
   return w;
 }
 
-void ModelWeights::repack(ThreadPool& pool) {
-  auto pack = [&](kernels::WeightView& w) {
-    if (!kernels::PackedWeight::packs(w.type) || w.packed != nullptr) return;
-    packed.push_back(kernels::PackedWeight::pack(w, pool));
-    w.packed = packed.back().get();
+void ModelWeights::repack(ThreadPool& pool, size_t budget) {
+  std::vector<kernels::WeightView*> views;
+  auto add = [&](kernels::WeightView& w) {
+    if (!kernels::PackedWeight::packs(w.type)) return;
+    for (const kernels::WeightView* v : views) {
+      if (v->data == w.data) return;
+    }
+    views.push_back(&w);
   };
-  pack(output);
-  if (output.data == token_embd.data) token_embd.packed = output.packed;
+  add(output);
   for (LayerWeights& l : layers) {
-    for (kernels::WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) pack(*w);
+    for (kernels::WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) add(*w);
   }
+  if (views.empty()) return;
+  size_t both = 0, lean = 0;
+  for (const kernels::WeightView* w : views) {
+    both += kernels::PackedWeight::planned_bytes(*w, {true, true});
+    lean += kernels::PackedWeight::planned_bytes(*w, {false, true});
+  }
+  constexpr double kMiB = 1024.0 * 1024.0;
+  kernels::PackedWeight::Forms forms;
+  if (both > budget) {
+    forms.tiles = false;
+    if (lean > budget || lean == 0) {
+      repack_note = fmt::format("weights not repacked: the copies ({:.1f} MiB, or {:.1f} for one token) would pass "
+                                "the budget of {:.1f} MiB (half the available memory; SLUICE_REPACK=on forces them)",
+                                both / kMiB, lean / kMiB, budget / kMiB);
+      return;
+    }
+    repack_note = fmt::format("the tile form ({:.1f} MiB more) is not kept: it would pass the budget of {:.1f} MiB "
+                              "(half the available memory; SLUICE_REPACK=on forces it), so batches decode at run time",
+                              (both - lean) / kMiB, budget / kMiB);
+  }
+  for (kernels::WeightView* w : views) {
+    packed.push_back(kernels::PackedWeight::pack(*w, pool, forms));
+    w->packed = packed.back().get();
+  }
+  if (output.data == token_embd.data) token_embd.packed = output.packed;
 }
 
 size_t ModelWeights::packed_bytes() const {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -41,9 +42,12 @@ struct ModelWeights {
   static Result<ModelWeights> bind(const gguf::File& file, const ModelConfig& config);
 
   // Repacks every block-quantized matrix the forward pass multiplies by (token_embd only when
-  // it is also the output), so the amx and avx512 kernels read it in place.
-  void repack(ThreadPool& pool);
+  // it is also the output), so the amx and avx512 kernels read it in place: both forms if they
+  // fit in budget bytes, else the one-token form alone if it fits, else nothing; repack_note says
+  // which and why.
+  void repack(ThreadPool& pool, size_t budget);
   size_t packed_bytes() const;
+  std::string repack_note;
 };
 
 }  // namespace sluice
