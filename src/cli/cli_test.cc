@@ -164,7 +164,7 @@ TEST(Cli, RepackedWeightsAreReported) {
   }
   EXPECT_NE(shell("SLUICE_KERNELS=avx2 " + cmd).find("kernels: avx2"), std::string::npos);
   EXPECT_EQ(shell("SLUICE_KERNELS=avx2 " + cmd).find("repacked"), std::string::npos);
-  EXPECT_NE(shell("SLUICE_REPACK=maybe " + cmd).find("SLUICE_REPACK=maybe: expected auto, on or off"),
+  EXPECT_NE(shell("SLUICE_REPACK=maybe " + cmd).find("SLUICE_REPACK=maybe: expected auto, on, lean or off"),
             std::string::npos);
 }
 

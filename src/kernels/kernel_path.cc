@@ -165,14 +165,15 @@ KernelPath active_kernel_path() {
 }
 
 namespace {
-enum class Repack { kOff, kAuto, kOn };
+enum class Repack { kOff, kAuto, kOn, kLean };
 Repack repack_mode() {
   static const Repack mode = [] {
     const char* env = std::getenv("SLUICE_REPACK");
     if (env == nullptr || *env == '\0' || std::string(env) == "auto") return Repack::kAuto;
     if (std::string(env) == "on") return Repack::kOn;
     if (std::string(env) == "off") return Repack::kOff;
-    std::fprintf(stderr, "sluice: SLUICE_REPACK=%s: expected auto, on or off\n", env);
+    if (std::string(env) == "lean") return Repack::kLean;
+    std::fprintf(stderr, "sluice: SLUICE_REPACK=%s: expected auto, on, lean or off\n", env);
     std::exit(2);
   }();
   return mode;
@@ -184,7 +185,8 @@ bool repack_weights() {
   return repack_mode() != Repack::kOff && (p == KernelPath::kAmx || p == KernelPath::kAvx512);
 }
 
-bool repack_within_budget() { return repack_mode() == Repack::kAuto; }
+bool repack_within_budget() { return repack_mode() == Repack::kAuto || repack_mode() == Repack::kLean; }
+bool repack_tile_form() { return repack_mode() != Repack::kLean; }
 
 std::string describe_kernel_paths() {
   std::string out = fmt::format("kernels: {}", kernel_path_name(active_kernel_path()));

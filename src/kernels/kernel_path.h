@@ -47,10 +47,11 @@ Result<KernelPath> parse_kernel_path(const std::string& name);
 // reads packed weights (amx, avx512), unless SLUICE_REPACK=off. SLUICE_REPACK=auto (the default)
 // keeps the copies within half the memory available at load (the one-token form first, as big as
 // the file; the tile form, bigger, only if it fits too); on repacks whatever it takes. An unknown
-// value aborts with a message, as SLUICE_KERNELS does. Off, those paths decode each chunk at run
+// value aborts with a message, as SLUICE_KERNELS does; lean keeps the one-token form only. Off, those paths decode each chunk at run
 // time: the same bits, slower, no extra memory.
 bool repack_weights();
-bool repack_within_budget();  // auto (true) or on (false)
+bool repack_within_budget();  // auto and lean (true) or on (false)
+bool repack_tile_form();      // false for SLUICE_REPACK=lean: the one-token form only
 
 // One line for the logs: "kernels: amx (avx2 available; avx512-vnni: ...)".
 std::string describe_kernel_paths();

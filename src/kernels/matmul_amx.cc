@@ -25,6 +25,7 @@
 
 #include "kernels/matmul.h"
 #include "kernels/decoded_chunk.h"
+#include "kernels/matmul_vnni.h"
 #include "kernels/packed_weight.h"
 #include "kernels/matmul_amx.h"
 #include "kernels/quant_blocks.h"
@@ -141,11 +142,20 @@ SLUICE_AMX inline void epilogue(const TileArgs& g, int i, const int32_t (*p)[kTi
     }
   }
   if constexpr (kMin) {
+    // m0 == m1 unless the halves have their own scales, and the 32-element types' min is 1: the
+    // same integer m0 s0 + m1 s1 with one vpmulld per token, or none (the epilogue's costliest
+    // instruction: 2 uops on one port).
     const __m512i m0 = _mm512_load_si512(c.m[i][0]), m1 = _mm512_load_si512(c.m[i][1]);
     for (int t = 0; t < kTile; ++t) {
       const int16_t* s = g.sums + t * g.sums_stride + 2 * b;
-      msum[t] = _mm512_add_epi32(msum[t], _mm512_mullo_epi32(m0, _mm512_set1_epi32(s[0])));
-      msum[t] = _mm512_add_epi32(msum[t], _mm512_mullo_epi32(m1, _mm512_set1_epi32(s[1])));
+      if constexpr (kHalves) {
+        msum[t] = _mm512_add_epi32(msum[t], _mm512_mullo_epi32(m0, _mm512_set1_epi32(s[0])));
+        msum[t] = _mm512_add_epi32(msum[t], _mm512_mullo_epi32(m1, _mm512_set1_epi32(s[1])));
+      } else if constexpr (kSub == 1) {
+        msum[t] = _mm512_add_epi32(msum[t], _mm512_set1_epi32(int32_t{s[0]} + s[1]));
+      } else {
+        msum[t] = _mm512_add_epi32(msum[t], _mm512_mullo_epi32(m0, _mm512_set1_epi32(int32_t{s[0]} + s[1])));
+      }
     }
   }
   if ((b + 1) % kSub != 0) return;
@@ -261,7 +271,11 @@ SLUICE_AMX void amx_matmul_groups(const WeightView& w, const QuantizedActivation
       if (packed) {
         chunk = w.packed->chunk(g, b0 / kChunk);
       } else {
-        decode_chunk16(w.type, rows, b0, nb, *decoded);
+        if (w.packed != nullptr && w.packed->lean()) {
+          lean_decode_chunk16(w, g, b0, nb, *decoded);  // AMX CPUs have AVX-512 VNNI (kernel_path.h)
+        } else {
+          decode_chunk16(w.type, rows, b0, nb, *decoded);
+        }
         chunk = chunk_ref(*decoded);
       }
       for (int64_t tt = 0; tt < tiles; ++tt) {

@@ -39,8 +39,14 @@ SLUICE_VNNI_INLINE VF fma_f(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c);
 // The masked forms (shl7, to_f): GCC 12's plain ones read an undefined vector, which
 // -Wmaybe-uninitialized flags.
 SLUICE_VNNI_INLINE VF to_f(VI v) { return _mm512_maskz_cvtepi32_ps(static_cast<__mmask16>(0xFFFF), v); }
-inline void decode(gguf::TensorType type, const uint8_t* const* rows, int64_t b0, int nb, DecodedChunk<kRows>& c) {
-  decode_chunk16(type, rows, b0, nb, c);
+}  // namespace
+void lean_decode_chunk(const WeightView& w, int64_t g, int64_t b0, int nb, DecodedChunk<kRows>& c);  // below
+namespace {
+// From the lean form where the weight has it, else from the file's blocks.
+inline void decode(const WeightView& w, int64_t g, const uint8_t* const* rows, int64_t b0, int nb,
+                   DecodedChunk<kRows>& c) {
+  if (w.packed != nullptr && w.packed->lean()) return lean_decode_chunk(w, g, b0, nb, c);
+  decode_chunk16(w.type, rows, b0, nb, c);
 }
 // The 16-row kernel reads a packed weight in place; otherwise each chunk is decoded.
 inline bool reads_packed(const WeightView& w) { return w.packed != nullptr && w.packed->tiles(); }
@@ -64,8 +70,9 @@ SLUICE_VNNI_INLINE VF set1_f(float v) { return _mm256_set1_ps(v); }
 SLUICE_VNNI_INLINE VF mul_f(VF a, VF b) { return _mm256_mul_ps(a, b); }
 SLUICE_VNNI_INLINE VF fma_f(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
 SLUICE_VNNI_INLINE VF to_f(VI v) { return _mm256_cvtepi32_ps(v); }
-inline void decode(gguf::TensorType type, const uint8_t* const* rows, int64_t b0, int nb, DecodedChunk<kRows>& c) {
-  decode_chunk8(type, rows, b0, nb, c);
+inline void decode(const WeightView& w, int64_t, const uint8_t* const* rows, int64_t b0, int nb,
+                   DecodedChunk<kRows>& c) {
+  decode_chunk8(w.type, rows, b0, nb, c);
 }
 inline bool reads_packed(const WeightView&) { return false; }  // packed weights have groups of 16
 inline ChunkRef<kRows> packed_chunk(const WeightView&, int64_t, int64_t) { return {}; }
@@ -131,11 +138,17 @@ SLUICE_VNNI_TARGET void tile(const Chunk& c, int64_t b0, int nb, const TileToken
         for (int t = 0; t < kT; ++t) isum[t] = add_i(isum[t], mul_i(part[t], sc));
       }
     }
-    if constexpr (kMin) {
+    if constexpr (kMin) {  // as the amx epilogue: one vpmulld per token where m0 == m1, none where m = 1
       const VI m0 = load_i(c.m[i][0]), m1 = load_i(c.m[i][1]);
       for (int t = 0; t < kT; ++t) {
-        msum[t] = add_i(msum[t], mul_i(m0, set1_i(tk.sums[t][2 * b])));
-        msum[t] = add_i(msum[t], mul_i(m1, set1_i(tk.sums[t][2 * b + 1])));
+        const int32_t s0 = tk.sums[t][2 * b], s1 = tk.sums[t][2 * b + 1];
+        if constexpr (kHalves) {
+          msum[t] = add_i(msum[t], add_i(mul_i(m0, set1_i(s0)), mul_i(m1, set1_i(s1))));
+        } else if constexpr (kSub == 1) {
+          msum[t] = add_i(msum[t], set1_i(s0 + s1));
+        } else {
+          msum[t] = add_i(msum[t], mul_i(m0, set1_i(s0 + s1)));
+        }
       }
     }
     if ((b + 1) % kSub != 0) continue;
@@ -352,11 +365,92 @@ SLUICE_VNNI_TARGET void lean_super_groups(const PackedWeight& pw, int64_t num_ro
     }
   }
 }
+
+// Sub-blocks [b0, b0 + nb) of row group g decoded from the lean form into the tile kernels'
+// chunk: the levels are already transposed, so this is unpacking (q = u - offset), widening the
+// integer scales and converting the halves, the same values decode_chunk16 gives.
+template <int kBits, bool kTable, bool kMin, bool kSuper, bool kHalves>
+SLUICE_VNNI_TARGET void lean_chunk(const PackedWeight& pw, int64_t g, int64_t b0, int nb, int offset,
+                                   DecodedChunk<kRows>& c) {
+  const PackedWeight::Lean lean = pw.lean_group(g);
+  const __m512i nib = _mm512_set1_epi8(15), bit4 = _mm512_set1_epi8(16), bit5 = _mm512_set1_epi8(32);
+  const __m512i off8 = _mm512_set1_epi8(static_cast<char>(offset)), ones = _mm512_set1_epi32(1);
+  const __m512i table = _mm512_maskz_broadcast_i32x4(static_cast<__mmask16>(0xFFFF),
+                                                      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
+  constexpr int kPlanes = kBits == 8 ? 0 : kBits - 4;
+  for (int i = 0; i < nb; ++i) {
+    const int64_t b = b0 + i;
+    if constexpr (kBits == 8) {
+      const uint8_t* lv = lean.levels + b * 512;
+      for (int j = 0; j < 8; ++j) {
+        _mm512_store_si512(c.w[i][j], _mm512_xor_si512(_mm512_load_si512(lv + 64 * j), _mm512_set1_epi8(-128)));
+      }
+    } else {
+      const uint8_t* lv = lean.levels + b * 256;
+      for (int p = 0; p < 4; ++p) {
+        const __m512i v = _mm512_load_si512(lv + 64 * p);
+        __m512i lo = _mm512_and_si512(v, nib);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+        for (int plane = 0; plane < kPlanes; ++plane) {
+          __mmask64 m0, m1;
+          std::memcpy(&m0, lean.high + b * 64 * kPlanes + 64 * plane + 16 * p, 8);
+          std::memcpy(&m1, lean.high + b * 64 * kPlanes + 64 * plane + 16 * p + 8, 8);
+          const __m512i bit = plane == 0 ? bit4 : bit5;
+          lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(m0, bit));
+          hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(m1, bit));
+        }
+        if constexpr (kTable) {  // the indices give the table's signed values directly
+          lo = _mm512_shuffle_epi8(table, lo);
+          hi = _mm512_shuffle_epi8(table, hi);
+        } else {
+          lo = _mm512_sub_epi8(lo, off8);
+          hi = _mm512_sub_epi8(hi, off8);
+        }
+        _mm512_store_si512(c.w[i][2 * p], lo);
+        _mm512_store_si512(c.w[i][2 * p + 1], hi);
+      }
+    }
+    if constexpr (kSuper) {
+      const __m512i sc0 = kHalves ? widen_i8(lean.sc + b * 32) : widen_i8(lean.sc + b * 16);
+      const __m512i sc1 = kHalves ? widen_i8(lean.sc + b * 32 + 16) : sc0;
+      _mm512_store_si512(c.sc[i][0], sc0);
+      _mm512_store_si512(c.sc[i][1], sc1);
+    } else {
+      _mm512_store_si512(c.sc[i][0], ones);
+      _mm512_store_si512(c.sc[i][1], ones);
+    }
+    const __m512i m = !kMin ? _mm512_setzero_si512() : kSuper ? widen_u8(lean.m + b * 16) : ones;
+    _mm512_store_si512(c.m[i][0], m);
+    _mm512_store_si512(c.m[i][1], m);
+    const int64_t block = kSuper ? b / 8 : b;
+    _mm512_store_ps(c.d[i], halves16(lean.d + block * kRows));
+    _mm512_store_ps(c.dmin[i], kMin ? halves16(lean.dmin + block * kRows) : _mm512_setzero_ps());
+  }
+}
 #endif
 
 }  // namespace
 
 #if SLUICE_VNNI_BITS == 512
+void lean_decode_chunk(const WeightView& w, int64_t g, int64_t b0, int nb, DecodedChunk<kRows>& c) {
+  using T = gguf::TensorType;
+  const PackedWeight& pw = *w.packed;
+  const int off = PackedWeight::lean_offset(w.type);
+  switch (w.type) {
+    case T::kQ4_0: return lean_chunk<4, false, false, false, false>(pw, g, b0, nb, off, c);
+    case T::kQ4_1: return lean_chunk<4, false, true, false, false>(pw, g, b0, nb, off, c);
+    case T::kIQ4_NL: return lean_chunk<4, true, false, false, false>(pw, g, b0, nb, off, c);
+    case T::kQ5_0: return lean_chunk<5, false, false, false, false>(pw, g, b0, nb, off, c);
+    case T::kQ5_1: return lean_chunk<5, false, true, false, false>(pw, g, b0, nb, off, c);
+    case T::kQ8_0: return lean_chunk<8, false, false, false, false>(pw, g, b0, nb, off, c);
+    case T::kQ4_K: return lean_chunk<4, false, true, true, false>(pw, g, b0, nb, off, c);
+    case T::kQ5_K: return lean_chunk<5, false, true, true, false>(pw, g, b0, nb, off, c);
+    case T::kQ6_K: return lean_chunk<6, false, false, true, true>(pw, g, b0, nb, off, c);
+    case T::kIQ4_XS: return lean_chunk<4, true, false, true, false>(pw, g, b0, nb, off, c);
+    default: return;
+  }
+}
+
 void lean_one_token(const WeightView& w, const QuantizedActivations& xq, float* y, int64_t group_begin,
                     int64_t group_end) {
   using T = gguf::TensorType;
@@ -406,7 +500,7 @@ void matmul_groups(const WeightView& w, const QuantizedActivations& xq, const ui
       if (packed) {
         chunk = packed_chunk(w, g, b0 / kChunkSubBlocks);
       } else {
-        decode(w.type, rows, b0, nb, *decoded);
+        decode(w, g, rows, b0, nb, *decoded);
         chunk = chunk_ref(*decoded);
       }
       for (int64_t t0 = 0; t0 < num_tokens; t0 += kTile) {

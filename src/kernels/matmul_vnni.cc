@@ -49,6 +49,10 @@ void vnni512_lean_one_token(const WeightView& w, const QuantizedActivations& xq,
   vnni512::lean_one_token(w, xq, y, group_begin, group_end);
 }
 
+void lean_decode_chunk16(const WeightView& w, int64_t g, int64_t b0, int nb, DecodedChunk<16>& c) {
+  vnni512::lean_decode_chunk(w, g, b0, nb, c);
+}
+
 void vnni256_matmul_groups(const WeightView& w, const QuantizedActivations& xq, const uint8_t* xu, int64_t num_tokens,
                            float* y, int64_t group_begin, int64_t group_end) {
   vnni256::matmul_groups(w, xq, xu, num_tokens, y, group_begin, group_end);

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "kernels/decoded_chunk.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_q8.h"
 
@@ -25,6 +26,9 @@ void vnni512_matmul_groups(const WeightView& w, const QuantizedActivations& xq, 
 // REQUIRES: w.packed->lean().
 void vnni512_lean_one_token(const WeightView& w, const QuantizedActivations& xq, float* y, int64_t group_begin,
                             int64_t group_end);
+// Sub-blocks [b0, b0 + nb) of row group g (16 rows) decoded from w.packed's lean form, as
+// decode_chunk16 decodes them from the file's blocks. REQUIRES: w.packed->lean(), AVX-512 VNNI.
+void lean_decode_chunk16(const WeightView& w, int64_t g, int64_t b0, int nb, DecodedChunk<16>& c);
 void vnni256_matmul_groups(const WeightView& w, const QuantizedActivations& xq, const uint8_t* xu, int64_t num_tokens,
                            float* y, int64_t group_begin, int64_t group_end);
 

@@ -22,7 +22,7 @@ Result<std::unique_ptr<Model>> Model::load(std::unique_ptr<gguf::File> file) {
     // Unknown available memory (0): no budget to keep within.
     const int64_t available = available_memory_bytes();
     const bool budget = kernels::repack_within_budget() && available > 0;
-    m->weights_.repack(pool, budget ? static_cast<size_t>(available / 2) : SIZE_MAX);
+    m->weights_.repack(pool, budget ? static_cast<size_t>(available / 2) : SIZE_MAX, kernels::repack_tile_form());
   }
   const ModelConfig& c = m->config_;
   m->inv_freq_.resize(c.rope_dim / 2);

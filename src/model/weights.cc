@@ -112,7 +112,7 @@ Result<ModelWeights> ModelWeights::bind(const gguf::File& f, const ModelConfig& 
   return w;
 }
 
-void ModelWeights::repack(ThreadPool& pool, size_t budget) {
+void ModelWeights::repack(ThreadPool& pool, size_t budget, bool tile_form) {
   std::vector<kernels::WeightView*> views;
   auto add = [&](kernels::WeightView& w) {
     if (!kernels::PackedWeight::packs(w.type)) return;
@@ -133,6 +133,8 @@ void ModelWeights::repack(ThreadPool& pool, size_t budget) {
   }
   constexpr double kMiB = 1024.0 * 1024.0;
   kernels::PackedWeight::Forms forms;
+  forms.tiles = tile_form;
+  if (!tile_form) both = lean;
   if (both > budget) {
     forms.tiles = false;
     if (lean > budget || lean == 0) {

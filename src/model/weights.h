@@ -45,7 +45,7 @@ struct ModelWeights {
   // it is also the output), so the amx and avx512 kernels read it in place: both forms if they
   // fit in budget bytes, else the one-token form alone if it fits, else nothing; repack_note says
   // which and why.
-  void repack(ThreadPool& pool, size_t budget);
+  void repack(ThreadPool& pool, size_t budget, bool tile_form = true);
   size_t packed_bytes() const;
   std::string repack_note;
 };
