@@ -3,10 +3,11 @@
 //
 //   amx     Intel AMX-INT8 tiles (Sapphire Rapids and later) for several tokens at once; Linux must
 //           grant the tile state (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)), which a
-//           VM can refuse. 2-7 tokens run the avx512 code, one token the avx2 code's direct path
-//           (a tile of 16 token rows would be mostly padding).
+//           VM can refuse. 2-7 tokens run the avx512 code (a tile of 16 token rows would be
+//           mostly padding), one token avx512's one-token kernel.
 //   avx512  512-bit AVX-512 VNNI (vpdpbusd: 64 byte products into 16 int32 lanes), 16 rows a
-//           vector (Intel Ice Lake and later, AMD Zen 4 and later). One token: avx2's direct path.
+//           vector (Intel Ice Lake and later, AMD Zen 4 and later). One token: a kernel of its
+//           own on the weights repacked at load (packed_weight.h), else avx2's direct path.
 //   avxvnni the 256-bit VEX form of vpdpbusd (AVX-VNNI: Intel Alder Lake and later, where
 //           AVX-512 is absent), 8 rows a vector. One token: avx2's direct path.
 //   avx2    256-bit integer dot products (vpmaddubsw + vpmaddwd), the baseline of x86-64-v3.

@@ -12,8 +12,9 @@ namespace sluice::kernels {
 
 inline constexpr int kVnni512GroupRows = 16;
 inline constexpr int kVnni256GroupRows = 8;
-// One token goes to the avx2 code's direct path (it reads each row once, straight from the
-// weights; a decoded chunk would be used once); the results are the same bits either way.
+// One token goes to vnni512_lean_one_token on weights repacked at load, else to the avx2 code's
+// direct path (it reads each row once, straight from the weights; a decoded chunk would be used
+// once); the results are the same bits either way.
 inline constexpr int64_t kVnniMinTokens = 2;
 
 // Rows kRows * group_begin up to kRows * group_end (or w.rows) of y = x W^T, for any
