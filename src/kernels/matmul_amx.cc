@@ -25,6 +25,7 @@
 
 #include "kernels/matmul.h"
 #include "kernels/decoded_chunk.h"
+#include "kernels/kernel_path.h"
 #include "kernels/matmul_vnni.h"
 #include "kernels/packed_weight.h"
 #include "kernels/matmul_amx.h"
@@ -259,6 +260,8 @@ SLUICE_AMX void amx_matmul_groups(const WeightView& w, const QuantizedActivation
   std::vector<float> acc(tiles * kTile * kRows);
   std::unique_ptr<DecodedChunk<kRows>> decoded;  // 27 KiB: off the stack of pool threads
   const bool packed = w.packed != nullptr && w.packed->tiles();
+  // The one-token form's unpacking uses AVX-512 VNNI, which every AMX CPU so far has; checked.
+  const bool lean = !packed && w.packed != nullptr && w.packed->lean() && kernel_path_runs(KernelPath::kAvx512);
   if (!packed) decoded = std::make_unique<DecodedChunk<kRows>>();
   for (int64_t g = group_begin; g < group_end; ++g) {
     const int64_t n0 = g * kRows;
@@ -271,8 +274,8 @@ SLUICE_AMX void amx_matmul_groups(const WeightView& w, const QuantizedActivation
       if (packed) {
         chunk = w.packed->chunk(g, b0 / kChunk);
       } else {
-        if (w.packed != nullptr && w.packed->lean()) {
-          lean_decode_chunk16(w, g, b0, nb, *decoded);  // AMX CPUs have AVX-512 VNNI (kernel_path.h)
+        if (lean) {
+          lean_decode_chunk16(w, g, b0, nb, *decoded);
         } else {
           decode_chunk16(w.type, rows, b0, nb, *decoded);
         }

@@ -148,6 +148,7 @@ void ModelWeights::repack(ThreadPool& pool, size_t budget, bool tile_form) {
                               (both - lean) / kMiB, budget / kMiB);
   }
   for (kernels::WeightView* w : views) {
+    if (kernels::PackedWeight::planned_bytes(*w, forms) == 0) continue;  // no form of this type kept
     packed.push_back(kernels::PackedWeight::pack(*w, pool, forms));
     w->packed = packed.back().get();
   }
