@@ -203,30 +203,73 @@ SLUICE_VNNI_INLINE __m512i xbcast(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
+// The IQ4 table in every 128-bit lane, as the table's values plus 128 (unsigned: what the
+// one-token kernels multiply) or as the signed values themselves (what the tile kernels want).
+SLUICE_VNNI_INLINE __m512i iq4_table(bool unsigned_levels) {
+  alignas(16) int8_t t[16];
+  for (int i = 0; i < 16; ++i) t[i] = static_cast<int8_t>(unsigned_levels ? kIq4nlValues[i] + 128 : kIq4nlValues[i]);
+  return _mm512_maskz_broadcast_i32x4(static_cast<__mmask16>(0xFFFF), _mm_load_si128(reinterpret_cast<const __m128i*>(t)));
+}
+
+// Vector p of a sub-block's lean levels (v, 64 bytes: step 2p in the low nibbles, 2p + 1 in the
+// high ones) unpacked into the two steps' levels: bit planes above 4 from high (the sub-block's
+// kPlanes planes of 64 bytes), and for kTable the indices looked up in table.
+template <int kPlanes, bool kTable>
+SLUICE_VNNI_INLINE void unpack_lean(__m512i v, const uint8_t* high, int p, __m512i table, __m512i& lo, __m512i& hi) {
+  const __m512i nib = _mm512_set1_epi8(15);
+  lo = _mm512_and_si512(v, nib);
+  hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+  for (int plane = 0; plane < kPlanes; ++plane) {
+    __mmask64 m0, m1;
+    std::memcpy(&m0, high + 64 * plane + 16 * p, 8);
+    std::memcpy(&m1, high + 64 * plane + 16 * p + 8, 8);
+    const __m512i bit = _mm512_set1_epi8(static_cast<char>(16 << plane));
+    lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(m0, bit));
+    hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(m1, bit));
+  }
+  if constexpr (kTable) {
+    lo = _mm512_shuffle_epi8(table, lo);
+    hi = _mm512_shuffle_epi8(table, hi);
+  }
+}
+
+// The next group follows in memory: its b-th part (of `part` bytes) is asked for at sub-block b,
+// so its lines arrive spread over this group's work (as the avx2 code's direct path does).
+SLUICE_VNNI_INLINE void prefetch_part(const uint8_t* next, int64_t b, size_t part, size_t group_bytes) {
+  if (next == nullptr) return;
+  for (size_t off = b * part; off < std::min(group_bytes, (b + 1) * part); off += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(next + off), _MM_HINT_T0);
+  }
+}
+
+// A group's 16 results into y (fewer in a last partial group).
+SLUICE_VNNI_INLINE void store_group16(float* y, int64_t g, int64_t rows, __m512 a) {
+  const int64_t n0 = g * kRows, num_rows = std::min<int64_t>(kRows, rows - n0);
+  if (num_rows == kRows) {
+    _mm512_storeu_ps(y + n0, a);
+    return;
+  }
+  alignas(64) float out[kRows];
+  _mm512_store_ps(out, a);
+  std::memcpy(y + n0, out, num_rows * sizeof(float));
+}
+
 // kBits: 4, 5 or 8; kTable: IQ4_NL (the nibbles index its table, stored as value + 128).
 template <int kBits, bool kTable, bool kMin>
 SLUICE_VNNI_TARGET void lean_groups(const PackedWeight& pw, int64_t num_rows_total, int64_t num_blocks, int offset,
                                     const int8_t* x, const float* dx, const int16_t* sums, float* y,
                                     int64_t group_begin, int64_t group_end) {
-  const __m512i nib = _mm512_set1_epi8(15), bit4 = _mm512_set1_epi8(16);
-  alignas(16) uint8_t table_u[16];
-  for (int i = 0; i < 16; ++i) table_u[i] = static_cast<uint8_t>(kIq4nlValues[i] + 128);
-  const __m512i table = _mm512_maskz_broadcast_i32x4(static_cast<__mmask16>(0xFFFF), _mm_load_si128(reinterpret_cast<const __m128i*>(table_u)));
+  const __m512i table = iq4_table(true);
   constexpr int64_t kLevelBytes = kBits == 8 ? 512 : 256;
+  constexpr int kPlanes = kBits == 5 ? 1 : 0;
   const size_t group_bytes = pw.lean_group_bytes();
-  // The next group follows in memory: its b-th num_blocks-th part is asked for at sub-block b, so
-  // its lines arrive spread over this group's work (as the avx2 code's direct path does).
   const size_t part = (group_bytes + num_blocks - 1) / num_blocks;
   for (int64_t g = group_begin; g < group_end; ++g) {
     const PackedWeight::Lean lean = pw.lean_group(g);
     const uint8_t* next = g + 1 < group_end ? lean.levels + group_bytes : nullptr;
     __m512 a = _mm512_setzero_ps();
     for (int64_t b = 0; b < num_blocks; ++b) {
-      if (next != nullptr) {
-        for (size_t off = b * part; off < std::min(group_bytes, (b + 1) * part); off += 64) {
-          _mm_prefetch(reinterpret_cast<const char*>(next + off), _MM_HINT_T0);
-        }
-      }
+      prefetch_part(next, b, part, group_bytes);
       const uint8_t* lv = lean.levels + b * kLevelBytes;
       const int8_t* xb = x + b * kSubBlock;
       // Two accumulators: eight dependent vpdpbusd would wait on each other's latency.
@@ -238,20 +281,8 @@ SLUICE_VNNI_TARGET void lean_groups(const PackedWeight& pw, int64_t num_rows_tot
         }
       } else {
         for (int p = 0; p < 4; ++p) {
-          const __m512i v = _mm512_load_si512(lv + 64 * p);
-          __m512i lo = _mm512_and_si512(v, nib);
-          __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
-          if constexpr (kBits == 5) {
-            __mmask64 m0, m1;
-            std::memcpy(&m0, lean.high + b * 64 + 16 * p, 8);
-            std::memcpy(&m1, lean.high + b * 64 + 16 * p + 8, 8);
-            lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(m0, bit4));
-            hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(m1, bit4));
-          }
-          if constexpr (kTable) {
-            lo = _mm512_shuffle_epi8(table, lo);
-            hi = _mm512_shuffle_epi8(table, hi);
-          }
+          __m512i lo, hi;
+          unpack_lean<kPlanes, kTable>(_mm512_load_si512(lv + 64 * p), lean.high + b * 64 * kPlanes, p, table, lo, hi);
           acc = _mm512_dpbusd_epi32(acc, lo, xbcast(xb + 8 * p));
           acc2 = _mm512_dpbusd_epi32(acc2, hi, xbcast(xb + 8 * p + 4));
         }
@@ -267,14 +298,7 @@ SLUICE_VNNI_TARGET void lean_groups(const PackedWeight& pw, int64_t num_rows_tot
         a = _mm512_fmadd_ps(_mm512_mul_ps(dmin, xs), to_f(_mm512_set1_epi32(sx)), a);
       }
     }
-    const int64_t n0 = g * kRows, num_rows = std::min<int64_t>(kRows, num_rows_total - n0);
-    if (num_rows == kRows) {
-      _mm512_storeu_ps(y + n0, a);
-    } else {
-      alignas(64) float out[kRows];
-      _mm512_store_ps(out, a);
-      std::memcpy(y + n0, out, num_rows * sizeof(float));
-    }
+    store_group16(y, g, num_rows_total, a);
   }
 }
 
@@ -286,11 +310,7 @@ template <int kBits, bool kTable, bool kMin, bool kHalves>
 SLUICE_VNNI_TARGET void lean_super_groups(const PackedWeight& pw, int64_t num_rows_total, int64_t num_blocks, int offset,
                                           const int8_t* x, const float* dx, const int16_t* sums, float* y,
                                           int64_t group_begin, int64_t group_end) {
-  const __m512i nib = _mm512_set1_epi8(15), bit4 = _mm512_set1_epi8(16), bit5 = _mm512_set1_epi8(32);
-  alignas(16) uint8_t table_u[16];
-  for (int i = 0; i < 16; ++i) table_u[i] = static_cast<uint8_t>(kIq4nlValues[i] + 128);
-  const __m512i table = _mm512_maskz_broadcast_i32x4(static_cast<__mmask16>(0xFFFF),
-                                                      _mm_load_si128(reinterpret_cast<const __m128i*>(table_u)));
+  const __m512i table = iq4_table(true);
   constexpr int kPlanes = kBits - 4;
   const size_t group_bytes = pw.lean_group_bytes();
   const size_t part = (group_bytes + num_blocks - 1) / num_blocks;
@@ -300,36 +320,13 @@ SLUICE_VNNI_TARGET void lean_super_groups(const PackedWeight& pw, int64_t num_ro
     __m512 a = _mm512_setzero_ps();
     __m512i isum = _mm512_setzero_si512(), msum = _mm512_setzero_si512();
     for (int64_t b = 0; b < num_blocks; ++b) {
-      if (next != nullptr) {
-        for (size_t off = b * part; off < std::min(group_bytes, (b + 1) * part); off += 64) {
-          _mm_prefetch(reinterpret_cast<const char*>(next + off), _MM_HINT_T0);
-        }
-      }
+      prefetch_part(next, b, part, group_bytes);
       const uint8_t* lv = lean.levels + b * 256;
       const int8_t* xb = x + b * kSubBlock;
       __m512i half[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
       for (int p = 0; p < 4; ++p) {
-        const __m512i v = _mm512_load_si512(lv + 64 * p);
-        __m512i lo = _mm512_and_si512(v, nib);
-        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
-        if constexpr (kPlanes >= 1) {
-          __mmask64 m0, m1;
-          std::memcpy(&m0, lean.high + b * 64 * kPlanes + 16 * p, 8);
-          std::memcpy(&m1, lean.high + b * 64 * kPlanes + 16 * p + 8, 8);
-          lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(m0, bit4));
-          hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(m1, bit4));
-        }
-        if constexpr (kPlanes >= 2) {
-          __mmask64 m0, m1;
-          std::memcpy(&m0, lean.high + b * 64 * kPlanes + 64 + 16 * p, 8);
-          std::memcpy(&m1, lean.high + b * 64 * kPlanes + 64 + 16 * p + 8, 8);
-          lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(m0, bit5));
-          hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(m1, bit5));
-        }
-        if constexpr (kTable) {
-          lo = _mm512_shuffle_epi8(table, lo);
-          hi = _mm512_shuffle_epi8(table, hi);
-        }
+        __m512i lo, hi;
+        unpack_lean<kPlanes, kTable>(_mm512_load_si512(lv + 64 * p), lean.high + b * 64 * kPlanes, p, table, lo, hi);
         half[p / 2] = _mm512_dpbusd_epi32(half[p / 2], lo, xbcast(xb + 8 * p));
         half[p / 2] = _mm512_dpbusd_epi32(half[p / 2], hi, xbcast(xb + 8 * p + 4));
       }
@@ -355,14 +352,7 @@ SLUICE_VNNI_TARGET void lean_super_groups(const PackedWeight& pw, int64_t num_ro
       if constexpr (kMin) a = _mm512_fmadd_ps(_mm512_mul_ps(halves16(lean.dmin + q * kRows), xs), to_f(msum), a);
       isum = msum = _mm512_setzero_si512();
     }
-    const int64_t n0 = g * kRows, num_rows = std::min<int64_t>(kRows, num_rows_total - n0);
-    if (num_rows == kRows) {
-      _mm512_storeu_ps(y + n0, a);
-    } else {
-      alignas(64) float out[kRows];
-      _mm512_store_ps(out, a);
-      std::memcpy(y + n0, out, num_rows * sizeof(float));
-    }
+    store_group16(y, g, num_rows_total, a);
   }
 }
 
@@ -373,10 +363,8 @@ template <int kBits, bool kTable, bool kMin, bool kSuper, bool kHalves>
 SLUICE_VNNI_TARGET void lean_chunk(const PackedWeight& pw, int64_t g, int64_t b0, int nb, int offset,
                                    DecodedChunk<kRows>& c) {
   const PackedWeight::Lean lean = pw.lean_group(g);
-  const __m512i nib = _mm512_set1_epi8(15), bit4 = _mm512_set1_epi8(16), bit5 = _mm512_set1_epi8(32);
   const __m512i off8 = _mm512_set1_epi8(static_cast<char>(offset)), ones = _mm512_set1_epi32(1);
-  const __m512i table = _mm512_maskz_broadcast_i32x4(static_cast<__mmask16>(0xFFFF),
-                                                      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
+  const __m512i table = iq4_table(false);  // the indices give the table's signed values directly
   constexpr int kPlanes = kBits == 8 ? 0 : kBits - 4;
   for (int i = 0; i < nb; ++i) {
     const int64_t b = b0 + i;
@@ -388,21 +376,9 @@ SLUICE_VNNI_TARGET void lean_chunk(const PackedWeight& pw, int64_t g, int64_t b0
     } else {
       const uint8_t* lv = lean.levels + b * 256;
       for (int p = 0; p < 4; ++p) {
-        const __m512i v = _mm512_load_si512(lv + 64 * p);
-        __m512i lo = _mm512_and_si512(v, nib);
-        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
-        for (int plane = 0; plane < kPlanes; ++plane) {
-          __mmask64 m0, m1;
-          std::memcpy(&m0, lean.high + b * 64 * kPlanes + 64 * plane + 16 * p, 8);
-          std::memcpy(&m1, lean.high + b * 64 * kPlanes + 64 * plane + 16 * p + 8, 8);
-          const __m512i bit = plane == 0 ? bit4 : bit5;
-          lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(m0, bit));
-          hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(m1, bit));
-        }
-        if constexpr (kTable) {  // the indices give the table's signed values directly
-          lo = _mm512_shuffle_epi8(table, lo);
-          hi = _mm512_shuffle_epi8(table, hi);
-        } else {
+        __m512i lo, hi;
+        unpack_lean<kPlanes, kTable>(_mm512_load_si512(lv + 64 * p), lean.high + b * 64 * kPlanes, p, table, lo, hi);
+        if constexpr (!kTable) {
           lo = _mm512_sub_epi8(lo, off8);
           hi = _mm512_sub_epi8(hi, off8);
         }
