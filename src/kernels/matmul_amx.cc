@@ -4,8 +4,9 @@
 // Rows go in groups of 16 (a tile's 16 int32 columns); for each chunk of up to 32 sub-blocks, a
 // group's levels are decoded into the tile layout of the weight operand (B row j holds, for each of
 // the 16 rows, its 4 levels 4j..4j+3: matmul_quant.cc's transposition, for 16 rows), and tokens go
-// in tiles of 16 (the activation operand A: 16 token rows of 32 bytes, read in place with the
-// stride of a token's row; a last partial tile is copied into a zero-padded buffer). Per sub-block:
+// in tiles of 16 (the activation operand A: 16 token rows of 32 bytes, packed once per matmul by
+// pack_amx_activations so that each is 512 contiguous bytes; a last partial tile zero-padded). Per
+// sub-block:
 //
 //   C = A x B           (tdpbssd: signed x signed bytes, 16 x 16 exact int32 dot products of 32,
 //                        or two of 16 for the types whose 16-element halves have their own scales)
@@ -71,12 +72,12 @@ using AmxChunk = ChunkRef<kRows>;
 // plain one reads an undefined vector, which its -Wmaybe-uninitialized flags.
 SLUICE_AMX inline __m512 to_float(__m512i v) { return _mm512_maskz_cvtepi32_ps(static_cast<__mmask16>(0xFFFF), v); }
 
-// The products of sub-block i (activations at xa, rows `stride` bytes apart) on buffer kBuf's
-// tiles, stored to prod (prod[1]: the second half's, for the half-scale types). The tile numbers
-// are literals: GCC's tile intrinsics paste them into the assembly text.
+// The products of sub-block i (activations at xa: 16 token rows of 32 bytes, contiguous) on buffer
+// kBuf's tiles, stored to prod (prod[1]: the second half's, for the half-scale types). The tile
+// numbers are literals: GCC's tile intrinsics paste them into the assembly text.
 template <bool kHalves, int kBuf>
-SLUICE_AMX inline void product(const AmxChunk& c, int i, const int8_t* xa, int64_t stride,
-                               int32_t (*prod)[kTile][kRows]) {
+SLUICE_AMX inline void product(const AmxChunk& c, int i, const int8_t* xa, int32_t (*prod)[kTile][kRows]) {
+  constexpr int64_t stride = kSubBlock;
   if constexpr (kHalves) {
     _tile_loadd(4, xa, stride);
     _tile_loadd(5, xa + 16, stride);
@@ -116,11 +117,9 @@ SLUICE_AMX inline void product(const AmxChunk& c, int i, const int8_t* xa, int64
 struct TileArgs {
   const AmxChunk& c;
   int64_t b0;
-  const float* dx;
-  int64_t dx_stride;
-  const int16_t* sums;
-  int64_t sums_stride;
-  float* acc;  // token t's 16 accumulators at acc + t * acc_stride
+  const float* dx;      // the tile's scales: token t's of block q at dx[q * 16 + t]
+  const int16_t* sums;  // its sums: token t's of 16 elements j at sums[j * 16 + t]
+  float* acc;           // token t's 16 accumulators at acc + t * acc_stride
   int64_t acc_stride;
 };
 
@@ -148,14 +147,14 @@ SLUICE_AMX inline void epilogue(const TileArgs& g, int i, const int32_t (*p)[kTi
     // instruction: 2 uops on one port).
     const __m512i m0 = _mm512_load_si512(c.m[i][0]), m1 = _mm512_load_si512(c.m[i][1]);
     for (int t = 0; t < kTile; ++t) {
-      const int16_t* s = g.sums + t * g.sums_stride + 2 * b;
+      const int32_t s0 = g.sums[2 * b * kTile + t], s1 = g.sums[(2 * b + 1) * kTile + t];
       if constexpr (kHalves) {
-        msum[t] = _mm512_add_epi32(msum[t], _mm512_mullo_epi32(m0, _mm512_set1_epi32(s[0])));
-        msum[t] = _mm512_add_epi32(msum[t], _mm512_mullo_epi32(m1, _mm512_set1_epi32(s[1])));
+        msum[t] = _mm512_add_epi32(msum[t], _mm512_mullo_epi32(m0, _mm512_set1_epi32(s0)));
+        msum[t] = _mm512_add_epi32(msum[t], _mm512_mullo_epi32(m1, _mm512_set1_epi32(s1)));
       } else if constexpr (kSub == 1) {
-        msum[t] = _mm512_add_epi32(msum[t], _mm512_set1_epi32(int32_t{s[0]} + s[1]));
+        msum[t] = _mm512_add_epi32(msum[t], _mm512_set1_epi32(s0 + s1));
       } else {
-        msum[t] = _mm512_add_epi32(msum[t], _mm512_mullo_epi32(m0, _mm512_set1_epi32(int32_t{s[0]} + s[1])));
+        msum[t] = _mm512_add_epi32(msum[t], _mm512_mullo_epi32(m0, _mm512_set1_epi32(s0 + s1)));
       }
     }
   }
@@ -164,7 +163,7 @@ SLUICE_AMX inline void epilogue(const TileArgs& g, int i, const int32_t (*p)[kTi
   const __m512 d = _mm512_load_ps(c.d[i]);
   if constexpr (kSub == 1) {  // the accumulators stay in registers across the chunk (a)
     for (int t = 0; t < kTile; ++t) {
-      const __m512 xs = _mm512_set1_ps(g.dx[t * g.dx_stride + q]);
+      const __m512 xs = _mm512_set1_ps(g.dx[q * kTile + t]);
       a[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, xs), to_float(isum[t]), a[t]);
       if constexpr (kMin) a[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_load_ps(c.dmin[i]), xs), to_float(msum[t]), a[t]);
       msum[t] = _mm512_setzero_si512();
@@ -172,7 +171,7 @@ SLUICE_AMX inline void epilogue(const TileArgs& g, int i, const int32_t (*p)[kTi
     return;
   }
   for (int t = 0; t < kTile; ++t) {
-    const __m512 xs = _mm512_set1_ps(g.dx[t * g.dx_stride + q]);
+    const __m512 xs = _mm512_set1_ps(g.dx[q * kTile + t]);
     __m512 a = _mm512_loadu_ps(g.acc + t * g.acc_stride);
     a = _mm512_fmadd_ps(_mm512_mul_ps(d, xs), to_float(isum[t]), a);
     if constexpr (kMin) a = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_load_ps(c.dmin[i]), xs), to_float(msum[t]), a);
@@ -186,13 +185,12 @@ SLUICE_AMX inline void epilogue(const TileArgs& g, int i, const int32_t (*p)[kTi
 // products are issued on the other buffer before sub-block i's epilogue, so the tile unit works
 // while the vector units do the epilogue, and an epilogue never waits for the store it reads.
 template <bool kHalves, bool kMin, int kSub>
-SLUICE_AMX void tile(const AmxChunk& c, int64_t b0, int num_blocks, const int8_t* x, int64_t stride,
-                     const float* dx, int64_t dx_stride, const int16_t* sums, int64_t sums_stride, float* acc,
-                     int64_t acc_stride, bool first) {
+SLUICE_AMX void tile(const AmxChunk& c, int64_t b0, int num_blocks, const int8_t* x, const float* dx,
+                     const int16_t* sums, float* acc, int64_t acc_stride, bool first) {
   alignas(64) int32_t prod[2][2][kTile][kRows];
   __m512i isum[kTile], msum[kTile];
   for (int t = 0; t < kTile; ++t) isum[t] = msum[t] = _mm512_setzero_si512();
-  const TileArgs g{c, b0, dx, dx_stride, sums, sums_stride, acc, acc_stride};
+  const TileArgs g{c, b0, dx, sums, acc, acc_stride};
   __m512 a[kTile];
   // The first chunk starts the accumulators at zero (the super-block types' epilogue reads them).
   if constexpr (kSub == 1) {
@@ -200,14 +198,15 @@ SLUICE_AMX void tile(const AmxChunk& c, int64_t b0, int num_blocks, const int8_t
   } else if (first) {
     for (int t = 0; t < kTile; ++t) _mm512_storeu_ps(acc + t * acc_stride, _mm512_setzero_ps());
   }
-  product<kHalves, 0>(c, 0, x + b0 * kSubBlock, stride, prod[0]);
+  constexpr int64_t kStep = kTile * kSubBlock;  // a sub-block's activations in the tile's layout
+  product<kHalves, 0>(c, 0, x + b0 * kStep, prod[0]);
   for (int i = 0; i < num_blocks; ++i) {
     if (i + 1 < num_blocks) {
-      const int8_t* xa = x + (b0 + i + 1) * kSubBlock;
+      const int8_t* xa = x + (b0 + i + 1) * kStep;
       if ((i + 1) % 2 == 0) {
-        product<kHalves, 0>(c, i + 1, xa, stride, prod[0]);
+        product<kHalves, 0>(c, i + 1, xa, prod[0]);
       } else {
-        product<kHalves, 1>(c, i + 1, xa, stride, prod[1]);
+        product<kHalves, 1>(c, i + 1, xa, prod[1]);
       }
     }
     epilogue<kHalves, kMin, kSub>(g, i, prod[i % 2], isum, msum, a);
@@ -220,8 +219,7 @@ SLUICE_AMX void tile(const AmxChunk& c, int64_t b0, int num_blocks, const int8_t
 // The type's traits as the kernel needs them, and its tile function.
 struct Traits {
   bool halves, min;
-  void (*run)(const AmxChunk&, int64_t, int, const int8_t*, int64_t, const float*, int64_t, const int16_t*, int64_t,
-              float*, int64_t, bool);
+  void (*run)(const AmxChunk&, int64_t, int, const int8_t*, const float*, const int16_t*, float*, int64_t, bool);
 };
 
 Traits traits(gguf::TensorType t) {
@@ -233,29 +231,33 @@ Traits traits(gguf::TensorType t) {
 
 }  // namespace
 
-SLUICE_AMX void amx_matmul_groups(const WeightView& w, const QuantizedActivations& xq, int64_t num_tokens, float* y,
+AmxActivations pack_amx_activations(const QuantizedActivations& xq, int64_t num_tokens, int64_t cols) {
+  AmxActivations p;
+  p.tiles = (num_tokens + kTile - 1) / kTile;
+  const int64_t blocks = cols / kSubBlock, scales = cols / xq.block, sums = xq.sums.empty() ? 0 : cols / 16;
+  p.q.assign(p.tiles * kTile * cols, 0);
+  p.d.assign(p.tiles * kTile * scales, 0.0f);
+  p.sums.assign(p.tiles * kTile * sums, 0);
+  for (int64_t n = 0; n < num_tokens; ++n) {
+    const int64_t tt = n / kTile, t = n % kTile;
+    for (int64_t b = 0; b < blocks; ++b) {
+      std::memcpy(&p.q[((tt * blocks + b) * kTile + t) * kSubBlock], &xq.q[n * cols + b * kSubBlock], kSubBlock);
+    }
+    for (int64_t q = 0; q < scales; ++q) p.d[(tt * scales + q) * kTile + t] = xq.d[n * scales + q];
+    for (int64_t j = 0; j < sums; ++j) p.sums[(tt * sums + j) * kTile + t] = xq.sums[n * sums + j];
+  }
+  return p;
+}
+
+SLUICE_AMX void amx_matmul_groups(const WeightView& w, const AmxActivations& xa, int64_t num_tokens, float* y,
                                   int64_t group_begin, int64_t group_end) {
   const Traits tr = traits(w.type);
   const TileConfig cfg = config(tr.halves ? 16 : 32);
   _tile_loadconfig(&cfg);
-  const int64_t cols = w.cols, num_blocks = cols / kSubBlock;
-  const int64_t dx_stride = cols / xq.block, sums_stride = cols / 16;
-  // The last partial token tile, zero-padded to 16 rows (its extra rows' results are dropped).
-  const int64_t full = num_tokens / kTile * kTile, rest = num_tokens - full;
-  std::vector<int8_t> pad_x;
-  std::vector<float> pad_dx;
-  std::vector<int16_t> pad_sums;
-  if (rest > 0) {
-    pad_x.assign(kTile * cols, 0);
-    std::memcpy(pad_x.data(), xq.q.data() + full * cols, rest * cols);
-    pad_dx.assign(kTile * dx_stride, 0.0f);
-    std::memcpy(pad_dx.data(), xq.d.data() + full * dx_stride, rest * dx_stride * sizeof(float));
-    if (tr.min) {
-      pad_sums.assign(kTile * sums_stride, 0);
-      std::memcpy(pad_sums.data(), xq.sums.data() + full * sums_stride, rest * sums_stride * sizeof(int16_t));
-    }
-  }
-  const int64_t tiles = (num_tokens + kTile - 1) / kTile;
+  const int64_t cols = w.cols;
+  const int64_t num_blocks = cols / kSubBlock, scales = cols / block_elements(w.type), sums = cols / 16;
+  const int64_t full = num_tokens / kTile * kTile;  // the last partial tile's results go through acc
+  const int64_t tiles = xa.tiles;
   // A full group's full token tiles accumulate in y itself; the rest in acc, copied after.
   std::vector<float> acc(tiles * kTile * kRows);
   std::unique_ptr<DecodedChunk<kRows>> decoded;  // 27 KiB: off the stack of pool threads
@@ -284,11 +286,11 @@ SLUICE_AMX void amx_matmul_groups(const WeightView& w, const QuantizedActivation
       for (int64_t tt = 0; tt < tiles; ++tt) {
         const bool padded = tt * kTile >= full;
         const int64_t t0 = tt * kTile;
-        const int8_t* x = padded ? pad_x.data() : xq.q.data() + t0 * cols;
-        const float* dx = padded ? pad_dx.data() : xq.d.data() + t0 * dx_stride;
-        const int16_t* sums = !tr.min ? nullptr : padded ? pad_sums.data() : xq.sums.data() + t0 * sums_stride;
+        const int8_t* x = xa.q.data() + tt * kTile * cols;
+        const float* dx = xa.d.data() + tt * kTile * scales;
+        const int16_t* s = tr.min ? xa.sums.data() + tt * kTile * sums : nullptr;
         float* out = in_y && !padded ? y + t0 * w.rows + n0 : acc.data() + t0 * kRows;
-        tr.run(chunk, b0, nb, x, cols, dx, dx_stride, sums, sums_stride, out, in_y && !padded ? w.rows : kRows, b0 == 0);
+        tr.run(chunk, b0, nb, x, dx, s, out, in_y && !padded ? w.rows : kRows, b0 == 0);
       }
     }
     const int64_t from = in_y ? full : 0;

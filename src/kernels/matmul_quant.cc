@@ -650,8 +650,9 @@ void matmul_quant(ThreadPool& pool, std::span<const MatmulTarget> targets, const
     return;
   }
   if (route == QuantRoute::kAmx) {
+    const AmxActivations xa = pack_amx_activations(xq, num_tokens, cols);
     over_groups(pool, targets, kAmxGroupRows, [&](const WeightView& w, float* y, int64_t begin, int64_t end) {
-      amx_matmul_groups(w, xq, num_tokens, y, begin, end);
+      amx_matmul_groups(w, xa, num_tokens, y, begin, end);
     });
     return;
   }
