@@ -6,6 +6,8 @@
 #include <random>
 
 #include "common/check.h"
+#include "engine/spec/ngram_proposer.h"
+#include "engine/spec/prediction_proposer.h"
 #include "engine/stop_matcher.h"
 #include "tokenizer/stream_decoder.h"
 
@@ -195,6 +197,9 @@ struct Engine::Computation {
   std::vector<Subscriber> subs;
   double scheduled_time = -1;
   int32_t num_preemptions = 0;
+  spec::Proposer* proposer = nullptr;  // none: no speculation
+  int32_t num_draft_tokens = 0;
+  int32_t num_accepted_tokens = 0;
 };
 
 namespace {
@@ -216,6 +221,8 @@ std::string coalesce_key(const Request& r) {
   put(r.sampling.temperature > 0 ? *r.seed : uint64_t{0});
   put(r.max_tokens), put(r.ignore_eos), put(r.logprobs), put(r.min_tokens), put(r.include_stop_str_in_output);
   put_ints(r.stop_token_ids);
+  put_ints(r.prediction_tokens);  // not the output, but its usage figures
+  put(r.speculative);
   put(r.stop_strings.size());
   for (const std::string& st : r.stop_strings) put(st.size()), key += st;
   return key;
@@ -237,6 +244,17 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
                  config.max_batch_tokens, config.max_num_seqs);
   }
   if (auto policy = make_eviction_policy(config.kv_eviction, 1); !policy) return Error(policy.error());
+  const SpecConfig& sc = config.spec;
+  if (sc.method != "off" && sc.method != "ngram") {
+    return Error(StatusCode::kInvalid, "unknown speculative method '{}': off or ngram", sc.method);
+  }
+  if (sc.num_tokens < 1 || sc.num_tokens > 64) {
+    return Error(StatusCode::kInvalid, "spec-tokens must be in [1, 64], got {}", sc.num_tokens);
+  }
+  if (sc.ngram_min < 1 || sc.ngram_max < sc.ngram_min || sc.ngram_max > 64) {
+    return Error(StatusCode::kInvalid, "spec-ngram-min/max must satisfy 1 <= min <= max <= 64, got {} and {}",
+                 sc.ngram_min, sc.ngram_max);
+  }
   if (config.pinned_prefixes.size() > 64) return Error(StatusCode::kInvalid, "at most 64 pinned prefixes");
   if (config.max_queued_requests < 1) {
     return Error(StatusCode::kInvalid, "max-queued-requests must be >= 1, got {}", config.max_queued_requests);
@@ -294,6 +312,10 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, ThreadPool& pool, Engin
       runner_(model, *kv_, pool),
       inbox_(std::make_shared<Inbox>()),
       seed_state_(std::random_device{}()) {
+  if (config_.spec.method == "ngram") {
+    ngram_ = std::make_unique<spec::NgramProposer>(config_.spec.ngram_min, config_.spec.ngram_max);
+  }
+  prediction_ = std::make_unique<spec::PredictionProposer>();
   metrics_.kv_blocks_total = num_blocks;
   metrics_.kv_blocks_free = num_blocks;
   thread_ = std::thread([this] { loop(); });
@@ -339,6 +361,11 @@ Status Engine::validate(const Request& r) const {
     return invalid(fmt::format("min_tokens must be in [0, max_tokens = {}], got {}", r.max_tokens, r.min_tokens));
   }
   if (Status s = r.sampling.validate(); !s) return invalid(s.message());
+  for (int32_t id : r.prediction_tokens) {
+    if (id < 0 || id >= c.vocab_size) {
+      return invalid(fmt::format("prediction token id {} is outside the vocabulary (0..{})", id, c.vocab_size - 1));
+    }
+  }
   for (int32_t id : r.stop_token_ids) {
     if (id < 0 || id >= c.vocab_size) {
       return invalid(fmt::format("stop token id {} is outside the vocabulary (0..{})", id, c.vocab_size - 1));
@@ -471,6 +498,10 @@ void Engine::handle_submit(Subscriber sub, Request request) {
   }
   runner_.add_sequence(id, c->request.sampling, c->request.prompt_tokens, std::move(suppressed),
                        c->request.min_tokens);
+  if (c->request.speculative) {
+    c->proposer = !c->request.prediction_tokens.empty() ? prediction_.get() : ngram_.get();
+    if (c->proposer) c->proposer->add_sequence(id, c->request);
+  }
   computations_.emplace(id, std::move(c));
 }
 
@@ -488,7 +519,53 @@ void Engine::handle_cancel(uint64_t request_id) {
   c.subs.erase(sub);
 }
 
+void Engine::propose_drafts() {
+  for (spec::Proposer* p : {prediction_.get(), ngram_.get()}) {
+    if (p == nullptr) continue;
+    std::vector<spec::DraftQuery> queries;
+    for (const auto& [id, c] : computations_) {
+      if (c->proposer != p || !scheduler_.has(id) || !scheduler_.is_decoding(id)) continue;
+      // A step emits the accepted drafts and one more token: never past max_new.
+      const int32_t room = std::min(config_.spec.num_tokens, c->max_new - c->num_output - 1);
+      if (room < 1) continue;
+      queries.push_back({id, scheduler_.tokens(id), static_cast<int32_t>(c->request.prompt_tokens.size()), room});
+    }
+    if (queries.empty()) continue;
+    std::vector<std::vector<int32_t>> drafts;
+    p->propose(queries, drafts);
+    for (size_t i = 0; i < queries.size(); ++i) {
+      if (drafts[i].size() > static_cast<size_t>(queries[i].max_tokens)) drafts[i].resize(queries[i].max_tokens);
+      if (!drafts[i].empty()) scheduler_.set_draft(queries[i].seq_id, std::move(drafts[i]));
+    }
+  }
+}
+
+void Engine::count_drafts(const ScheduleOutput& out, std::span<const SampledToken> sampled) {
+  size_t next = 0;
+  MutexLock lock(metrics_mu_);
+  for (const ScheduledSeq& ss : out.seqs) {
+    if (!ss.sample) continue;
+    size_t end = next;
+    while (end < sampled.size() && sampled[end].seq_id == ss.seq_id) ++end;
+    const auto accepted = static_cast<int32_t>(end - next) - 1;
+    next = end;
+    if (ss.num_draft == 0) continue;
+    Computation& c = *computations_.at(ss.seq_id);
+    c.num_draft_tokens += ss.num_draft;
+    c.num_accepted_tokens += accepted;
+    EngineMetrics::SpecStats& st = metrics_.spec[std::string(c.proposer->name())];
+    ++st.num_drafts;
+    st.num_draft_tokens += ss.num_draft;
+    st.num_accepted_tokens += accepted;
+    if (st.accepted_per_position.size() < static_cast<size_t>(config_.spec.num_tokens)) {
+      st.accepted_per_position.resize(config_.spec.num_tokens);
+    }
+    for (int32_t i = 0; i < accepted; ++i) ++st.accepted_per_position[i];
+  }
+}
+
 void Engine::step() {
+  propose_drafts();
   ScheduleOutput out = scheduler_.schedule();
   for (SeqId id : out.preempted) ++computations_.at(id)->num_preemptions;
   // Every sequence fits the pool alone (validate() and the max_new clamp), so a step with
@@ -511,9 +588,12 @@ void Engine::step() {
     return;
   }
   scheduler_.update(out, result->sampled);
+  count_drafts(out, result->sampled);
   if (config_.on_step) config_.on_step(out);
   for (size_t i = 0; i < result->sampled.size(); ++i) {
-    process_sample(*computations_.at(result->sampled[i].seq_id), result->samples[i]);  // may finish it
+    // A sequence that finished at one of its tokens (a stop, say) drops the accepted ones after it.
+    auto it = computations_.find(result->sampled[i].seq_id);
+    if (it != computations_.end()) process_sample(*it->second, result->samples[i]);  // may finish it
   }
   MutexLock lock(metrics_mu_);
   ++metrics_.num_steps;
@@ -597,6 +677,8 @@ void Engine::finish_subscriber(Computation& c, Subscriber& sub, FinishReason rea
   if (c.num_output > 1 && sub.first_token_time >= 0) m.tpot_seconds = (t - sub.first_token_time) / (c.num_output - 1);
   m.num_preemptions = c.num_preemptions;
   m.coalesced = sub.coalesced;
+  m.num_draft_tokens = c.num_draft_tokens;
+  m.num_accepted_tokens = c.num_accepted_tokens;
   m.cached_tokens = scheduler_.has(c.id) ? scheduler_.num_cached_tokens(c.id) : 0;
   request_to_seq_.erase(sub.stream->id);
   sub.stream->push({}, {}, &final);
@@ -614,6 +696,7 @@ void Engine::finish(Computation& c, FinishReason reason, std::string error) {
   for (Subscriber& sub : c.subs) finish_subscriber(c, sub, reason, error);
   scheduler_.finish(c.id);
   runner_.remove_sequence(c.id);
+  if (c.proposer) c.proposer->remove_sequence(c.id);
   if (!c.coalesce_key.empty()) by_coalesce_key_.erase(c.coalesce_key);
   computations_.erase(c.id);  // destroys c
 }

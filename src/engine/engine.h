@@ -38,11 +38,21 @@
 #include "engine/request.h"
 #include "engine/runner.h"
 #include "engine/scheduler.h"
+#include "engine/spec/proposer.h"
 #include "model/kv_pool.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace sluice {
+
+// Speculative decoding (engine/spec/): which proposer drafts for every request, and how much.
+// A request's own prediction (Request::prediction_tokens) is drafted whatever the method.
+struct SpecConfig {
+  std::string method = "off";  // off, ngram
+  int32_t num_tokens = 4;      // the most drafts a sequence verifies in one step
+  int32_t ngram_min = 2;       // prompt lookup: the shortest suffix matched...
+  int32_t ngram_max = 4;       // ...and the longest, tried first
+};
 
 struct EngineConfig {
   int32_t max_num_seqs = 32;          // sequences in one step
@@ -55,6 +65,7 @@ struct EngineConfig {
   bool prefix_caching = true;         // share the KV blocks of common prompt prefixes
   std::string kv_eviction = "lru";    // lru, lfu, pinned (see eviction.h)
   std::vector<std::vector<int32_t>> pinned_prefixes;  // kept by the "pinned" policy
+  SpecConfig spec;
   std::function<double()> clock;      // seconds; default: steady_clock
   // Called on the engine thread after each step, before outputs are published (tests, tracing).
   std::function<void(const ScheduleOutput&)> on_step;
@@ -135,6 +146,8 @@ class Engine {
   void handle_submit(Subscriber sub, Request request);
   void handle_cancel(uint64_t request_id);
   void step();
+  void propose_drafts();
+  void count_drafts(const ScheduleOutput& out, std::span<const SampledToken> sampled);
   void process_sample(Computation& c, const SampleResult& sample);
   void publish(Computation& c, std::vector<TokenOutput> tokens, std::string text);
   void finish(Computation& c, FinishReason reason, std::string error = {});
@@ -151,6 +164,7 @@ class Engine {
   Runner runner_;
   std::shared_ptr<Inbox> inbox_;
   std::atomic<uint64_t> next_request_id_{1};
+  std::unique_ptr<spec::Proposer> ngram_, prediction_;
 
   // Engine-thread state.
   std::unordered_map<SeqId, std::unique_ptr<Computation>> computations_;

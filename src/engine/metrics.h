@@ -6,6 +6,8 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "engine/request.h"
@@ -64,6 +66,16 @@ struct EngineMetrics {
   int64_t prefix_cache_hit_tokens = 0;
   int64_t prefix_cache_query_requests = 0;
   int64_t prefix_cache_hit_requests = 0;
+  // Speculative decoding, by proposer (vLLM's spec_decode counters): steps that verified drafts
+  // of a sequence, the drafts verified, the accepted ones, and the accepted ones by position
+  // (accepted_per_position[i]: drafts at position i + 1 of their step that were accepted).
+  struct SpecStats {
+    int64_t num_drafts = 0;
+    int64_t num_draft_tokens = 0;
+    int64_t num_accepted_tokens = 0;
+    std::vector<int64_t> accepted_per_position;
+  };
+  std::map<std::string, SpecStats> spec;
   // Distributions.
   Histogram tokens_per_step{count_buckets(8192)};
   Histogram seqs_per_step{count_buckets(1024)};

@@ -27,6 +27,11 @@ struct Request {
   bool logprobs = false;                 // report each token's logprob (and sampling.top_logprobs)
   int32_t priority = 0;                  // lower values are served first (as vLLM)
   std::string session;                   // optional session key (routing, metrics)
+  // Speculative decoding (engine/spec/): the tokens the client expects the output to be
+  // (OpenAI's predicted outputs), drafted whatever the engine's --spec; `speculative = false`
+  // turns every proposer off for this request. Neither changes the output, only its speed.
+  std::vector<int32_t> prediction_tokens;
+  bool speculative = true;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };
@@ -49,6 +54,8 @@ struct RequestMetrics {
   double e2e_seconds = 0;          // submit -> finished
   int32_t num_preemptions = 0;
   bool coalesced = false;          // served by an identical request's computation
+  int32_t num_draft_tokens = 0;    // speculative drafts verified for this request
+  int32_t num_accepted_tokens = 0; // of those, accepted
 };
 
 // Output since the previous read. Token and text deltas need not line up: text is held back

@@ -24,29 +24,58 @@ Result<RunnerOutput> Runner::run(const ScheduleOutput& out) {
   for (const ScheduledSeq& s : out.seqs) {
     b.max_blocks_per_seq = std::max(b.max_blocks_per_seq, static_cast<int32_t>(s.block_table.size()));
   }
-  std::vector<Sampler*> samplers;
-  RunnerOutput result;
+  // Per sampled sequence: its sampler, its drafts and its first row of logits.
+  struct Verify {
+    SeqId seq_id;
+    Sampler* sampler;
+    std::span<const int32_t> draft;
+    int64_t first_row;
+    std::vector<SampleResult> samples;
+  };
+  std::vector<Verify> verify;
+  int64_t num_rows = 0;
   for (const ScheduledSeq& s : out.seqs) {
     const int32_t row = b.add_sequence(s.block_table);
     const auto n = static_cast<int32_t>(s.token_ids.size());
-    for (int32_t i = 0; i < n; ++i) b.add_token(row, s.token_ids[i], s.start + i, s.sample && i == n - 1);
+    SLUICE_CHECK(s.num_draft == 0 || (s.sample && s.num_draft < n)) << "sequence " << s.seq_id << ": bad drafts";
+    // Logits at the last known token and at every draft token.
+    const int32_t first_logits = n - 1 - s.num_draft;
+    for (int32_t i = 0; i < n; ++i) b.add_token(row, s.token_ids[i], s.start + i, s.sample && i >= first_logits);
     if (s.sample) {
       auto it = samplers_.find(s.seq_id);
       SLUICE_CHECK(it != samplers_.end()) << "sequence " << s.seq_id << " has no sampler";
-      samplers.push_back(&it->second);
-      result.sampled.push_back({s.seq_id, 0});
+      verify.push_back({s.seq_id, &it->second, std::span(s.token_ids).subspan(n - s.num_draft), num_rows, {}});
+      num_rows += s.num_draft + 1;
     }
   }
   if (Status st = model_.forward(b, kv_, pool_, logits_); !st) return Error(st);
   const int64_t vocab = model_.config().vocab_size;
-  result.samples.resize(samplers.size());
-  pool_.parallel_for(static_cast<int64_t>(samplers.size()), [&](int64_t begin, int64_t end) {
+  // Verification (speculative sampling, Leviathan et al. 2023, Chen et al. 2023, with a draft
+  // that is one token rather than a distribution, q = 1 at the drafted token): at each position
+  // the target's token is sampled as without speculation, from the same logits (batch
+  // invariance), penalty state and generator draw; the draft survives while they agree. This is
+  // the rejection rule for q = 1: the draft x is accepted with probability p(x), and a rejection
+  // leaves a token drawn from p without x, renormalized = norm(max(0, p - q)). Greedy and seeded
+  // outputs are therefore bit-identical to decoding without speculation.
+  pool_.parallel_for(static_cast<int64_t>(verify.size()), [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      result.samples[i] = samplers[i]->sample(std::span<const float>(logits_).subspan(i * vocab, vocab));
-      samplers[i]->accept(result.samples[i].token_id);
+      Verify& v = verify[i];
+      for (size_t j = 0; j <= v.draft.size(); ++j) {
+        const auto row = static_cast<size_t>(v.first_row) + j;
+        SampleResult r = v.sampler->sample(std::span<const float>(logits_).subspan(row * vocab, vocab));
+        v.sampler->accept(r.token_id);
+        v.samples.push_back(std::move(r));
+        if (j == v.draft.size() || v.samples.back().token_id != v.draft[j]) break;
+      }
     }
   });
-  for (size_t i = 0; i < samplers.size(); ++i) result.sampled[i].token_id = result.samples[i].token_id;
+  RunnerOutput result;
+  for (Verify& v : verify) {
+    for (SampleResult& r : v.samples) {
+      result.sampled.push_back({v.seq_id, r.token_id});
+      result.samples.push_back(std::move(r));
+    }
+  }
   return result;
 }
 

@@ -1,5 +1,7 @@
 // Runner: turns a ScheduleOutput into one forward pass over the batch and samples the next
-// token of every sequence whose chunk reached its last known token.
+// token of every sequence whose chunk reached its last known token. A sequence with draft
+// tokens gets logits at its last known token and at each draft, and its drafts are verified
+// (runner.cc): the accepted ones and the token sampled after them come back, in order.
 //
 // It owns each sequence's Sampler (penalty history and random state survive preemption: a
 // recomputed sequence samples exactly what it would have). Sampling of different sequences

@@ -54,8 +54,16 @@ void Scheduler::release_blocks(Seq& s) {
   s.num_indexed = 0;
 }
 
+void Scheduler::set_draft(SeqId seq_id, std::vector<int32_t> draft) { seqs_.at(seq_id).draft = std::move(draft); }
+
+bool Scheduler::is_decoding(SeqId seq_id) const {
+  const Seq& s = seqs_.at(seq_id);
+  return s.running && static_cast<int32_t>(s.tokens.size()) - s.num_computed == 1;
+}
+
 void Scheduler::preempt(Seq& s, ScheduleOutput& out) {
   release_blocks(s);
+  s.draft.clear();
   s.num_computed = 0;
   s.running = false;
   running_.erase(key(s));
@@ -64,14 +72,18 @@ void Scheduler::preempt(Seq& s, ScheduleOutput& out) {
   ++num_preemptions_;
 }
 
-void Scheduler::emit(Seq& s, int32_t num_new, ScheduleOutput& out, int32_t& budget) {
-  grow(s, num_new);
+void Scheduler::emit(Seq& s, int32_t num_new, ScheduleOutput& out, int32_t& budget, int32_t num_draft) {
+  grow(s, num_new + num_draft);
   ScheduledSeq ss;
   ss.seq_id = s.id;
   ss.start = s.num_computed;
   ss.token_ids.assign(s.tokens.begin() + s.num_computed, s.tokens.begin() + s.num_computed + num_new);
+  ss.token_ids.insert(ss.token_ids.end(), s.draft.begin(), s.draft.begin() + num_draft);
+  ss.num_draft = num_draft;
+  num_new += num_draft;
+  s.draft.clear();
   ss.block_table = s.blocks;
-  ss.sample = s.num_computed + num_new == static_cast<int32_t>(s.tokens.size());
+  ss.sample = s.num_computed + num_new - num_draft == static_cast<int32_t>(s.tokens.size());
   out.seqs.push_back(std::move(ss));
   out.num_tokens += num_new;
   budget -= num_new;
@@ -107,7 +119,15 @@ void Scheduler::schedule_running(ScheduleOutput& out, int32_t& budget) {
       preempt(s, out);  // s was the last running sequence: nothing follows it
       break;
     }
-    emit(s, n, out, budget);
+    // Drafts take what is left after a token for every decode behind, and blocks that hold
+    // nothing (never a cached prefix's: a rejected draft would have evicted it for nothing).
+    int32_t num_draft = 0;
+    if (decode && !s.draft.empty()) {
+      const int32_t spare = std::max(0, budget - 1 - decodes_behind);
+      const int64_t room = (int64_t(s.blocks.size()) + cache_.num_free()) * config_.block_size - s.num_computed - 1;
+      num_draft = static_cast<int32_t>(std::clamp<int64_t>(room, 0, std::min<int64_t>(spare, s.draft.size())));
+    }
+    emit(s, n, out, budget, num_draft);
   }
 }
 
@@ -211,17 +231,43 @@ void Scheduler::index_full_blocks(Seq& s) {
 }
 
 void Scheduler::update(const ScheduleOutput& out, std::span<const SampledToken> sampled) {
+  // Each sequence's sampled entries are together: where they start.
+  std::unordered_map<SeqId, size_t> first;
+  for (size_t i = sampled.size(); i-- > 0;) first[sampled[i].seq_id] = i;
+  size_t num_used = 0;
   for (const ScheduledSeq& ss : out.seqs) {
     Seq& s = seqs_.at(ss.seq_id);
     SLUICE_CHECK(s.running && s.num_computed == ss.start) << "sequence " << ss.seq_id << " changed within a step";
-    s.num_computed += static_cast<int32_t>(ss.token_ids.size());
+    const auto num_known = static_cast<int32_t>(ss.token_ids.size()) - ss.num_draft;
+    s.num_computed += num_known;
+    if (ss.sample) {
+      SLUICE_CHECK(s.num_computed == static_cast<int32_t>(s.tokens.size())) << "sequence " << ss.seq_id << " sampled early";
+      const auto it = first.find(ss.seq_id);
+      SLUICE_CHECK(it != first.end()) << "sequence " << ss.seq_id << " was not sampled";
+      const size_t next = it->second;
+      size_t end = next;
+      while (end < sampled.size() && sampled[end].seq_id == ss.seq_id) ++end;
+      SLUICE_CHECK(end > next && end - next <= static_cast<size_t>(ss.num_draft) + 1)
+          << "sequence " << ss.seq_id << ": " << end - next << " sampled tokens for " << ss.num_draft << " drafts";
+      for (size_t i = next; i < end; ++i) {
+        if (i + 1 < end) {  // an accepted draft: its KV was computed in this step
+          SLUICE_CHECK(sampled[i].token_id == ss.token_ids[num_known + (i - next)]) << "accepted a token not drafted";
+          ++s.num_computed;
+        }
+        s.tokens.push_back(sampled[i].token_id);
+      }
+      num_used += end - next;
+      // The rejected drafts' KV is dropped: their blocks go back (never indexed; a partial last
+      // block keeps stale entries past num_computed, which the next step overwrites).
+      const size_t needed = (s.num_computed + config_.block_size - 1) / config_.block_size;
+      while (s.blocks.size() > needed) {
+        cache_.release(s.blocks.back());
+        s.blocks.pop_back();
+      }
+    }
     index_full_blocks(s);
   }
-  for (const SampledToken& t : sampled) {
-    Seq& s = seqs_.at(t.seq_id);
-    SLUICE_CHECK(s.num_computed == static_cast<int32_t>(s.tokens.size())) << "sequence " << t.seq_id << " sampled early";
-    s.tokens.push_back(t.token_id);
-  }
+  SLUICE_CHECK(num_used == sampled.size()) << "sampled tokens of sequences not scheduled to sample";
 }
 
 void Scheduler::finish(SeqId seq_id) {

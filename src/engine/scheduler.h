@@ -25,6 +25,15 @@
 //      computed right now by a running sequence (a burst of requests with one new system
 //      prompt) waits for it instead of computing it again.
 //
+// Speculative decoding: a running sequence may carry draft tokens (set_draft, before
+// schedule()). When it is decoding (one known token left), it is handed that token and as many
+// of its drafts as the budget allows after one token for every decode behind it and the blocks
+// allow without preempting anyone: "k draft tokens + 1" is just more tokens. The runner
+// verifies them and returns the accepted drafts and one more sampled token; update() keeps the
+// KV of the accepted ones and rolls back the rest: num_computed stops after the last accepted
+// draft, and blocks past it are released (they were never indexed, so the prefix cache never
+// sees an unverified token). Drafts last one step.
+//
 // After each step, blocks that became full are indexed in the prefix cache (KvCache::commit),
 // outputs included, so the next turn of a conversation finds its history. If the same prefix
 // was indexed meanwhile by another sequence, the sequence switches to that block (the keys and
@@ -75,6 +84,7 @@ struct ScheduledSeq {
   std::vector<int32_t> token_ids;     // [num_new] tokens at positions start..start+num_new-1
   std::vector<int32_t> block_table;   // [blocks held] physical blocks, in position order
   bool sample = false;                // the chunk ends at the last known token: sample the next
+  int32_t num_draft = 0;              // the last num_draft token_ids are draft tokens (sample is true)
 };
 
 struct ScheduleOutput {
@@ -85,7 +95,8 @@ struct ScheduleOutput {
   bool empty() const { return seqs.empty(); }
 };
 
-// One sampled token, for a ScheduledSeq with sample == true.
+// One sampled token, for a ScheduledSeq with sample == true. A sequence with drafts has one
+// entry per accepted draft token (equal to it, in order), then the token sampled after them.
 struct SampledToken {
   SeqId seq_id = 0;
   int32_t token_id = 0;
@@ -100,9 +111,19 @@ class Scheduler {
 
   ScheduleOutput schedule();
 
-  // Closes a step: advances num_computed of every scheduled sequence and appends the sampled
-  // tokens. REQUIRES: `out` is the last schedule() result and no sequence of it was finished.
+  // Closes a step: advances num_computed of every scheduled sequence past its verified tokens,
+  // appends the sampled tokens and releases the blocks of rejected drafts. REQUIRES: `out` is
+  // the last schedule() result, no sequence of it was finished, and `sampled` lists each
+  // sampled sequence's entries together.
   void update(const ScheduleOutput& out, std::span<const SampledToken> sampled);
+
+  // Draft tokens for the next step of a running sequence (replacing any). Ignored unless the
+  // sequence is decoding when scheduled. REQUIRES: has(seq_id).
+  void set_draft(SeqId seq_id, std::vector<int32_t> draft);
+  // Running, with one known token left to compute: the next step can verify drafts.
+  bool is_decoding(SeqId seq_id) const;
+  // Prompt + outputs so far. REQUIRES: has(seq_id).
+  std::span<const int32_t> tokens(SeqId seq_id) const { return seqs_.at(seq_id).tokens; }
 
   // Removes a waiting or running sequence and frees its blocks. No-op for an unknown id.
   void finish(SeqId seq_id);
@@ -140,6 +161,7 @@ class Scheduler {
     int32_t num_cached = -1;      // prompt tokens from the cache at first admission (-1: not yet)
     int32_t num_bypassed = 0;     // times a later sequence of its priority was admitted first
     bool running = false;
+    std::vector<int32_t> draft;   // for the next step (set_draft)
   };
   // Priority order: lower priority value first, then earlier arrival.
   using Key = std::pair<int32_t, uint64_t>;
@@ -152,7 +174,7 @@ class Scheduler {
   void grow(Seq& s, int32_t num_new);
   void preempt(Seq& s, ScheduleOutput& out);
   void release_blocks(Seq& s);
-  void emit(Seq& s, int32_t num_new, ScheduleOutput& out, int32_t& budget);
+  void emit(Seq& s, int32_t num_new, ScheduleOutput& out, int32_t& budget, int32_t num_draft = 0);
   void index_full_blocks(Seq& s);
   // Identity of the next block `s` will compute, if it is a full block of known tokens.
   struct BlockId {

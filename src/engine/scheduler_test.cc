@@ -377,3 +377,54 @@ TEST(SchedulerPrefixCache, NoRequestIsPassedOverMoreThanMaxBypassTimes) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+TEST(Scheduler, DraftsAreVerifiedAndRejectedOnesRolledBack) {
+  const SchedulerConfig config{.max_num_seqs = 4, .max_batch_tokens = 8, .block_size = 4};
+  KvCache blocks = make_cache(10, 4, /*prefix_caching=*/true);
+  Scheduler sched(config, blocks);
+  sched.add(1, {1, 2, 3}, 0);
+  ScheduleOutput out = sched.schedule();
+  sched.set_draft(1, {7, 7});  // not decoding yet (the prompt runs): ignored
+  EXPECT_FALSE(sched.is_decoding(1));
+  sched.update(out, std::vector<SampledToken>{{1, 4}});
+  EXPECT_TRUE(sched.is_decoding(1));
+  // Tokens 1 2 3 4: the last is known, not computed. Five drafts: 4 + 5 positions, 3 blocks.
+  sched.set_draft(1, {5, 6, 7, 8, 9});
+  out = sched.schedule();
+  ASSERT_EQ(out.seqs.size(), 1u);
+  EXPECT_EQ(out.seqs[0].token_ids, (std::vector<int32_t>{4, 5, 6, 7, 8, 9}));
+  EXPECT_EQ(out.seqs[0].num_draft, 5);
+  EXPECT_TRUE(out.seqs[0].sample);
+  EXPECT_EQ(out.seqs[0].block_table.size(), 3u);
+  // 5 and 6 accepted, then 20 sampled instead of 7: positions 0..5 computed (2 blocks), the third
+  // block goes back, and only the first full block is indexed.
+  sched.update(out, std::vector<SampledToken>{{1, 5}, {1, 6}, {1, 20}});
+  EXPECT_EQ(std::vector<int32_t>(sched.tokens(1).begin(), sched.tokens(1).end()),
+            (std::vector<int32_t>{1, 2, 3, 4, 5, 6, 20}));
+  EXPECT_EQ(blocks.num_held(), 2);
+  EXPECT_EQ(blocks.num_free(), 8);
+  EXPECT_EQ(blocks.match(std::vector<int32_t>{1, 2, 3, 4, 5, 6, 20, 0}, 8).size(), 1u);
+  // The budget leaves a token for every decode behind: a second sequence decoding behind the
+  // first keeps its token; the first's drafts take the rest (8 - 1 - 1 = 6 of 9).
+  sched.add(2, {9, 9}, 0);
+  out = sched.schedule();
+  sched.update(out, std::vector<SampledToken>{{1, 21}, {2, 3}});  // 1 verified nothing: no drafts
+  sched.set_draft(1, std::vector<int32_t>(9, 3));
+  out = sched.schedule();
+  ASSERT_EQ(out.seqs.size(), 2u);
+  EXPECT_EQ(out.seqs[0].num_draft, 6);
+  EXPECT_EQ(out.seqs[1].token_ids.size(), 1u);
+  EXPECT_LE(out.num_tokens, 8);
+  // Every draft rejected: 1 keeps positions 0..7 (2 blocks of the 4 it had), 2 its one block.
+  sched.update(out, std::vector<SampledToken>{{1, 30}, {2, 4}});
+  EXPECT_EQ(blocks.num_held(), 2 + 1);
+  sched.finish(1);
+  sched.finish(2);
+  EXPECT_EQ(blocks.num_held(), 0);
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,272 @@
+// Speculative decoding: the proposers, and the engine's verification, which must leave every
+// output bit-identical to decoding without speculation (runner.cc) and leave no trace of a
+// rejected draft.
+#include <fstream>
+#include <random>
+
+#include "common/test_paths.h"
+#include "model/loader.h"
+
+#include "engine/engine_test_util.h"
+#include "engine/spec/ngram_proposer.h"
+#include "engine/spec/prediction_proposer.h"
+
+namespace sluice {
+namespace {
+
+using namespace engine_test;
+using spec::NgramProposer;
+
+TEST(NgramProposer, LongestThenMostRecentMatch) {
+  //                      0  1  2  3  4  5  6  7  8  9 10
+  std::vector<int32_t> t{5, 6, 7, 1, 5, 6, 8, 2, 9, 5, 6};
+  // Suffix [5, 6] occurs at 4 (then 8) and at 0 (then 7): the most recent wins.
+  EXPECT_EQ(NgramProposer::lookup(t, 1, 2, 3), (std::vector<int32_t>{8, 2, 9}));
+  // [9, 5, 6] never occurred before: with min 3 nothing; [x, 5, 6] for longer n neither.
+  EXPECT_TRUE(NgramProposer::lookup(t, 3, 4, 3).empty());
+  // A longer match beats a more recent shorter one.
+  std::vector<int32_t> u{1, 2, 3, 4, 9, 3, 7, 1, 2, 3};
+  EXPECT_EQ(NgramProposer::lookup(u, 1, 3, 2), (std::vector<int32_t>{4, 9}));  // [1,2,3] at 0
+  EXPECT_EQ(NgramProposer::lookup(u, 1, 1, 2), (std::vector<int32_t>{7, 1}));  // [3] at 5
+  // The continuation stops at the end of the context.
+  std::vector<int32_t> v{4, 4};
+  EXPECT_EQ(NgramProposer::lookup(v, 1, 4, 5), (std::vector<int32_t>{4}));
+  EXPECT_TRUE(NgramProposer::lookup(std::vector<int32_t>{4}, 1, 4, 5).empty());
+}
+
+TEST(PredictionProposer, FollowsTheOutputAndRealignsAfterAnEdit) {
+  spec::PredictionProposer p;
+  Request r;
+  r.prediction_tokens = {10, 11, 12, 13, 14, 15, 16, 17};
+  p.add_sequence(1, r);
+  std::vector<int32_t> tokens{100, 101};  // the prompt
+  auto propose = [&](int32_t k) {
+    std::vector<std::vector<int32_t>> out;
+    spec::DraftQuery q{1, tokens, 2, k};
+    p.propose(std::span(&q, 1), out);
+    return out.at(0);
+  };
+  EXPECT_EQ(propose(3), (std::vector<int32_t>{10, 11, 12}));
+  tokens.insert(tokens.end(), {10, 11});  // two accepted
+  EXPECT_EQ(propose(3), (std::vector<int32_t>{12, 13, 14}));
+  tokens.push_back(50);                   // an edit: off the prediction
+  EXPECT_TRUE(propose(3).empty());
+  tokens.push_back(51);
+  EXPECT_TRUE(propose(3).empty());
+  tokens.push_back(14);                   // back on it, after 12, 13 were dropped
+  EXPECT_EQ(propose(2), (std::vector<int32_t>{15, 16}));
+  tokens.insert(tokens.end(), {15, 16, 17});
+  EXPECT_TRUE(propose(2).empty());        // the prediction is used up
+  p.remove_sequence(1);
+  EXPECT_TRUE(propose(2).empty());
+}
+
+Request with_prediction(Request r, std::vector<int32_t> prediction) {
+  r.prediction_tokens = std::move(prediction);
+  return r;
+}
+
+// Changes a fraction of the tokens (deterministically), as an edited file would.
+std::vector<int32_t> perturb(std::vector<int32_t> t, double fraction, uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (int32_t& x : t) {
+    if (std::uniform_real_distribution<double>(0, 1)(rng) < fraction) x = static_cast<int32_t>(rng() % 500) + 3;
+  }
+  return t;
+}
+
+std::vector<Request> test_requests(const Fixture& f, bool sampled) {
+  std::vector<Request> rs;
+  for (const char* prompt : {"the cat sat on the mat, the cat sat on the", "hello hello hello", "a b c d e f g a b c",
+                             "once upon a time there was"}) {
+    Request r = f.request(prompt, 40);
+    r.logprobs = true;
+    r.sampling.top_logprobs = 3;
+    if (sampled) {
+      r.sampling.temperature = 0.9f;
+      r.sampling.top_k = 40;
+      r.sampling.top_p = 0.95f;
+      r.sampling.repetition_penalty = 1.1f;
+      r.sampling.frequency_penalty = 0.2f;
+      r.seed = 1234 + rs.size();
+    }
+    rs.push_back(std::move(r));
+  }
+  return rs;
+}
+
+void expect_identical_with_speculation(bool sampled) {
+  Fixture off(EngineConfig{.coalesce = false});
+  Fixture ngram(EngineConfig{.coalesce = false, .spec = {.method = "ngram", .num_tokens = 5, .ngram_min = 1}});
+  for (const Request& r : test_requests(off, sampled)) {
+    const StreamOutput base = off.run(r);
+    ASSERT_EQ(base.tokens.size(), 40u);
+    expect_same_output(base, ngram.run(r), "ngram");
+    // Predictions: the output itself, and with 10% and 30% of its tokens changed.
+    const std::vector<int32_t> own = token_ids(base);
+    for (double changed : {0.0, 0.1, 0.3}) {
+      const StreamOutput o = off.run(with_prediction(r, perturb(own, changed, 7)));
+      expect_same_output(base, o, fmt::format("prediction with {} changed", changed));
+      if (changed == 0.0) {
+        // After the prompt's step, 39 tokens at up to 4 drafts + the target's own token a step:
+        // 8 steps, and every draft accepted: 39 - 8.
+        EXPECT_EQ(o.metrics.num_accepted_tokens, 31);
+        EXPECT_EQ(o.metrics.num_draft_tokens, 31);
+      }
+    }
+    // A request can turn speculation off: the same output, no drafts.
+    Request no = with_prediction(r, own);
+    no.speculative = false;
+    const StreamOutput o = ngram.run(no);
+    expect_same_output(base, o, "speculative: false");
+    EXPECT_EQ(o.metrics.num_draft_tokens, 0);
+  }
+  const EngineMetrics m = ngram.engine->wait_until_idle();
+  ASSERT_TRUE(m.spec.contains("ngram"));
+  const EngineMetrics::SpecStats& s = m.spec.at("ngram");
+  EXPECT_GT(s.num_draft_tokens, 0);  // random weights rarely repeat: mostly rejections here
+  EXPECT_LE(s.num_accepted_tokens, s.num_draft_tokens);
+  int64_t by_position = 0;
+  for (size_t i = 0; i < s.accepted_per_position.size(); ++i) {
+    by_position += s.accepted_per_position[i];
+    if (i > 0) {
+      EXPECT_LE(s.accepted_per_position[i], s.accepted_per_position[i - 1]);
+    }
+  }
+  EXPECT_EQ(by_position, s.num_accepted_tokens);
+  const EngineMetrics mo = off.engine->wait_until_idle();
+  EXPECT_GT(mo.spec.at("prediction").num_accepted_tokens, 0);
+  EXPECT_FALSE(mo.spec.contains("ngram"));
+}
+
+TEST(Speculation, GreedyOutputIsBitIdenticalForEveryProposer) { expect_identical_with_speculation(false); }
+
+TEST(Speculation, SeededSampledOutputIsBitIdenticalForEveryProposer) { expect_identical_with_speculation(true); }
+
+// A real model repeats its context: prompt lookup's drafts are accepted, output unchanged.
+TEST(Speculation, PromptLookupOnStories260K) {
+  const std::string path = testing::shared_dir() + "/models/stories260K.gguf";
+  if (!std::ifstream(path)) GTEST_SKIP() << "no " << path << " (the shared models folder is absent)";
+  auto m = load_model(path);
+  ASSERT_TRUE(m) << m.error().message();
+  ThreadPool pool(2);
+  auto off = Engine::create(*m->model, *m->tokenizer, pool, EngineConfig{.coalesce = false});
+  auto on = Engine::create(*m->model, *m->tokenizer, pool,
+                           EngineConfig{.coalesce = false, .spec = {.method = "ngram", .num_tokens = 4}});
+  ASSERT_TRUE(off && on);
+  Request r;
+  r.prompt_tokens = *m->tokenizer->encode("Once upon a time, there was a little girl named Lily. Lily liked to play");
+  r.max_tokens = 100;
+  r.logprobs = true;
+  auto a = (*off)->submit(r);  // one engine at a time: they share the pool
+  ASSERT_TRUE(a);
+  const StreamOutput want = a->wait();
+  auto b = (*on)->submit(r);
+  ASSERT_TRUE(b);
+  expect_same_output(want, b->wait(), "stories260K, prompt lookup");
+  const EngineMetrics::SpecStats s = (*on)->wait_until_idle().spec.at("ngram");
+  EXPECT_GT(s.num_accepted_tokens, 0);
+  EXPECT_EQ((*on)->wait_until_idle().kv_blocks_used, 0);
+}
+
+TEST(Speculation, AnExactPredictionNeedsFewerSteps) {
+  Fixture f(EngineConfig{.coalesce = false, .spec = {.num_tokens = 8}});
+  Request r = f.request("the cat sat on the mat", 48);
+  const StreamOutput base = f.run(r);
+  const int64_t steps_before = f.engine->wait_until_idle().num_steps;
+  const StreamOutput o = f.run(with_prediction(r, token_ids(base)));
+  const int64_t steps = f.engine->wait_until_idle().num_steps - steps_before;
+  expect_same_output(base, o, "exact prediction");
+  // One prefill step, then 47 tokens at up to 9 a step: ceil(47 / 9) = 6 steps.
+  EXPECT_EQ(steps, 1 + 6);
+}
+
+// Many requests at once, under a small token budget (chunked prompts, drafts squeezed by the
+// decodes behind them) and a pool small enough to preempt: each output as if it ran alone.
+TEST(Speculation, ConcurrentRequestsUnderPressureAreBitIdenticalAndLeakNothing) {
+  Fixture alone(EngineConfig{.coalesce = false});
+  EngineConfig tight{.max_num_seqs = 6, .max_batch_tokens = 12, .coalesce = false,
+                     .spec = {.method = "ngram", .num_tokens = 4, .ngram_min = 1}};
+  tight.kv_cache_bytes = 14 * alone.block_bytes(tight);  // 14 blocks of 16 tokens for 12 requests
+  Fixture f(tight);
+  std::vector<Request> reqs;
+  std::vector<StreamOutput> want;
+  for (int i = 0; i < 12; ++i) {
+    Request r = alone.request(fmt::format("request {} says {} {} {}", i, i % 3, i % 3, i % 3), 20 + i);
+    r.logprobs = true;
+    if (i % 2 == 1) {
+      r.sampling.temperature = 0.7f;
+      r.seed = 99 + i;
+    }
+    const StreamOutput base = alone.run(r);
+    if (i % 3 == 0) r.prediction_tokens = perturb(token_ids(base), 0.2, i);
+    reqs.push_back(r);
+    want.push_back(base);
+  }
+  const std::vector<StreamOutput> got = run_concurrently(*f.engine, reqs, 3);
+  for (size_t i = 0; i < reqs.size(); ++i) expect_same_output(want[i], got[i], fmt::format("request {}", i));
+  const EngineMetrics m = f.engine->wait_until_idle();
+  EXPECT_GT(m.num_preemptions, 0);
+  EXPECT_GT(m.spec.at("ngram").num_accepted_tokens + m.spec.at("prediction").num_accepted_tokens, 0);
+}
+
+// Stops inside a run of accepted drafts: the output ends where it would have, with the same
+// reason, and the tokens accepted after the stop are not emitted.
+TEST(Speculation, StopsAndLimitsAreCheckedOnAcceptedTokens) {
+  Fixture off(EngineConfig{.coalesce = false});
+  Fixture f(EngineConfig{.coalesce = false, .spec = {.num_tokens = 8}});
+  Request r = off.request("the cat sat on the mat", 30);
+  const StreamOutput full = off.run(r);
+  const std::vector<int32_t> own = token_ids(full);
+  // A stop string: the text of output tokens 10..11.
+  Request stop = r;
+  stop.stop_strings = {off.m.tokenizer->decode(std::vector<int32_t>(own.begin() + 10, own.begin() + 12))};
+  const StreamOutput a = off.run(stop), b = f.run(with_prediction(stop, own));
+  expect_same_output(a, b, "stop string");
+  EXPECT_EQ(a.finish_reason, FinishReason::kStop);
+  EXPECT_EQ(a.stop_matched, b.stop_matched);
+  // A stop token id inside the prediction.
+  Request stop_id = r;
+  stop_id.stop_token_ids = {own[7]};
+  expect_same_output(off.run(stop_id), f.run(with_prediction(stop_id, own)), "stop token");
+  // max_tokens smaller than the prediction: drafts never run past it.
+  Request shorter = r;
+  shorter.max_tokens = 5;
+  const StreamOutput c = f.run(with_prediction(shorter, own));
+  expect_same_output(off.run(shorter), c, "max_tokens");
+  EXPECT_EQ(c.metrics.num_draft_tokens, 3);  // 4 tokens after the prompt's: 3 drafts + 1
+}
+
+TEST(Speculation, CancellingASpeculatingRequestFreesItsBlocks) {
+  Fixture f(EngineConfig{.coalesce = false, .spec = {.method = "ngram", .ngram_min = 1}});
+  Request r = f.request("hello hello hello hello", 200);
+  auto h = f.engine->submit(r);
+  ASSERT_TRUE(h);
+  StreamOutput first = h->next();
+  h->cancel();
+  StreamOutput rest = h->wait();
+  EXPECT_TRUE(rest.finished);
+  EXPECT_EQ(f.engine->wait_until_idle().kv_blocks_used, 0);
+}
+
+TEST(Speculation, BadSettingsAndPredictionsAreRefused) {
+  const LoadedModel m = tiny_model();
+  ThreadPool pool(1);
+  auto refused = [&](SpecConfig sc, std::string_view needle) {
+    auto e = Engine::create(*m.model, *m.tokenizer, pool, EngineConfig{.spec = sc});
+    ASSERT_FALSE(e);
+    EXPECT_NE(e.error().message().find(needle), std::string::npos) << e.error().message();
+  };
+  refused({.method = "medusa"}, "unknown speculative method 'medusa'");
+  refused({.num_tokens = 0}, "spec-tokens must be in [1, 64]");
+  refused({.ngram_min = 3, .ngram_max = 2}, "spec-ngram-min/max");
+  Fixture f;
+  Request r = f.request("a", 4);
+  r.prediction_tokens = {1, 9999};
+  auto h = f.engine->submit(r);
+  ASSERT_FALSE(h);
+  EXPECT_NE(h.error().message().find("prediction token id 9999 is outside the vocabulary"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sluice
