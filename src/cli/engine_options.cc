@@ -39,6 +39,17 @@ void EngineOptions::add_to(CLI::App& cmd) {
       ->capture_default_str()->check(CLI::IsMember({"lru", "lfu", "pinned"}));
   cmd.add_option("--pin-prefix", pin_prefixes,
                  "Prompt prefix (text, e.g. a system prompt) the pinned policy keeps cached once computed; repeatable");
+  cmd.add_option("--spec", spec,
+                 "Speculative decoding for every request: off, or ngram (prompt lookup: draft the continuation of the "
+                 "latest earlier occurrence of the last tokens in the prompt and output). A request's own "
+                 "`prediction` is drafted either way. Outputs are the same with it on or off, only faster or slower")
+      ->capture_default_str()->check(CLI::IsMember({"off", "ngram"}));
+  cmd.add_option("--spec-tokens", spec_tokens, "Most draft tokens a sequence verifies in one step")
+      ->capture_default_str()->check(CLI::Range(1, 64));
+  cmd.add_option("--spec-ngram-min", spec_ngram_min, "Prompt lookup: the shortest run of last tokens matched")
+      ->capture_default_str()->check(CLI::Range(1, 64));
+  cmd.add_option("--spec-ngram-max", spec_ngram_max, "Prompt lookup: the longest run of last tokens matched (tried first)")
+      ->capture_default_str()->check(CLI::Range(1, 64));
 }
 
 Result<int64_t> parse_memory_size(const std::string& text, int64_t available_bytes) {
@@ -101,6 +112,11 @@ Result<EngineConfig> EngineOptions::to_config(const ModelConfig& model, const To
   c.coalesce = !no_coalesce;
   c.prefix_caching = !no_prefix_cache;
   c.kv_eviction = kv_eviction;
+  c.spec = {.method = spec, .num_tokens = spec_tokens, .ngram_min = spec_ngram_min, .ngram_max = spec_ngram_max};
+  if (spec_ngram_min > spec_ngram_max) {
+    return Error(StatusCode::kInvalid, "--spec-ngram-min ({}) must not exceed --spec-ngram-max ({})", spec_ngram_min,
+                 spec_ngram_max);
+  }
   if (!pin_prefixes.empty() && kv_eviction != "pinned") {
     return Error(StatusCode::kInvalid, "--pin-prefix needs --kv-eviction pinned");
   }

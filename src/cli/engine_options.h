@@ -22,6 +22,10 @@ struct EngineOptions {
   bool no_prefix_cache = false;
   std::string kv_eviction = "lru";
   std::vector<std::string> pin_prefixes;
+  std::string spec = "off";
+  int32_t spec_tokens = 4;
+  int32_t spec_ngram_min = 2;
+  int32_t spec_ngram_max = 4;
 
   void add_to(CLI::App& cmd);
   // Resolves sizes against the model and this machine's available memory; tokenizes the

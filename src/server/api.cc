@@ -159,11 +159,17 @@ void Generation::emit_finish(Choice& c, std::string& events) {
 }
 
 Json Generation::usage() const {
-  int64_t prompt = 0, completion = 0, cached = 0;
+  int64_t prompt = 0, completion = 0, cached = 0, accepted = 0, rejected = 0;
   for (int32_t n : prompt_lengths_) prompt += n;
   std::vector<bool> counted(prompt_lengths_.size(), false);
   for (const auto& c : choices_) {
     completion += c->metrics.num_output_tokens;
+    // Predicted outputs, as OpenAI counts them: prediction tokens that were accepted into the
+    // completion, and the rest of the prediction.
+    if (prediction_tokens_ > 0) {
+      accepted += c->metrics.num_accepted_tokens;
+      rejected += std::max(0, prediction_tokens_ - c->metrics.num_accepted_tokens);
+    }
     // The first choice of each prompt says how much of it came from the cache (its siblings
     // find the blocks it just computed, which says nothing about the cache before).
     if (!counted[c->prompt_index]) {
@@ -175,7 +181,8 @@ Json Generation::usage() const {
           {"completion_tokens", completion},
           {"total_tokens", prompt + completion},
           {"prompt_tokens_details", {{"cached_tokens", cached}}},
-          {"completion_tokens_details", {{"reasoning_tokens", 0}}}};
+          {"completion_tokens_details",
+           {{"reasoning_tokens", 0}, {"accepted_prediction_tokens", accepted}, {"rejected_prediction_tokens", rejected}}}};
 }
 
 bool Generation::poll(std::string& events) {
@@ -356,7 +363,13 @@ ApiResult<std::unique_ptr<Generation>> OpenAiApi::submit(Generation::Kind kind, 
           "max_tokens"));
     }
   }
+  std::vector<int32_t> prediction;
+  if (params.prediction) {
+    SLUICE_API_TRY(prediction, encode({.text = *params.prediction}, /*add_bos=*/false, /*parse_special=*/false,
+                                      "prediction"));
+  }
   std::unique_ptr<Generation> g(new Generation(kind, tokenizer_, config_));
+  g->prediction_tokens_ = static_cast<int32_t>(prediction.size());
   g->model_ = config_.model_name;
   g->stream_ = params.stream;
   g->include_usage_ = params.include_usage;
@@ -379,6 +392,8 @@ ApiResult<std::unique_ptr<Generation>> OpenAiApi::submit(Generation::Kind kind, 
       r.logprobs = params.logprobs;
       r.priority = params.priority;
       r.session = params.user;
+      r.prediction_tokens = prediction;
+      r.speculative = params.speculative;
       auto handle = engine_.submit(std::move(r));
       // On failure the handles already made are dropped with `g`, which cancels them.
       if (!handle) return std::unexpected(submit_error(handle.error()));

@@ -85,6 +85,7 @@ class Generation {
   bool include_usage_ = false;
   bool logprobs_ = false;
   std::vector<int32_t> prompt_lengths_;  // per prompt
+  int32_t prediction_tokens_ = 0;        // the prediction's length, per choice
   std::vector<std::unique_ptr<Choice>> choices_;
   bool done_ = false;
 };

@@ -199,6 +199,8 @@ constexpr KnownField kKnownFields[] = {
     {"stream_options", kCompletion | kChat},
     {"user", kCompletion | kChat},
     {"priority", kCompletion | kChat},
+    {"prediction", kCompletion | kChat},
+    {"speculative", kCompletion | kChat},
     {"tools", kChat | kTokenize},
     {"tool_choice", kChat | kTokenize},
     {"parallel_tool_calls", kChat},
@@ -227,7 +229,6 @@ constexpr std::pair<const char*, const char*> kRefusedFields[] = {
     {"structured_outputs", "structured output (guided decoding)"},
     {"functions", "the deprecated function calling API (use tools)"},
     {"function_call", "the deprecated function calling API (use tools)"},
-    {"prediction", "predicted outputs"},
     {"audio", "audio output"},
     {"reasoning_effort", "reasoning effort"},
     {"web_search_options", "web search"},
@@ -433,6 +434,41 @@ ApiResult<GenerationParams> parse_generation(const Json& body, bool chat) {
   SLUICE_API_TRY(auto priority, get_int(body, "priority", std::numeric_limits<int32_t>::min(),
                                         std::numeric_limits<int32_t>::max()));
   p.priority = static_cast<int32_t>(priority.value_or(0));
+  SLUICE_API_TRY(auto speculative, get_bool(body, "speculative"));
+  p.speculative = speculative.value_or(true);
+  if (const Json* pred = field(body, "prediction")) {
+    const Json* type = pred->is_object() ? field(*pred, "type") : nullptr;
+    if (!type || *type != "content") {
+      return std::unexpected(ApiError::invalid(
+          "'prediction' must be an object {\"type\": \"content\", \"content\": ...}", "prediction"));
+    }
+    for (auto it = pred->begin(); it != pred->end(); ++it) {
+      if (it.key() != "type" && it.key() != "content" && !it->is_null()) {
+        return std::unexpected(ApiError::invalid(
+            fmt::format("unknown field 'prediction.{}'", it.key().substr(0, 100)), "prediction"));
+      }
+    }
+    const Json* content = field(*pred, "content");
+    std::string text;
+    if (content && content->is_string()) {
+      text = content->get<std::string>();
+    } else if (content && content->is_array()) {
+      // Text parts, as OpenAI accepts them: concatenated.
+      for (const Json& part : *content) {
+        const Json* t = part.is_object() ? field(part, "type") : nullptr;
+        const Json* pt = part.is_object() ? field(part, "text") : nullptr;
+        if (!t || *t != "text" || !pt || !pt->is_string()) {
+          return std::unexpected(ApiError::invalid("'prediction.content' parts must be {\"type\": \"text\", \"text\": ...}",
+                                                   "prediction"));
+        }
+        text += pt->get<std::string>();
+      }
+    } else {
+      return std::unexpected(ApiError::invalid("'prediction.content' must be a string or an array of text parts",
+                                               "prediction"));
+    }
+    p.prediction = std::move(text);
+  }
   return p;
 }
 

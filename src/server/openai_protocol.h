@@ -89,6 +89,10 @@ struct GenerationParams {
   bool logprobs = false;                // report logprobs (sampling.top_logprobs alternatives)
   std::string user;
   int32_t priority = 0;
+  // Predicted outputs: prediction {"type": "content", "content": text or text parts}; drafted
+  // by the engine's speculative decoding (engine/spec/), never changing the output.
+  std::optional<std::string> prediction;
+  bool speculative = true;              // false: no speculative decoding for this request
 };
 
 struct CompletionRequest {

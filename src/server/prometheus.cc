@@ -113,6 +113,37 @@ std::string prometheus_text(const EngineMetrics& m, const HttpMetrics& http, con
   w.counter("kv_cache_evictions_total", static_cast<double>(m.num_kv_evictions),
             "Cached KV blocks evicted to make room.");
 
+  // Speculative decoding, by proposer (vLLM's names).
+  w.header("spec_decode_num_drafts_total", "counter", "Steps in which a sequence verified draft tokens.");
+  for (const auto& [name, s] : m.spec) {
+    w.sample("spec_decode_num_drafts_total", static_cast<double>(s.num_drafts),
+             fmt::format("proposer=\"{}\"", escape_label_value(name)));
+  }
+  w.header("spec_decode_num_draft_tokens_total", "counter", "Draft tokens verified.");
+  for (const auto& [name, s] : m.spec) {
+    w.sample("spec_decode_num_draft_tokens_total", static_cast<double>(s.num_draft_tokens),
+             fmt::format("proposer=\"{}\"", escape_label_value(name)));
+  }
+  w.header("spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.");
+  for (const auto& [name, s] : m.spec) {
+    w.sample("spec_decode_num_accepted_tokens_total", static_cast<double>(s.num_accepted_tokens),
+             fmt::format("proposer=\"{}\"", escape_label_value(name)));
+  }
+  w.header("spec_decode_num_accepted_tokens_per_pos_total", "counter",
+           "Draft tokens accepted, by position in their step's drafts (0: the first).");
+  for (const auto& [name, s] : m.spec) {
+    for (size_t i = 0; i < s.accepted_per_position.size(); ++i) {
+      w.sample("spec_decode_num_accepted_tokens_per_pos_total", static_cast<double>(s.accepted_per_position[i]),
+               fmt::format("proposer=\"{}\",position=\"{}\"", escape_label_value(name), i));
+    }
+  }
+  w.header("spec_decode_mean_draft_length", "gauge", "Mean draft tokens per verifying step, since the start.");
+  for (const auto& [name, s] : m.spec) {
+    w.sample("spec_decode_mean_draft_length",
+             s.num_drafts ? static_cast<double>(s.num_draft_tokens) / static_cast<double>(s.num_drafts) : 0.0,
+             fmt::format("proposer=\"{}\"", escape_label_value(name)));
+  }
+
   w.histogram("iteration_tokens", m.tokens_per_step, "Tokens per engine step.");
   w.histogram("iteration_sequences", m.seqs_per_step, "Sequences per engine step.");
   w.histogram("request_queue_time_seconds", m.queue_seconds, "Time from arrival to the first scheduled step.");

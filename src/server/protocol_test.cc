@@ -143,7 +143,12 @@ TEST(ProtocolTest, BadRequestsNameTheField) {
       {R"({"prompt": "x", "min_tokens": -1})", false, "'min_tokens' must be in [0,", "min_tokens"},
       {R"({"prompt": "x", "top_p": 1e-300})", false, "got 1e-300, which is 0 as a 32-bit float", "top_p"},
       {R"({"prompt": "x", "stream": true, "stream_options": {"include_usage": true, "continuous_usage_stats": true}})", false, "unknown field 'stream_options.continuous_usage_stats'", "stream_options"},
-      {R"({"prompt": "x", "prediction": {"type": "content", "content": "y"}})", false, "predicted outputs", "prediction"},
+      {R"({"prompt": "x", "prediction": "y"})", false, "'prediction' must be an object", "prediction"},
+      {R"({"prompt": "x", "prediction": {"type": "text", "content": "y"}})", false, "'prediction' must be an object", "prediction"},
+      {R"({"prompt": "x", "prediction": {"type": "content"}})", false, "must be a string or an array of text parts", "prediction"},
+      {R"({"prompt": "x", "prediction": {"type": "content", "content": [{"type": "image_url"}]}})", false, "parts must be", "prediction"},
+      {R"({"prompt": "x", "prediction": {"type": "content", "content": "y", "extra": 1}})", false, "unknown field 'prediction.extra'", "prediction"},
+      {R"({"prompt": "x", "speculative": "no"})", false, "'speculative' must be a boolean", "speculative"},
   };
   for (const BadCase& c : cases) {
     const Json j = body(c.body);
@@ -152,6 +157,19 @@ TEST(ProtocolTest, BadRequestsNameTheField) {
     EXPECT_NE(e.message.find(c.message), std::string::npos) << c.body << "\n  got: " << e.message;
     EXPECT_EQ(e.param, c.param) << c.body;
   }
+}
+
+TEST(ProtocolTest, PredictionAndSpeculative) {
+  auto r = parse_completion_request(body(R"({"prompt": "x", "prediction": {"type": "content", "content": "abc"}})"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->params.prediction, "abc");
+  EXPECT_TRUE(r->params.speculative);
+  auto c = parse_chat_request(body(R"({"messages": [{"role": "user", "content": "x"}], "speculative": false,
+      "prediction": {"type": "content", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}})"));
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->params.prediction, "ab");
+  EXPECT_FALSE(c->params.speculative);
+  EXPECT_FALSE(parse_completion_request(body(R"({"prompt": "x"})"))->params.prediction.has_value());
 }
 
 TEST(ProtocolTest, MalformedBodies) {

@@ -598,3 +598,40 @@ TEST_F(ServerTest, HostNamesResolveAndBadHostsAreClearErrors) {
 
 }  // namespace
 }  // namespace sluice::server
+
+namespace sluice::server {
+namespace {
+
+// Predicted outputs over HTTP: the same answer, streamed or not, with the prediction's use in
+// usage and /metrics.
+TEST_F(ServerTest, PredictedOutputsChangeNothingButTheUsage) {
+  const std::string base = R"({"prompt": "the cat", "max_tokens": 24, "temperature": 0, "ignore_eos": true)";
+  const Json plain = Json::parse(body_of(exchange(post("/v1/completions", base + "}"))));
+  const std::string text = plain["choices"][0]["text"];
+  EXPECT_EQ(plain["usage"]["completion_tokens_details"]["accepted_prediction_tokens"], 0);
+  const std::string prediction = R"(, "prediction": {"type": "content", "content": )" + Json(text).dump() + "}";
+  const Json predicted = Json::parse(body_of(exchange(post("/v1/completions", base + prediction + "}"))));
+  EXPECT_EQ(predicted["choices"][0]["text"], text);
+  const Json& details = predicted["usage"]["completion_tokens_details"];
+  EXPECT_GT(details["accepted_prediction_tokens"].get<int>(), 0) << predicted.dump();
+  const Json off = Json::parse(body_of(exchange(post("/v1/completions", base + prediction + R"(, "speculative": false})"))));
+  EXPECT_EQ(off["choices"][0]["text"], text);
+  EXPECT_EQ(off["usage"]["completion_tokens_details"]["accepted_prediction_tokens"], 0);
+  // Streamed: the deltas make up the same text.
+  const std::string sse = body_of(exchange(post("/v1/completions", base + prediction + R"(, "stream": true})")));
+  std::string streamed;
+  for (size_t at = sse.find("data: {"); at != std::string::npos; at = sse.find("data: {", at + 1)) {
+    const size_t end = sse.find("\n\n", at);
+    streamed += Json::parse(sse.substr(at + 6, end - at - 6))["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(streamed, text);
+  const std::string metrics = get("/metrics");
+  EXPECT_NE(metrics.find(R"(sluice_spec_decode_num_accepted_tokens_total{model_name="m",proposer="prediction"} )"),
+            std::string::npos) << metrics;
+  EXPECT_NE(metrics.find(R"(sluice_spec_decode_num_accepted_tokens_per_pos_total{model_name="m",proposer="prediction",position="0"} )"),
+            std::string::npos);
+  wait_engine_idle();
+}
+
+}  // namespace
+}  // namespace sluice::server
