@@ -50,6 +50,11 @@ void EngineOptions::add_to(CLI::App& cmd) {
       ->capture_default_str()->check(CLI::Range(1, 64));
   cmd.add_option("--spec-ngram-max", spec_ngram_max, "Prompt lookup: the longest run of last tokens matched (tried first)")
       ->capture_default_str()->check(CLI::Range(1, 64));
+  cmd.add_option("--spec-adaptive", spec_adaptive,
+                 "on: each step, each sequence verifies the number of its drafts (0 to --spec-tokens) that maximizes "
+                 "the expected tokens per second, from its measured acceptance and the measured step times, so "
+                 "that large batches stop speculating; off: always all of them (for experiments)")
+      ->capture_default_str()->check(CLI::IsMember({"on", "off"}));
 }
 
 Result<int64_t> parse_memory_size(const std::string& text, int64_t available_bytes) {
@@ -112,7 +117,8 @@ Result<EngineConfig> EngineOptions::to_config(const ModelConfig& model, const To
   c.coalesce = !no_coalesce;
   c.prefix_caching = !no_prefix_cache;
   c.kv_eviction = kv_eviction;
-  c.spec = {.method = spec, .num_tokens = spec_tokens, .ngram_min = spec_ngram_min, .ngram_max = spec_ngram_max};
+  c.spec = {.method = spec, .num_tokens = spec_tokens, .ngram_min = spec_ngram_min, .ngram_max = spec_ngram_max,
+            .adaptive = spec_adaptive == "on"};
   if (spec_ngram_min > spec_ngram_max) {
     return Error(StatusCode::kInvalid, "--spec-ngram-min ({}) must not exceed --spec-ngram-max ({})", spec_ngram_min,
                  spec_ngram_max);

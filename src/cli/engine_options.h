@@ -26,6 +26,7 @@ struct EngineOptions {
   int32_t spec_tokens = 4;
   int32_t spec_ngram_min = 2;
   int32_t spec_ngram_max = 4;
+  std::string spec_adaptive = "on";
 
   void add_to(CLI::App& cmd);
   // Resolves sizes against the model and this machine's available memory; tokenizes the

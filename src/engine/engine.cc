@@ -520,6 +520,13 @@ void Engine::handle_cancel(uint64_t request_id) {
 }
 
 void Engine::propose_drafts() {
+  struct Offer {
+    spec::Proposer* proposer;
+    spec::DraftQuery query;
+    std::vector<int32_t> draft;
+  };
+  std::vector<Offer> offers;
+  int32_t num_decoding = 0;
   for (spec::Proposer* p : {prediction_.get(), ngram_.get()}) {
     if (p == nullptr) continue;
     std::vector<spec::DraftQuery> queries;
@@ -535,8 +542,22 @@ void Engine::propose_drafts() {
     p->propose(queries, drafts);
     for (size_t i = 0; i < queries.size(); ++i) {
       if (drafts[i].size() > static_cast<size_t>(queries[i].max_tokens)) drafts[i].resize(queries[i].max_tokens);
-      if (!drafts[i].empty()) scheduler_.set_draft(queries[i].seq_id, std::move(drafts[i]));
+      if (!drafts[i].empty()) offers.push_back({p, queries[i], std::move(drafts[i])});
     }
+  }
+  if (offers.empty()) return;
+  if (config_.spec.adaptive) {
+    for (const auto& [id, c] : computations_) num_decoding += scheduler_.has(id) && scheduler_.is_decoding(id);
+    std::vector<spec::DraftLength::Candidate> candidates;
+    for (const Offer& o : offers) {
+      candidates.push_back({o.query.seq_id, o.proposer->name(), static_cast<int32_t>(o.draft.size())});
+    }
+    const std::vector<int32_t> k =
+        draft_length_.choose(std::max(last_base_tokens_, num_decoding), num_decoding, candidates);
+    for (size_t i = 0; i < offers.size(); ++i) offers[i].draft.resize(k[i]);
+  }
+  for (Offer& o : offers) {
+    if (!o.draft.empty()) scheduler_.set_draft(o.query.seq_id, std::move(o.draft));
   }
 }
 
@@ -551,6 +572,7 @@ void Engine::count_drafts(const ScheduleOutput& out, std::span<const SampledToke
     next = end;
     if (ss.num_draft == 0) continue;
     Computation& c = *computations_.at(ss.seq_id);
+    draft_length_.observe_verify(ss.seq_id, c.proposer->name(), ss.num_draft, accepted);
     c.num_draft_tokens += ss.num_draft;
     c.num_accepted_tokens += accepted;
     EngineMetrics::SpecStats& st = metrics_.spec[std::string(c.proposer->name())];
@@ -582,7 +604,15 @@ void Engine::step() {
     Computation& c = *computations_.at(s.seq_id);
     if (c.scheduled_time < 0) c.scheduled_time = t;
   }
+  // The step's cost, for the draft length policy: measured on the real clock, whatever the
+  // engine's clock is (a test's fake clock does not move).
+  const auto started = std::chrono::steady_clock::now();
   Result<RunnerOutput> result = runner_.run(out);
+  int32_t num_drafts = 0;
+  for (const ScheduledSeq& s : out.seqs) num_drafts += s.num_draft;
+  draft_length_.observe_step(out.num_tokens,
+                             std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  last_base_tokens_ = std::max(1, out.num_tokens - num_drafts);
   if (!result) {
     for (const ScheduledSeq& s : out.seqs) finish(*computations_.at(s.seq_id), FinishReason::kError, result.error().message());
     return;
@@ -697,6 +727,7 @@ void Engine::finish(Computation& c, FinishReason reason, std::string error) {
   scheduler_.finish(c.id);
   runner_.remove_sequence(c.id);
   if (c.proposer) c.proposer->remove_sequence(c.id);
+  draft_length_.remove_sequence(c.id);
   if (!c.coalesce_key.empty()) by_coalesce_key_.erase(c.coalesce_key);
   computations_.erase(c.id);  // destroys c
 }

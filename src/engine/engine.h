@@ -38,6 +38,7 @@
 #include "engine/request.h"
 #include "engine/runner.h"
 #include "engine/scheduler.h"
+#include "engine/spec/draft_length.h"
 #include "engine/spec/proposer.h"
 #include "model/kv_pool.h"
 #include "model/model.h"
@@ -52,6 +53,8 @@ struct SpecConfig {
   int32_t num_tokens = 4;      // the most drafts a sequence verifies in one step
   int32_t ngram_min = 2;       // prompt lookup: the shortest suffix matched...
   int32_t ngram_max = 4;       // ...and the longest, tried first
+  bool adaptive = true;        // per sequence and step, the number of drafts that maximizes the
+                               // expected tokens per second (spec/draft_length.h); off: all of them
 };
 
 struct EngineConfig {
@@ -165,6 +168,8 @@ class Engine {
   std::shared_ptr<Inbox> inbox_;
   std::atomic<uint64_t> next_request_id_{1};
   std::unique_ptr<spec::Proposer> ngram_, prediction_;
+  spec::DraftLength draft_length_;
+  int32_t last_base_tokens_ = 1;  // the last step's tokens other than drafts
 
   // Engine-thread state.
   std::unordered_map<SeqId, std::unique_ptr<Computation>> computations_;

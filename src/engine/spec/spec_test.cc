@@ -8,6 +8,7 @@
 #include "model/loader.h"
 
 #include "engine/engine_test_util.h"
+#include "engine/spec/draft_length.h"
 #include "engine/spec/ngram_proposer.h"
 #include "engine/spec/prediction_proposer.h"
 
@@ -61,6 +62,51 @@ TEST(PredictionProposer, FollowsTheOutputAndRealignsAfterAnEdit) {
   EXPECT_TRUE(propose(2).empty());
 }
 
+// Step times as a function of tokens, measured many times.
+spec::DraftLength trained(double fixed_ms, double per_token_ms, double acceptance) {
+  spec::DraftLength d;
+  for (int rep = 0; rep < 5; ++rep) {
+    for (int32_t n = 1; n <= 256; n *= 2) d.observe_step(n, (fixed_ms + per_token_ms * n) / 1e3);
+  }
+  // Sequences 1..3 of "p": 100 steps of 4 drafts each, each accepted with that probability
+  // while the ones before it were.
+  std::mt19937 rng(1);
+  for (SeqId s = 1; s <= 3; ++s) {
+    for (int i = 0; i < 100; ++i) {
+      int32_t accepted = 0;
+      while (accepted < 4 && rng() < acceptance * 4294967296.0) ++accepted;
+      d.observe_verify(s, "p", 4, accepted);
+    }
+  }
+  return d;
+}
+
+TEST(DraftLength, DraftsWhereStepsAreMemoryBoundNoneWhereComputeBound) {
+  const std::vector<spec::DraftLength::Candidate> three{{1, "p", 8}, {2, "p", 8}, {3, "p", 8}};
+  // Nothing measured: every draft on offer.
+  EXPECT_EQ(spec::DraftLength().choose(3, 3, three), (std::vector<int32_t>{8, 8, 8}));
+  // A step costs about the same whatever its size (memory-bound decode), drafts accepted 90%:
+  // all of them.
+  const spec::DraftLength flat = trained(20, 0.01, 0.9);
+  EXPECT_NEAR(flat.acceptance(1, "p"), 0.9, 0.1);
+  EXPECT_NEAR(trained(20, 0.01, 0.3).acceptance(2, "p"), 0.3, 0.15);
+  EXPECT_EQ(flat.choose(3, 3, three), (std::vector<int32_t>{8, 8, 8}));
+  // Compute-bound (time in proportion to tokens): a draft never beats an ordinary decode token.
+  const spec::DraftLength compute = trained(0, 1, 0.9);
+  EXPECT_EQ(compute.choose(3, 3, three), (std::vector<int32_t>{0, 0, 0}));
+  // In between, with rare acceptance: fewer drafts than with frequent acceptance.
+  const spec::DraftLength rare = trained(20, 1, 0.3), often = trained(20, 1, 0.9);
+  const auto k_rare = rare.choose(3, 3, three), k_often = often.choose(3, 3, three);
+  EXPECT_LT(k_rare[0], k_often[0]);
+  EXPECT_GT(k_often[0], 0);
+  // A sequence never seen takes its proposer's figure.
+  EXPECT_NEAR(often.acceptance(99, "p"), often.acceptance(1, "p"), 0.1);
+  // Interpolation between measured sizes, flat beyond them.
+  EXPECT_NEAR(flat.step_seconds(3), 0.02003, 0.00001);
+  EXPECT_NEAR(compute.step_seconds(48), 0.048, 0.00001);
+  EXPECT_NEAR(compute.step_seconds(1000), 0.256, 0.00001);
+}
+
 Request with_prediction(Request r, std::vector<int32_t> prediction) {
   r.prediction_tokens = std::move(prediction);
   return r;
@@ -96,7 +142,8 @@ std::vector<Request> test_requests(const Fixture& f, bool sampled) {
 }
 
 void expect_identical_with_speculation(bool sampled) {
-  Fixture off(EngineConfig{.coalesce = false});
+  // Fixed draft lengths where the counts are checked; adaptive ones elsewhere.
+  Fixture off(EngineConfig{.coalesce = false, .spec = {.adaptive = false}});
   Fixture ngram(EngineConfig{.coalesce = false, .spec = {.method = "ngram", .num_tokens = 5, .ngram_min = 1}});
   for (const Request& r : test_requests(off, sampled)) {
     const StreamOutput base = off.run(r);
@@ -170,7 +217,7 @@ TEST(Speculation, PromptLookupOnStories260K) {
 }
 
 TEST(Speculation, AnExactPredictionNeedsFewerSteps) {
-  Fixture f(EngineConfig{.coalesce = false, .spec = {.num_tokens = 8}});
+  Fixture f(EngineConfig{.coalesce = false, .spec = {.num_tokens = 8, .adaptive = false}});
   Request r = f.request("the cat sat on the mat", 48);
   const StreamOutput base = f.run(r);
   const int64_t steps_before = f.engine->wait_until_idle().num_steps;
@@ -214,7 +261,7 @@ TEST(Speculation, ConcurrentRequestsUnderPressureAreBitIdenticalAndLeakNothing) 
 // reason, and the tokens accepted after the stop are not emitted.
 TEST(Speculation, StopsAndLimitsAreCheckedOnAcceptedTokens) {
   Fixture off(EngineConfig{.coalesce = false});
-  Fixture f(EngineConfig{.coalesce = false, .spec = {.num_tokens = 8}});
+  Fixture f(EngineConfig{.coalesce = false, .spec = {.num_tokens = 8, .adaptive = false}});
   Request r = off.request("the cat sat on the mat", 30);
   const StreamOutput full = off.run(r);
   const std::vector<int32_t> own = token_ids(full);

@@ -1,0 +1,91 @@
+#include "engine/spec/draft_length.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <queue>
+
+namespace sluice::spec {
+int64_t DraftLength::bucket(int64_t n) {
+  if (n <= 128) return std::max<int64_t>(1, n);
+  // 8 buckets an octave: n rounded down to 3 significant bits.
+  const int shift = std::bit_width(static_cast<uint64_t>(n)) - 4;
+  return (n >> shift) << shift;
+}
+
+void DraftLength::observe_step(int32_t num_tokens, double seconds) {
+  if (!(seconds > 0) || num_tokens < 1) return;
+  auto [it, fresh] = step_seconds_.try_emplace(bucket(num_tokens), seconds);
+  if (!fresh) it->second = (1 - kStepWeight) * it->second + kStepWeight * seconds;
+}
+
+void DraftLength::observe_verify(SeqId seq_id, std::string_view proposer, int32_t k, int32_t accepted) {
+  auto update = [&](Rate& r, double decay) {
+    r.accepted = decay * r.accepted + accepted;
+    r.rejected = decay * r.rejected + (accepted < k ? 1 : 0);
+  };
+  auto [it, fresh] = seqs_.try_emplace(seq_id);
+  Rate& global = proposers_[std::string(proposer)];
+  if (fresh) it->second = {global.accepted * 0.1, global.rejected * 0.1};  // a prior worth a few steps
+  update(it->second, kDecay);
+  update(global, 0.99);
+}
+
+double DraftLength::acceptance(SeqId seq_id, std::string_view proposer) const {
+  Rate r;
+  if (auto it = seqs_.find(seq_id); it != seqs_.end()) {
+    r = it->second;
+  } else if (auto g = proposers_.find(std::string(proposer)); g != proposers_.end()) {
+    r = g->second;
+  }
+  // With nothing measured: 0.5 (one accepted, one rejected, as a prior).
+  return (r.accepted + 1) / (r.accepted + r.rejected + 2);
+}
+
+double DraftLength::step_seconds(int64_t num_tokens) const {
+  if (step_seconds_.empty()) return 0;  // nothing measured yet
+  const auto n = static_cast<double>(std::max<int64_t>(1, num_tokens));
+  auto hi = step_seconds_.lower_bound(static_cast<int64_t>(std::ceil(n)));
+  if (hi == step_seconds_.end()) return std::prev(hi)->second;
+  if (hi == step_seconds_.begin() || static_cast<double>(hi->first) == n) return hi->second;
+  const auto lo = std::prev(hi);
+  const auto x0 = static_cast<double>(lo->first), x1 = static_cast<double>(hi->first);
+  return lo->second + (hi->second - lo->second) * (n - x0) / (x1 - x0);
+}
+
+std::vector<int32_t> DraftLength::choose(int32_t base_tokens, int32_t base_outputs,
+                                         std::span<const Candidate> candidates) const {
+  std::vector<int32_t> k(candidates.size(), 0);
+  const double t0 = step_seconds(base_tokens);
+  if (t0 <= 0) {  // no step measured yet: every draft on offer
+    for (size_t i = 0; i < candidates.size(); ++i) k[i] = candidates[i].max_k;
+    return k;
+  }
+  std::vector<double> a(candidates.size());
+  // Next gain per candidate: a^(k+1), largest first.
+  std::priority_queue<std::pair<double, size_t>> next;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    a[i] = acceptance(candidates[i].seq_id, candidates[i].proposer);
+    if (candidates[i].max_k > 0) next.push({a[i], i});
+  }
+  // Tokens the step emits: one per sampling sequence, plus the expected accepted drafts.
+  double expected = std::max<int32_t>(1, base_outputs), best_rate = expected / t0;
+  int64_t drafts = 0, best_drafts = 0;
+  std::vector<int32_t> cur(candidates.size(), 0);
+  std::vector<std::pair<size_t, int32_t>> order;  // (candidate, its k) after each addition
+  while (!next.empty()) {
+    const auto [gain, i] = next.top();
+    next.pop();
+    expected += gain;
+    ++drafts;
+    ++cur[i];
+    order.push_back({i, cur[i]});
+    const double rate = expected / step_seconds(base_tokens + drafts);
+    if (rate > best_rate) best_rate = rate, best_drafts = drafts;
+    if (cur[i] < candidates[i].max_k) next.push({gain * a[i], i});
+  }
+  for (int64_t j = 0; j < best_drafts; ++j) k[order[j].first] = order[j].second;
+  return k;
+}
+
+}  // namespace sluice::spec

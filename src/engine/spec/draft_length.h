@@ -1,0 +1,73 @@
+// Adaptive draft length: how many of its drafts each speculating sequence verifies this step.
+//
+// Model. A sequence whose drafts are accepted independently with probability a emits, with k
+// drafts, E(k) = 1 + a + ... + a^k tokens in the step (Leviathan et al. 2023, eq. 1). A step of
+// n tokens takes t(n). With base tokens N0 (decodes, prompt chunks) and drafts k_s, the step
+// emits sum_s E_s(k_s) + (other decodes) tokens in t(N0 + sum k_s). The policy maximizes that
+// rate: it adds draft positions greedily in order of their gain a_s^(k_s + 1) (each sequence's
+// gains fall with k, so this order is the best prefix for each total) and keeps the total with the
+// highest estimated tokens per second, k = 0 everywhere included. When a step is memory-bound,
+// t barely grows with n and drafts are nearly free: k grows with the acceptance. When it is
+// compute-bound (large batches), t grows in proportion to n, a draft pays only if it is
+// accepted more often than the average token is emitted, which no draft with a < 1 beats:
+// speculation stops by itself (the throughput cliff of speculation at large batch sizes).
+//
+// Estimates. a per sequence: accepted / (accepted + rejections) over its verifying steps (each
+// step ends in at most one rejection), with exponential decay, starting from the proposer's
+// figure over all sequences. t(n): an exponential moving average of measured step times per
+// token count (exact up to 128 tokens, where drafts make the difference; 8 buckets an octave
+// above); between measured counts, linear interpolation; above the largest, the largest's time
+// (optimistic, so that longer drafts get tried and measured); below the smallest, the
+// smallest's.
+//
+// Thread-safety: owned by the engine thread.
+#pragma once
+
+#include <map>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/scheduler.h"
+
+namespace sluice::spec {
+
+class DraftLength {
+ public:
+  struct Candidate {
+    SeqId seq_id = 0;
+    std::string_view proposer;
+    int32_t max_k = 0;  // drafts on offer
+  };
+
+  // A step of `num_tokens` tokens took `seconds` (non-positive: ignored).
+  void observe_step(int32_t num_tokens, double seconds);
+  // A verifying step of seq_id: k drafts, `accepted` of them accepted.
+  void observe_verify(SeqId seq_id, std::string_view proposer, int32_t k, int32_t accepted);
+  void remove_sequence(SeqId seq_id) { seqs_.erase(seq_id); }
+
+  // The drafts each candidate verifies (<= max_k), given the step's tokens without drafts and
+  // how many tokens the step emits without drafts (one per sampling sequence).
+  std::vector<int32_t> choose(int32_t base_tokens, int32_t base_outputs, std::span<const Candidate> candidates) const;
+
+  // Estimates, exposed for tests and metrics.
+  double step_seconds(int64_t num_tokens) const;
+  double acceptance(SeqId seq_id, std::string_view proposer) const;
+
+ private:
+  struct Rate {  // decayed counts
+    double accepted = 0;
+    double rejected = 0;
+  };
+  static constexpr double kDecay = 0.9;       // per observation, for a sequence's rate
+  static constexpr double kStepWeight = 0.2;  // of a new step time in its bucket's average
+  // The token count a step of n tokens is recorded under.
+  static int64_t bucket(int64_t n);
+  std::map<int64_t, double> step_seconds_;    // bucket -> average seconds
+  std::unordered_map<SeqId, Rate> seqs_;
+  std::unordered_map<std::string, Rate> proposers_;
+};
+
+}  // namespace sluice::spec
