@@ -348,3 +348,36 @@ TEST(Cli, ServeOnIpv6PrintsABracketedUrl) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// A lower-bit copy as draft: the same text, its use reported; a draft with another vocabulary
+// and --spec draft without a draft are refused.
+TEST(Cli, DraftModelKeepsTheOutput) {
+  const std::string target = kShared + "/models/quant/llama-d256-s21-Q8_0.gguf";
+  const std::string draft = kShared + "/models/quant/llama-d256-s21-Q4_K_M.gguf";
+  const std::string gen = "generate -m " + target + " -p 'The little' -n 24 --temperature 0";
+  Output plain = run(gen);
+  ASSERT_EQ(plain.exit_code, 0) << plain.out;
+  Output drafted = run(gen + " --draft-model " + draft + " --spec-adaptive off");
+  ASSERT_EQ(drafted.exit_code, 0) << drafted.out;
+  EXPECT_EQ(drafted.out, plain.out);
+  Output report = run(gen + " --draft-model " + draft + " --spec-adaptive off", true);
+  EXPECT_NE(report.out.find("speculative decoding: draft model " + draft), std::string::npos) << report.out;
+  EXPECT_NE(report.out.find("draft tokens accepted"), std::string::npos) << report.out;
+  Output ngram = run(gen + " --spec ngram --spec-ngram-min 1", true);
+  EXPECT_EQ(ngram.exit_code, 0) << ngram.out;
+  EXPECT_NE(ngram.out.find("speculative decoding: prompt lookup, suffixes of 1 to 4 tokens"), std::string::npos);
+  Output other = run(gen + " --draft-model " + kShared + "/models/stories260K.gguf", true);
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_NE(other.out.find("the draft model cannot draft for this model: the vocabularies differ in kind"),
+            std::string::npos) << other.out;
+  Output none = run("generate -p x -n 2 --spec draft", true);
+  EXPECT_NE(none.out.find("--spec draft needs --draft-model FILE"), std::string::npos) << none.out;
+  Output both = run("generate -p x -n 2 --spec ngram --draft-model " + draft, true);
+  EXPECT_NE(both.out.find("one proposer at a time"), std::string::npos) << both.out;
+}
+
+}  // namespace
+}  // namespace sluice

@@ -171,6 +171,10 @@ int run_one(const GenerateOptions& o, Engine& engine, const Tokenizer& tok, cons
     std::fprintf(stderr, "prompt tokens: %d, generated tokens: %d (%s), prefill: %.1f tok/s, decode: %.1f tok/s\n",
                  m.num_prompt_tokens, m.num_output_tokens, std::string(finish_reason_name(all.finish_reason)).c_str(),
                  prefill_tps, decode_tps);
+    if (m.num_draft_tokens > 0) {
+      std::fprintf(stderr, "speculative decoding: %d of %d draft tokens accepted (%.0f%%)\n", m.num_accepted_tokens,
+                   m.num_draft_tokens, 100.0 * m.num_accepted_tokens / m.num_draft_tokens);
+    }
   }
   return finish_stdout();
 }
@@ -281,10 +285,15 @@ int run(const GenerateOptions& o) {
   }
   auto config = o.engine.to_config(mc, tok);
   if (!config) return fail_config(config.error());
+  LoadedModel draft;
+  if (Status s = o.engine.attach_draft(*config, draft); !s) return fail_config(s);
   ThreadPool pool(o.threads);
   auto engine = Engine::create(*loaded->model, tok, pool, *config);
   if (!engine) return fail_config(engine.error());
-  if (!o.json) std::cerr << describe_kv_cache(**engine, mc) << "\n" << describe_kernels(*loaded->model) << "\n";
+  if (!o.json) {
+    std::cerr << describe_kv_cache(**engine, mc) << "\n" << describe_kernels(*loaded->model) << "\n"
+              << describe_spec(**engine, o.engine.draft_model) << "\n";
+  }
   if (reqs.size() == 1) return run_one(o, **engine, tok, prompts[0], std::move(reqs[0]));
   const size_t parallel = o.prompts_file.empty() || o.parallel == 0 ? reqs.size() : static_cast<size_t>(o.parallel);
   return run_many(o, **engine, tok, prompts, reqs, parallel);

@@ -109,6 +109,8 @@ int run(ServeOptions& o) {
 
   auto config = o.engine.to_config(mc, tok);
   if (!config) return fail_config(config.error());
+  LoadedModel draft;
+  if (Status s = o.engine.attach_draft(*config, draft); !s) return fail_config(s);
   ThreadPool pool(o.threads);
   auto engine = Engine::create(model, tok, pool, *config);
   if (!engine) return fail_config(engine.error());
@@ -125,6 +127,7 @@ int run(ServeOptions& o) {
             << ", served as '" << api_config.model_name << "'\n"
             << describe_kv_cache(**engine, mc) << "\n"
             << describe_kernels(model) << "\n"
+            << describe_spec(**engine, o.engine.draft_model) << "\n"
             << "chat template: " << template_from << "\n"
             << "compute threads: " << pool.num_threads() << ", HTTP threads: " << o.http.threads
             << (o.http.api_key.empty() ? "" : ", API key required") << "\n";

@@ -40,10 +40,11 @@ void EngineOptions::add_to(CLI::App& cmd) {
   cmd.add_option("--pin-prefix", pin_prefixes,
                  "Prompt prefix (text, e.g. a system prompt) the pinned policy keeps cached once computed; repeatable");
   cmd.add_option("--spec", spec,
-                 "Speculative decoding for every request: off, or ngram (prompt lookup: draft the continuation of the "
-                 "latest earlier occurrence of the last tokens in the prompt and output). A request's own "
-                 "`prediction` is drafted either way. Outputs are the same with it on or off, only faster or slower")
-      ->capture_default_str()->check(CLI::IsMember({"off", "ngram"}));
+                 "Speculative decoding for every request: off; ngram (prompt lookup: draft the continuation of the "
+                 "latest earlier occurrence of the last tokens in the prompt and output); draft (a draft model, "
+                 "--draft-model; the default when one is given). A request's own `prediction` is drafted either "
+                 "way. Outputs are the same with it on or off, only faster or slower")
+      ->capture_default_str()->check(CLI::IsMember({"off", "ngram", "draft"}));
   cmd.add_option("--spec-tokens", spec_tokens, "Most draft tokens a sequence verifies in one step")
       ->capture_default_str()->check(CLI::Range(1, 64));
   cmd.add_option("--spec-ngram-min", spec_ngram_min, "Prompt lookup: the shortest run of last tokens matched")
@@ -55,6 +56,13 @@ void EngineOptions::add_to(CLI::App& cmd) {
                  "the expected tokens per second, from its measured acceptance and the measured step times, so "
                  "that large batches stop speculating; off: always all of them (for experiments)")
       ->capture_default_str()->check(CLI::IsMember({"on", "off"}));
+  cmd.add_option("--draft-model", draft_model,
+                 "GGUF draft model for speculative decoding: a smaller model with the same tokenizer, or a lower-bit "
+                 "copy of this one (sluice model quantize); its vocabulary is checked against the model's");
+  cmd.add_option("--draft-kv-cache-memory", draft_kv_cache_memory,
+                 "The draft model's KV cache: bytes (e.g. 256MiB), a fraction of available memory, or 'auto': room "
+                 "for max-num-seqs full contexts of the draft, at most 10% of available memory")
+      ->capture_default_str();
 }
 
 Result<int64_t> parse_memory_size(const std::string& text, int64_t available_bytes) {
@@ -119,6 +127,11 @@ Result<EngineConfig> EngineOptions::to_config(const ModelConfig& model, const To
   c.kv_eviction = kv_eviction;
   c.spec = {.method = spec, .num_tokens = spec_tokens, .ngram_min = spec_ngram_min, .ngram_max = spec_ngram_max,
             .adaptive = spec_adaptive == "on"};
+  if (!draft_model.empty() && spec == "off") c.spec.method = "draft";
+  if (!draft_model.empty() && spec == "ngram") {
+    return Error(StatusCode::kInvalid, "--spec ngram and --draft-model: one proposer at a time");
+  }
+  if (draft_model.empty() && spec == "draft") return Error(StatusCode::kInvalid, "--spec draft needs --draft-model FILE");
   if (spec_ngram_min > spec_ngram_max) {
     return Error(StatusCode::kInvalid, "--spec-ngram-min ({}) must not exceed --spec-ngram-max ({})", spec_ngram_min,
                  spec_ngram_max);
@@ -143,6 +156,47 @@ Result<EngineConfig> EngineOptions::to_config(const ModelConfig& model, const To
     SLUICE_ASSIGN_OR_RETURN(c.kv_cache_bytes, parse_memory_size(kv_cache_memory, available));
   }
   return c;
+}
+
+Status EngineOptions::attach_draft(EngineConfig& config, LoadedModel& draft) const {
+  if (draft_model.empty()) return Status::ok();
+  auto loaded = load_model(draft_model, {});
+  if (!loaded) return Status::error(fmt::format("--draft-model: {}", loaded.error().message()), StatusCode::kInvalid);
+  draft = std::move(*loaded);
+  const ModelConfig& dc = draft.model->config();
+  const int64_t available = available_memory_bytes();
+  int64_t bytes = 0;
+  if (draft_kv_cache_memory == "auto") {
+    const int64_t per_token = static_cast<int64_t>(KvPool::bytes_per_token(dc, config.kv_type));
+    const int64_t blocks_per_seq = (dc.context_length + config.block_size - 1) / config.block_size + 1;
+    bytes = int64_t{config.max_num_seqs} * blocks_per_seq * config.block_size * per_token;
+    if (available > 0) bytes = std::min(bytes, available / 10);
+    bytes = std::max<int64_t>(bytes, per_token * config.block_size);
+  } else {
+    auto parsed = parse_memory_size(draft_kv_cache_memory, available);
+    if (!parsed) {
+      return Status::error(fmt::format("--draft-kv-cache-memory: {}", parsed.error().message()), StatusCode::kInvalid);
+    }
+    bytes = *parsed;
+  }
+  config.spec.draft_model = draft.model.get();
+  config.spec.draft_tokenizer = draft.tokenizer.get();
+  config.spec.draft_kv_cache_bytes = bytes;
+  return Status::ok();
+}
+
+std::string describe_spec(const Engine& engine, const std::string& draft_path) {
+  const SpecConfig& s = engine.config().spec;
+  std::string out = "speculative decoding: ";
+  if (s.method == "off") {
+    out += "off (a request's prediction is still drafted)";
+  } else if (s.method == "ngram") {
+    out += fmt::format("prompt lookup, suffixes of {} to {} tokens", s.ngram_min, s.ngram_max);
+  } else {
+    out += fmt::format("draft model {} (KV cache {:.1f} MiB)", draft_path,
+                       static_cast<double>(engine.draft_kv_cache_bytes()) / (1024.0 * 1024.0));
+  }
+  return out + fmt::format(", up to {} drafts a step, adaptive {}", s.num_tokens, s.adaptive ? "on" : "off");
 }
 
 std::string describe_kernels(const Model& model) {

@@ -8,6 +8,7 @@
 
 #include "common/status.h"
 #include "engine/engine.h"
+#include "model/loader.h"
 
 namespace sluice::cli {
 
@@ -27,11 +28,16 @@ struct EngineOptions {
   int32_t spec_ngram_min = 2;
   int32_t spec_ngram_max = 4;
   std::string spec_adaptive = "on";
+  std::string draft_model;
+  std::string draft_kv_cache_memory = "auto";
 
   void add_to(CLI::App& cmd);
   // Resolves sizes against the model and this machine's available memory; tokenizes the
   // pinned prefixes as prompts are (with the BOS token the vocabulary asks for).
   Result<EngineConfig> to_config(const ModelConfig& model, const Tokenizer& tokenizer) const;
+  // With --draft-model: loads it into `draft` (which must outlive the engine) and points
+  // config.spec at it, its KV cache sized by --draft-kv-cache-memory.
+  Status attach_draft(EngineConfig& config, LoadedModel& draft) const;
 };
 
 // "123", "512MiB", "2G", "1.5GB" (K/M/G/T: powers of 1024 with or without "iB", powers of
@@ -42,6 +48,8 @@ Result<int64_t> parse_memory_size(const std::string& text, int64_t available_byt
 
 // One line for stderr: "KV cache: 3.0 GiB f16, 12288 blocks of 16 = 196608 tokens (12288 bytes per token)".
 std::string describe_kv_cache(const Engine& engine, const ModelConfig& model);
+// One line on speculative decoding: the method, the draft model's KV cache, the draft length.
+std::string describe_spec(const Engine& engine, const std::string& draft_path);
 // The kernel paths, and the memory the weights repacked at load take (kernels/packed_weight.h).
 std::string describe_kernels(const Model& model);
 

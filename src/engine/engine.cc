@@ -6,6 +6,7 @@
 #include <random>
 
 #include "common/check.h"
+#include "engine/spec/draft_model_proposer.h"
 #include "engine/spec/ngram_proposer.h"
 #include "engine/spec/prediction_proposer.h"
 #include "engine/stop_matcher.h"
@@ -245,8 +246,12 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
   }
   if (auto policy = make_eviction_policy(config.kv_eviction, 1); !policy) return Error(policy.error());
   const SpecConfig& sc = config.spec;
-  if (sc.method != "off" && sc.method != "ngram") {
-    return Error(StatusCode::kInvalid, "unknown speculative method '{}': off or ngram", sc.method);
+  if (sc.method != "off" && sc.method != "ngram" && sc.method != "draft") {
+    return Error(StatusCode::kInvalid, "unknown speculative method '{}': off, ngram or draft", sc.method);
+  }
+  if ((sc.method == "draft") != (sc.draft_model != nullptr) || (sc.draft_model != nullptr) != (sc.draft_tokenizer != nullptr)) {
+    return Error(StatusCode::kInvalid, "speculative method 'draft' and a draft model go together (--spec draft "
+                 "--draft-model FILE)");
   }
   if (sc.num_tokens < 1 || sc.num_tokens > 64) {
     return Error(StatusCode::kInvalid, "spec-tokens must be in [1, 64], got {}", sc.num_tokens);
@@ -290,16 +295,40 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
       return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
     };
   }
+  std::unique_ptr<spec::Proposer> draft;
+  if (sc.draft_model != nullptr) {
+    if (Status s = spec::check_draft_vocabulary(tokenizer, *sc.draft_tokenizer); !s) {
+      return Error(StatusCode::kInvalid, "the draft model cannot draft for this model: {}", s.message());
+    }
+    const ModelConfig& dc = sc.draft_model->config();
+    int64_t draft_bytes = sc.draft_kv_cache_bytes;
+    if (draft_bytes < 0) return Error(StatusCode::kInvalid, "draft KV cache size must be >= 0");
+    if (draft_bytes == 0) {
+      const int64_t tokens = int64_t{config.max_num_seqs} * std::min(dc.context_length, mc.context_length);
+      draft_bytes = tokens * static_cast<int64_t>(KvPool::bytes_per_token(dc, config.kv_type)) + 
+                    int64_t{config.max_num_seqs} * config.block_size * static_cast<int64_t>(KvPool::bytes_per_token(dc, config.kv_type));
+    }
+    try {
+      auto p = spec::DraftModelProposer::create(*sc.draft_model, mc.vocab_size, pool, draft_bytes, config.block_size,
+                                                config.max_batch_tokens, config.kv_type);
+      if (!p) return Error(p.error());
+      draft = std::move(*p);
+    } catch (const std::bad_alloc&) {
+      return Error("cannot allocate a draft KV cache of {:.1f} GiB: out of memory; lower --draft-kv-cache-memory",
+                   static_cast<double>(draft_bytes) / (1 << 30));
+    }
+  }
   try {
     return std::unique_ptr<Engine>(
-        new Engine(model, tokenizer, pool, std::move(config), static_cast<int32_t>(num_blocks)));
+        new Engine(model, tokenizer, pool, std::move(config), static_cast<int32_t>(num_blocks), std::move(draft)));
   } catch (const std::bad_alloc&) {
     return Error("cannot allocate a KV cache of {:.1f} GiB: out of memory; lower --kv-cache-memory",
                  kv_bytes / (1 << 30));
   }
 }
 
-Engine::Engine(Model& model, const Tokenizer& tokenizer, ThreadPool& pool, EngineConfig config, int32_t num_blocks)
+Engine::Engine(Model& model, const Tokenizer& tokenizer, ThreadPool& pool, EngineConfig config, int32_t num_blocks,
+               std::unique_ptr<spec::Proposer> draft)
     : model_(model),
       tokenizer_(tokenizer),
       config_(std::move(config)),
@@ -312,6 +341,7 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, ThreadPool& pool, Engin
       runner_(model, *kv_, pool),
       inbox_(std::make_shared<Inbox>()),
       seed_state_(std::random_device{}()) {
+  draft_ = std::move(draft);
   if (config_.spec.method == "ngram") {
     ngram_ = std::make_unique<spec::NgramProposer>(config_.spec.ngram_min, config_.spec.ngram_max);
   }
@@ -331,6 +361,10 @@ void Engine::shutdown() {
   inbox_->cv.notify_all();
   MutexLock lock(shutdown_mu_);
   if (thread_.joinable()) thread_.join();
+}
+
+size_t Engine::draft_kv_cache_bytes() const {
+  return draft_ ? static_cast<const spec::DraftModelProposer&>(*draft_).kv_bytes() : 0;
 }
 
 int32_t Engine::max_sequence_tokens() const {
@@ -499,7 +533,7 @@ void Engine::handle_submit(Subscriber sub, Request request) {
   runner_.add_sequence(id, c->request.sampling, c->request.prompt_tokens, std::move(suppressed),
                        c->request.min_tokens);
   if (c->request.speculative) {
-    c->proposer = !c->request.prediction_tokens.empty() ? prediction_.get() : ngram_.get();
+    c->proposer = !c->request.prediction_tokens.empty() ? prediction_.get() : ngram_ ? ngram_.get() : draft_.get();
     if (c->proposer) c->proposer->add_sequence(id, c->request);
   }
   computations_.emplace(id, std::move(c));
@@ -526,8 +560,7 @@ void Engine::propose_drafts() {
     std::vector<int32_t> draft;
   };
   std::vector<Offer> offers;
-  int32_t num_decoding = 0;
-  for (spec::Proposer* p : {prediction_.get(), ngram_.get()}) {
+  for (spec::Proposer* p : {prediction_.get(), ngram_.get(), draft_.get()}) {
     if (p == nullptr) continue;
     std::vector<spec::DraftQuery> queries;
     for (const auto& [id, c] : computations_) {
@@ -538,6 +571,10 @@ void Engine::propose_drafts() {
       queries.push_back({id, scheduler_.tokens(id), static_cast<int32_t>(c->request.prompt_tokens.size()), room});
     }
     if (queries.empty()) continue;
+    if (p->costly()) {  // asked below, for as many drafts as are chosen
+      for (const spec::DraftQuery& q : queries) offers.push_back({p, q, {}});
+      continue;
+    }
     std::vector<std::vector<int32_t>> drafts;
     p->propose(queries, drafts);
     for (size_t i = 0; i < queries.size(); ++i) {
@@ -546,17 +583,42 @@ void Engine::propose_drafts() {
     }
   }
   if (offers.empty()) return;
+  // How many drafts each: all on offer, or what the adaptive policy picks.
+  std::vector<int32_t> k(offers.size());
+  for (size_t i = 0; i < offers.size(); ++i) {
+    k[i] = offers[i].proposer->costly() ? offers[i].query.max_tokens : static_cast<int32_t>(offers[i].draft.size());
+  }
   if (config_.spec.adaptive) {
+    int32_t num_decoding = 0;
     for (const auto& [id, c] : computations_) num_decoding += scheduler_.has(id) && scheduler_.is_decoding(id);
     std::vector<spec::DraftLength::Candidate> candidates;
-    for (const Offer& o : offers) {
-      candidates.push_back({o.query.seq_id, o.proposer->name(), static_cast<int32_t>(o.draft.size())});
+    for (size_t i = 0; i < offers.size(); ++i) {
+      candidates.push_back({offers[i].query.seq_id, offers[i].proposer->name(), k[i], offers[i].proposer->costly()});
     }
-    const std::vector<int32_t> k =
-        draft_length_.choose(std::max(last_base_tokens_, num_decoding), num_decoding, candidates);
-    for (size_t i = 0; i < offers.size(); ++i) offers[i].draft.resize(k[i]);
+    k = draft_length_.choose(std::max(last_base_tokens_, num_decoding), num_decoding, candidates);
   }
-  for (Offer& o : offers) {
+  // The draft model drafts now, batched over the sequences it was asked for.
+  std::vector<spec::DraftQuery> costly;
+  std::vector<size_t> costly_offer;
+  int32_t max_k = 0;
+  for (size_t i = 0; i < offers.size(); ++i) {
+    if (!offers[i].proposer->costly() || k[i] == 0) continue;
+    costly.push_back(offers[i].query);
+    costly.back().max_tokens = k[i];
+    costly_offer.push_back(i);
+    max_k = std::max(max_k, k[i]);
+  }
+  if (!costly.empty()) {
+    const auto started = std::chrono::steady_clock::now();
+    std::vector<std::vector<int32_t>> drafts;
+    draft_->propose(costly, drafts);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    draft_length_.observe_draft_pass(static_cast<int32_t>(costly.size()), seconds / max_k);
+    for (size_t j = 0; j < costly.size(); ++j) offers[costly_offer[j]].draft = std::move(drafts[j]);
+  }
+  for (size_t i = 0; i < offers.size(); ++i) {
+    Offer& o = offers[i];
+    if (o.draft.size() > static_cast<size_t>(k[i])) o.draft.resize(k[i]);
     if (!o.draft.empty()) scheduler_.set_draft(o.query.seq_id, std::move(o.draft));
   }
 }
@@ -741,6 +803,11 @@ void Engine::update_gauges() {
   metrics_.kv_blocks_used = cache_.num_held();
   metrics_.kv_blocks_free = cache_.num_free();
   metrics_.kv_blocks_cached = cache_.num_cached();
+  if (draft_) {
+    const auto& d = static_cast<const spec::DraftModelProposer&>(*draft_);
+    metrics_.draft_kv_blocks_total = d.num_blocks();
+    metrics_.draft_kv_blocks_used = d.num_blocks() - d.num_free_blocks();
+  }
   metrics_.num_kv_evictions = cache_.num_evictions();
   const Scheduler::CacheStats& cs = scheduler_.cache_stats();
   metrics_.prefix_cache_query_tokens = cs.query_tokens;

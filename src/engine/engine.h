@@ -49,12 +49,18 @@ namespace sluice {
 // Speculative decoding (engine/spec/): which proposer drafts for every request, and how much.
 // A request's own prediction (Request::prediction_tokens) is drafted whatever the method.
 struct SpecConfig {
-  std::string method = "off";  // off, ngram
+  std::string method = "off";  // off, ngram, draft (draft_model below)
   int32_t num_tokens = 4;      // the most drafts a sequence verifies in one step
   int32_t ngram_min = 2;       // prompt lookup: the shortest suffix matched...
   int32_t ngram_max = 4;       // ...and the longest, tried first
   bool adaptive = true;        // per sequence and step, the number of drafts that maximizes the
                                // expected tokens per second (spec/draft_length.h); off: all of them
+  // method "draft": the draft model and its tokenizer (which must match the target's,
+  // spec::check_draft_vocabulary), outliving the engine; its KV cache size (0: room for
+  // max_num_seqs full contexts of the draft).
+  Model* draft_model = nullptr;
+  const Tokenizer* draft_tokenizer = nullptr;
+  int64_t draft_kv_cache_bytes = 0;
 };
 
 struct EngineConfig {
@@ -134,6 +140,8 @@ class Engine {
   int32_t num_kv_blocks() const { return num_blocks_; }
   int64_t kv_capacity_tokens() const { return int64_t{num_blocks_} * config_.block_size; }
   size_t kv_cache_bytes() const { return kv_->bytes(); }
+  // The draft model's KV cache (0 without one).
+  size_t draft_kv_cache_bytes() const;
   // Longest prompt + output one request can have (the context, or the pool if smaller).
   int32_t max_sequence_tokens() const;
 
@@ -141,7 +149,8 @@ class Engine {
   struct Subscriber;
   struct Computation;
 
-  Engine(Model& model, const Tokenizer& tokenizer, ThreadPool& pool, EngineConfig config, int32_t num_blocks);
+  Engine(Model& model, const Tokenizer& tokenizer, ThreadPool& pool, EngineConfig config, int32_t num_blocks,
+         std::unique_ptr<spec::Proposer> draft);
   Status validate(const Request& r) const;
   double now() const { return config_.clock(); }
 
@@ -167,7 +176,7 @@ class Engine {
   Runner runner_;
   std::shared_ptr<Inbox> inbox_;
   std::atomic<uint64_t> next_request_id_{1};
-  std::unique_ptr<spec::Proposer> ngram_, prediction_;
+  std::unique_ptr<spec::Proposer> ngram_, prediction_, draft_;
   spec::DraftLength draft_length_;
   int32_t last_base_tokens_ = 1;  // the last step's tokens other than drafts
 

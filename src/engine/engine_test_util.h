@@ -19,8 +19,8 @@
 
 namespace sluice::engine_test {
 
-inline LoadedModel tiny_model(gguf::TensorType dtype = gguf::TensorType::kF32) {
-  ModelSpec spec = *preset_spec("tiny");
+inline LoadedModel tiny_model(gguf::TensorType dtype = gguf::TensorType::kF32, const char* preset = "tiny") {
+  ModelSpec spec = *preset_spec(preset);
   spec.dtype = dtype;
   auto w = make_model(spec);
   auto f = gguf::File::from_buffer(w->to_bytes(), "tiny");

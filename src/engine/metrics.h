@@ -45,6 +45,8 @@ struct EngineMetrics {
   int32_t kv_blocks_used = 0;    // held by running sequences
   int32_t kv_blocks_free = 0;    // holding nothing
   int32_t kv_blocks_cached = 0;  // held by nobody, kept for the prefix cache until evicted
+  int32_t draft_kv_blocks_total = 0;  // the draft model's KV cache (speculative decoding)
+  int32_t draft_kv_blocks_used = 0;
   int32_t last_step_tokens = 0;
   int32_t last_step_seqs = 0;
   // Counters.

@@ -13,11 +13,15 @@ int64_t DraftLength::bucket(int64_t n) {
   return (n >> shift) << shift;
 }
 
-void DraftLength::observe_step(int32_t num_tokens, double seconds) {
-  if (!(seconds > 0) || num_tokens < 1) return;
-  auto [it, fresh] = step_seconds_.try_emplace(bucket(num_tokens), seconds);
+void DraftLength::observe(std::map<int64_t, double>& table, int64_t n, double seconds) {
+  if (!(seconds > 0) || n < 1) return;
+  auto [it, fresh] = table.try_emplace(bucket(n), seconds);
   if (!fresh) it->second = (1 - kStepWeight) * it->second + kStepWeight * seconds;
 }
+
+void DraftLength::observe_step(int32_t num_tokens, double seconds) { observe(step_seconds_, num_tokens, seconds); }
+
+void DraftLength::observe_draft_pass(int32_t num_seqs, double seconds) { observe(draft_seconds_, num_seqs, seconds); }
 
 void DraftLength::observe_verify(SeqId seq_id, std::string_view proposer, int32_t k, int32_t accepted) {
   auto update = [&](Rate& r, double decay) {
@@ -42,12 +46,14 @@ double DraftLength::acceptance(SeqId seq_id, std::string_view proposer) const {
   return (r.accepted + 1) / (r.accepted + r.rejected + 2);
 }
 
-double DraftLength::step_seconds(int64_t num_tokens) const {
-  if (step_seconds_.empty()) return 0;  // nothing measured yet
-  const auto n = static_cast<double>(std::max<int64_t>(1, num_tokens));
-  auto hi = step_seconds_.lower_bound(static_cast<int64_t>(std::ceil(n)));
-  if (hi == step_seconds_.end()) return std::prev(hi)->second;
-  if (hi == step_seconds_.begin() || static_cast<double>(hi->first) == n) return hi->second;
+double DraftLength::step_seconds(int64_t num_tokens) const { return estimate(step_seconds_, num_tokens); }
+
+double DraftLength::estimate(const std::map<int64_t, double>& table, int64_t num) {
+  if (table.empty()) return 0;  // nothing measured yet
+  const auto n = static_cast<double>(std::max<int64_t>(1, num));
+  auto hi = table.lower_bound(static_cast<int64_t>(std::ceil(n)));
+  if (hi == table.end()) return std::prev(hi)->second;
+  if (hi == table.begin() || static_cast<double>(hi->first) == n) return hi->second;
   const auto lo = std::prev(hi);
   const auto x0 = static_cast<double>(lo->first), x1 = static_cast<double>(hi->first);
   return lo->second + (hi->second - lo->second) * (n - x0) / (x1 - x0);
@@ -71,6 +77,8 @@ std::vector<int32_t> DraftLength::choose(int32_t base_tokens, int32_t base_outpu
   // Tokens the step emits: one per sampling sequence, plus the expected accepted drafts.
   double expected = std::max<int32_t>(1, base_outputs), best_rate = expected / t0;
   int64_t drafts = 0, best_drafts = 0;
+  double draft_time = 0;                   // the draft model's passes so far
+  std::vector<int32_t> at_depth(1, 0);     // costly candidates drafting at least j
   std::vector<int32_t> cur(candidates.size(), 0);
   std::vector<std::pair<size_t, int32_t>> order;  // (candidate, its k) after each addition
   while (!next.empty()) {
@@ -80,7 +88,12 @@ std::vector<int32_t> DraftLength::choose(int32_t base_tokens, int32_t base_outpu
     ++drafts;
     ++cur[i];
     order.push_back({i, cur[i]});
-    const double rate = expected / step_seconds(base_tokens + drafts);
+    if (candidates[i].costly) {
+      if (at_depth.size() <= static_cast<size_t>(cur[i])) at_depth.resize(cur[i] + 1, 0);
+      const int32_t n = ++at_depth[cur[i]];
+      draft_time += estimate(draft_seconds_, n) - (n > 1 ? estimate(draft_seconds_, n - 1) : 0.0);
+    }
+    const double rate = expected / (step_seconds(base_tokens + drafts) + draft_time);
     if (rate > best_rate) best_rate = rate, best_drafts = drafts;
     if (cur[i] < candidates[i].max_k) next.push({gain * a[i], i});
   }

@@ -18,7 +18,8 @@
 // token count (exact up to 128 tokens, where drafts make the difference; 8 buckets an octave
 // above); between measured counts, linear interpolation; above the largest, the largest's time
 // (optimistic, so that longer drafts get tried and measured); below the smallest, the
-// smallest's.
+// smallest's. A draft model's passes are measured the same way, by the sequences in them, and
+// their time is added: depth j costs one pass over the sequences drafting j or more.
 //
 // Thread-safety: owned by the engine thread.
 #pragma once
@@ -39,11 +40,14 @@ class DraftLength {
   struct Candidate {
     SeqId seq_id = 0;
     std::string_view proposer;
-    int32_t max_k = 0;  // drafts on offer
+    int32_t max_k = 0;    // drafts on offer (or, for a costly proposer, allowed)
+    bool costly = false;  // each draft position costs a draft model pass (shared by all at that depth)
   };
 
   // A step of `num_tokens` tokens took `seconds` (non-positive: ignored).
   void observe_step(int32_t num_tokens, double seconds);
+  // A draft model pass over `num_seqs` sequences took `seconds`.
+  void observe_draft_pass(int32_t num_seqs, double seconds);
   // A verifying step of seq_id: k drafts, `accepted` of them accepted.
   void observe_verify(SeqId seq_id, std::string_view proposer, int32_t k, int32_t accepted);
   void remove_sequence(SeqId seq_id) { seqs_.erase(seq_id); }
@@ -65,7 +69,10 @@ class DraftLength {
   static constexpr double kStepWeight = 0.2;  // of a new step time in its bucket's average
   // The token count a step of n tokens is recorded under.
   static int64_t bucket(int64_t n);
+  static void observe(std::map<int64_t, double>& table, int64_t n, double seconds);
+  static double estimate(const std::map<int64_t, double>& table, int64_t n);
   std::map<int64_t, double> step_seconds_;    // bucket -> average seconds
+  std::map<int64_t, double> draft_seconds_;   // the same for draft model passes, by sequences
   std::unordered_map<SeqId, Rate> seqs_;
   std::unordered_map<std::string, Rate> proposers_;
 };

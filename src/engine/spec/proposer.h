@@ -31,6 +31,9 @@ class Proposer {
   virtual ~Proposer() = default;
   // The label of its metrics: "ngram", "prediction", "draft_model".
   virtual std::string_view name() const = 0;
+  // True when drafting costs forward passes (a draft model): the engine then decides how many
+  // drafts each sequence gets before asking, and max_tokens is that number.
+  virtual bool costly() const { return false; }
   virtual void add_sequence(SeqId /*seq_id*/, const Request& /*request*/) {}
   virtual void remove_sequence(SeqId /*seq_id*/) {}
   // out[i]: the drafts to follow queries[i].tokens (possibly none). out.size() == queries.size().

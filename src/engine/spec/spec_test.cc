@@ -2,13 +2,16 @@
 // output bit-identical to decoding without speculation (runner.cc) and leave no trace of a
 // rejected draft.
 #include <fstream>
+#include <latch>
 #include <random>
 
 #include "common/test_paths.h"
 #include "model/loader.h"
+#include "tokenizer/test_vocab.h"
 
 #include "engine/engine_test_util.h"
 #include "engine/spec/draft_length.h"
+#include "engine/spec/draft_model_proposer.h"
 #include "engine/spec/ngram_proposer.h"
 #include "engine/spec/prediction_proposer.h"
 
@@ -144,11 +147,16 @@ std::vector<Request> test_requests(const Fixture& f, bool sampled) {
 void expect_identical_with_speculation(bool sampled) {
   // Fixed draft lengths where the counts are checked; adaptive ones elsewhere.
   Fixture off(EngineConfig{.coalesce = false, .spec = {.adaptive = false}});
-  Fixture ngram(EngineConfig{.coalesce = false, .spec = {.method = "ngram", .num_tokens = 5, .ngram_min = 1}});
+  Fixture ngram(
+      EngineConfig{.coalesce = false, .spec = {.method = "ngram", .num_tokens = 5, .ngram_min = 1, .adaptive = false}});
+  // Adaptive lengths depend on measured times: only the outputs are compared.
+  Fixture adaptive(EngineConfig{.coalesce = false, .spec = {.method = "ngram", .num_tokens = 5, .ngram_min = 1}});
   for (const Request& r : test_requests(off, sampled)) {
     const StreamOutput base = off.run(r);
     ASSERT_EQ(base.tokens.size(), 40u);
     expect_same_output(base, ngram.run(r), "ngram");
+    expect_same_output(base, adaptive.run(r), "ngram, adaptive");
+    expect_same_output(base, adaptive.run(with_prediction(r, perturb(token_ids(base), 0.2, 3))), "prediction, adaptive");
     // Predictions: the output itself, and with 10% and 30% of its tokens changed.
     const std::vector<int32_t> own = token_ids(base);
     for (double changed : {0.0, 0.1, 0.3}) {
@@ -199,7 +207,7 @@ TEST(Speculation, PromptLookupOnStories260K) {
   ThreadPool pool(2);
   auto off = Engine::create(*m->model, *m->tokenizer, pool, EngineConfig{.coalesce = false});
   auto on = Engine::create(*m->model, *m->tokenizer, pool,
-                           EngineConfig{.coalesce = false, .spec = {.method = "ngram", .num_tokens = 4}});
+                           EngineConfig{.coalesce = false, .spec = {.method = "ngram", .num_tokens = 4, .adaptive = false}});
   ASSERT_TRUE(off && on);
   Request r;
   r.prompt_tokens = *m->tokenizer->encode("Once upon a time, there was a little girl named Lily. Lily liked to play");
@@ -233,8 +241,10 @@ TEST(Speculation, AnExactPredictionNeedsFewerSteps) {
 TEST(Speculation, ConcurrentRequestsUnderPressureAreBitIdenticalAndLeakNothing) {
   Fixture alone(EngineConfig{.coalesce = false});
   EngineConfig tight{.max_num_seqs = 6, .max_batch_tokens = 12, .coalesce = false,
-                     .spec = {.method = "ngram", .num_tokens = 4, .ngram_min = 1}};
-  tight.kv_cache_bytes = 14 * alone.block_bytes(tight);  // 14 blocks of 16 tokens for 12 requests
+                     .spec = {.method = "ngram", .num_tokens = 4, .ngram_min = 1, .adaptive = false}};
+  tight.kv_cache_bytes = 10 * alone.block_bytes(tight);  // 10 blocks of 16 tokens for 6 running at once
+  std::latch release(1);
+  hold_first_step(tight, release);  // every request queued before the first step: pressure for sure
   Fixture f(tight);
   std::vector<Request> reqs;
   std::vector<StreamOutput> want;
@@ -250,8 +260,10 @@ TEST(Speculation, ConcurrentRequestsUnderPressureAreBitIdenticalAndLeakNothing) 
     reqs.push_back(r);
     want.push_back(base);
   }
-  const std::vector<StreamOutput> got = run_concurrently(*f.engine, reqs, 3);
-  for (size_t i = 0; i < reqs.size(); ++i) expect_same_output(want[i], got[i], fmt::format("request {}", i));
+  std::vector<RequestHandle> handles;
+  for (const Request& r : reqs) handles.push_back(std::move(*f.engine->submit(r)));
+  release.count_down();
+  for (size_t i = 0; i < reqs.size(); ++i) expect_same_output(want[i], handles[i].wait(), fmt::format("request {}", i));
   const EngineMetrics m = f.engine->wait_until_idle();
   EXPECT_GT(m.num_preemptions, 0);
   EXPECT_GT(m.spec.at("ngram").num_accepted_tokens + m.spec.at("prediction").num_accepted_tokens, 0);
@@ -313,6 +325,85 @@ TEST(Speculation, BadSettingsAndPredictionsAreRefused) {
   auto h = f.engine->submit(r);
   ASSERT_FALSE(h);
   EXPECT_NE(h.error().message().find("prediction token id 9999 is outside the vocabulary"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+using namespace engine_test;
+
+TEST(DraftVocabulary, SameTextForEveryIdAndPaddingOnly) {
+  auto tok = [](std::vector<std::pair<std::string, float>> pieces) {
+    return std::move(*testing::tokenizer_from_writer(testing::tiny_spm_writer(pieces)));
+  };
+  const auto target = tok({{"ab", -1}, {"cd", -2}});
+  EXPECT_TRUE(spec::check_draft_vocabulary(*target, *tok({{"ab", -1}, {"cd", -2}})));
+  // Scores may differ (another training run of the same tokenizer does not change the ids).
+  EXPECT_TRUE(spec::check_draft_vocabulary(*target, *tok({{"ab", -5}, {"cd", -2}})));
+  const Status other = spec::check_draft_vocabulary(*target, *tok({{"ab", -1}, {"ce", -2}}));
+  EXPECT_EQ(other.message(), "token 260 differs: 'cd' in the target, 'ce' in the draft");
+  EXPECT_TRUE(spec::check_draft_vocabulary(*target, *tok({{"ab", -1}, {"cd", -2}, {"[PAD261]", 0}})));
+  const Status more = spec::check_draft_vocabulary(*target, *tok({{"ab", -1}, {"cd", -2}, {"ef", -3}}));
+  EXPECT_NE(more.message().find("differ in size (261 in the target, 262 in the draft) by more than padding: token "
+                                "261 is 'ef' in the draft only"),
+            std::string::npos)
+      << more.message();
+  const Status kind = spec::check_draft_vocabulary(*target, *testing::tokenizer_from_writer(testing::tiny_bpe_writer({})).value());
+  EXPECT_NE(kind.message().find("differ in kind: spm in the target, bpe in the draft"), std::string::npos) << kind.message();
+}
+
+// A lower-bit copy of the target's own weights (the draft most users have): the outputs stay
+// bit-identical, its drafts are mostly accepted, and every block of both caches is free after.
+TEST(DraftModel, QuantizedCopyDraftsAndOutputsAreUnchanged) {
+  Fixture off(EngineConfig{.coalesce = false});
+  const LoadedModel draft = tiny_model(gguf::TensorType::kQ8_0);
+  for (bool adaptive : {false, true}) {
+    EngineConfig cfg{.max_num_seqs = 4, .max_batch_tokens = 16, .coalesce = false};
+    cfg.spec = {.method = "draft", .num_tokens = 4, .adaptive = adaptive, .draft_model = draft.model.get(),
+                .draft_tokenizer = draft.tokenizer.get()};
+    std::latch release(1);
+    hold_first_step(cfg, release);
+    Fixture f(cfg);
+    std::vector<Request> reqs = test_requests(off, /*sampled=*/false);
+    for (Request r : test_requests(off, /*sampled=*/true)) reqs.push_back(r);
+    std::vector<StreamOutput> want;
+    for (const Request& r : reqs) want.push_back(off.run(r));
+    std::vector<RequestHandle> handles;
+    for (const Request& r : reqs) handles.push_back(std::move(*f.engine->submit(r)));
+    release.count_down();
+    int32_t drafted = 0, accepted = 0;  // of the greedy requests (the first half)
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const StreamOutput o = handles[i].wait();
+      expect_same_output(want[i], o, fmt::format("request {}, adaptive {}", i, adaptive));
+      if (i < reqs.size() / 2) drafted += o.metrics.num_draft_tokens, accepted += o.metrics.num_accepted_tokens;
+    }
+    const EngineMetrics m = f.engine->wait_until_idle();
+    EXPECT_EQ(m.draft_kv_blocks_used, 0);
+    EXPECT_GT(m.draft_kv_blocks_total, 0);
+    EXPECT_GT(m.spec.at("draft_model").num_draft_tokens, 0);
+    // Q8_0 of the same weights: its greedy drafts nearly always agree with the target's argmax.
+    if (!adaptive) {
+      EXPECT_GT(accepted, drafted * 8 / 10) << accepted << " of " << drafted;
+    }
+  }
+}
+
+TEST(DraftModel, MismatchedVocabularyOrMissingModelIsRefused) {
+  const LoadedModel target = tiny_model();
+  ThreadPool pool(1);
+  const LoadedModel draft = tiny_model(gguf::TensorType::kF32, "small");  // a vocabulary of 4096
+  EngineConfig cfg;
+  cfg.spec = {.method = "draft", .draft_model = draft.model.get(), .draft_tokenizer = draft.tokenizer.get()};
+  auto e = Engine::create(*target.model, *target.tokenizer, pool, cfg);
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().message().find("the draft model cannot draft for this model: "), std::string::npos)
+      << e.error().message();
+  auto missing = Engine::create(*target.model, *target.tokenizer, pool, EngineConfig{.spec = {.method = "draft"}});
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.error().message().find("--spec draft --draft-model FILE"), std::string::npos);
 }
 
 }  // namespace
