@@ -595,7 +595,7 @@ void Engine::propose_drafts() {
     for (size_t i = 0; i < offers.size(); ++i) {
       candidates.push_back({offers[i].query.seq_id, offers[i].proposer->name(), k[i], offers[i].proposer->costly()});
     }
-    k = draft_length_.choose(std::max(last_base_tokens_, num_decoding), num_decoding, candidates);
+    k = draft_length_.choose(num_decoding, candidates);
   }
   // The draft model drafts now, batched over the sequences it was asked for.
   std::vector<spec::DraftQuery> costly;
@@ -670,11 +670,10 @@ void Engine::step() {
   // engine's clock is (a test's fake clock does not move).
   const auto started = std::chrono::steady_clock::now();
   Result<RunnerOutput> result = runner_.run(out);
-  int32_t num_drafts = 0;
-  for (const ScheduledSeq& s : out.seqs) num_drafts += s.num_draft;
-  draft_length_.observe_step(out.num_tokens,
+  int32_t num_logits = 0;
+  for (const ScheduledSeq& s : out.seqs) num_logits += s.sample ? s.num_draft + 1 : 0;
+  draft_length_.observe_step(out.num_tokens, num_logits,
                              std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-  last_base_tokens_ = std::max(1, out.num_tokens - num_drafts);
   if (!result) {
     for (const ScheduledSeq& s : out.seqs) finish(*computations_.at(s.seq_id), FinishReason::kError, result.error().message());
     return;

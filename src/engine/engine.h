@@ -178,7 +178,6 @@ class Engine {
   std::atomic<uint64_t> next_request_id_{1};
   std::unique_ptr<spec::Proposer> ngram_, prediction_, draft_;
   spec::DraftLength draft_length_;
-  int32_t last_base_tokens_ = 1;  // the last step's tokens other than drafts
 
   // Engine-thread state.
   std::unordered_map<SeqId, std::unique_ptr<Computation>> computations_;

@@ -13,13 +13,16 @@ int64_t DraftLength::bucket(int64_t n) {
   return (n >> shift) << shift;
 }
 
-void DraftLength::observe(std::map<int64_t, double>& table, int64_t n, double seconds) {
+void DraftLength::observe(Table& table, int64_t n, double seconds) {
   if (!(seconds > 0) || n < 1) return;
-  auto [it, fresh] = table.try_emplace(bucket(n), seconds);
-  if (!fresh) it->second = (1 - kStepWeight) * it->second + kStepWeight * seconds;
+  auto [it, fresh] = table.try_emplace(bucket(n), Timing{seconds, 0});
+  if (!fresh) it->second.seconds = (1 - kStepWeight) * it->second.seconds + kStepWeight * seconds;
+  it->second.at = ++num_observed_;
 }
 
-void DraftLength::observe_step(int32_t num_tokens, double seconds) { observe(step_seconds_, num_tokens, seconds); }
+void DraftLength::observe_step(int32_t num_tokens, int32_t num_logits, double seconds) {
+  if (num_logits == num_tokens) observe(step_seconds_, num_tokens, seconds);
+}
 
 void DraftLength::observe_draft_pass(int32_t num_seqs, double seconds) { observe(draft_seconds_, num_seqs, seconds); }
 
@@ -48,25 +51,25 @@ double DraftLength::acceptance(SeqId seq_id, std::string_view proposer) const {
 
 double DraftLength::step_seconds(int64_t num_tokens) const { return estimate(step_seconds_, num_tokens); }
 
-double DraftLength::estimate(const std::map<int64_t, double>& table, int64_t num) {
+double DraftLength::estimate(const Table& table, int64_t num) {
   if (table.empty()) return 0;  // nothing measured yet
   const auto n = static_cast<double>(std::max<int64_t>(1, num));
   auto hi = table.lower_bound(static_cast<int64_t>(std::ceil(n)));
-  if (hi == table.end()) return std::prev(hi)->second;
-  if (hi == table.begin() || static_cast<double>(hi->first) == n) return hi->second;
+  if (hi == table.end()) return std::prev(hi)->second.seconds;
+  if (static_cast<double>(hi->first) == n) return hi->second.seconds;
+  if (hi == table.begin()) return hi->second.seconds * n / static_cast<double>(hi->first);
   const auto lo = std::prev(hi);
   const auto x0 = static_cast<double>(lo->first), x1 = static_cast<double>(hi->first);
-  return lo->second + (hi->second - lo->second) * (n - x0) / (x1 - x0);
+  return lo->second.seconds + (hi->second.seconds - lo->second.seconds) * (n - x0) / (x1 - x0);
 }
 
-std::vector<int32_t> DraftLength::choose(int32_t base_tokens, int32_t base_outputs,
-                                         std::span<const Candidate> candidates) const {
+std::vector<int32_t> DraftLength::choose(int32_t num_decodes, std::span<const Candidate> candidates) const {
   std::vector<int32_t> k(candidates.size(), 0);
+  const int32_t base_tokens = std::max(1, num_decodes);
+  // The step without drafts, measured lately, or this step measures it.
+  const auto base = step_seconds_.find(bucket(base_tokens));
+  if (base == step_seconds_.end() || num_observed_ - base->second.at > kFreshSteps) return k;
   const double t0 = step_seconds(base_tokens);
-  if (t0 <= 0) {  // no step measured yet: every draft on offer
-    for (size_t i = 0; i < candidates.size(); ++i) k[i] = candidates[i].max_k;
-    return k;
-  }
   std::vector<double> a(candidates.size());
   // Next gain per candidate: a^(k+1), largest first.
   std::priority_queue<std::pair<double, size_t>> next;
@@ -74,8 +77,8 @@ std::vector<int32_t> DraftLength::choose(int32_t base_tokens, int32_t base_outpu
     a[i] = acceptance(candidates[i].seq_id, candidates[i].proposer);
     if (candidates[i].max_k > 0) next.push({a[i], i});
   }
-  // Tokens the step emits: one per sampling sequence, plus the expected accepted drafts.
-  double expected = std::max<int32_t>(1, base_outputs), best_rate = expected / t0;
+  // Tokens the step emits: one per decoding sequence, plus the expected accepted drafts.
+  double expected = base_tokens, best_rate = expected / t0;
   int64_t drafts = 0, best_drafts = 0;
   double draft_time = 0;                   // the draft model's passes so far
   std::vector<int32_t> at_depth(1, 0);     // costly candidates drafting at least j

@@ -14,11 +14,15 @@
 //
 // Estimates. a per sequence: accepted / (accepted + rejections) over its verifying steps (each
 // step ends in at most one rejection), with exponential decay, starting from the proposer's
-// figure over all sequences. t(n): an exponential moving average of measured step times per
-// token count (exact up to 128 tokens, where drafts make the difference; 8 buckets an octave
-// above); between measured counts, linear interpolation; above the largest, the largest's time
-// (optimistic, so that longer drafts get tried and measured); below the smallest, the
-// smallest's. A draft model's passes are measured the same way, by the sequences in them, and
+// figure over all sequences. t(n): an exponential moving average of measured times of decode
+// steps (every token with its logits: decodes and verification, whose output-matrix and
+// sampling costs grow with n, unlike a prompt chunk's) per token count (exact up to 128 tokens,
+// 8 buckets an octave above); between measured counts, linear interpolation; above the largest,
+// the largest's time (optimistic, so that longer drafts get tried and measured); below the
+// smallest, in proportion to n (pessimistic, so that the step without drafts gets measured).
+// And when the step without drafts has not been measured in the last kFreshSteps decode steps,
+// none are chosen, once, to measure it: otherwise a policy that always drafts would compare
+// with a stale or extrapolated baseline for ever. A draft model's passes are measured the same way, by the sequences in them, and
 // their time is added: depth j costs one pass over the sequences drafting j or more.
 //
 // Thread-safety: owned by the engine thread.
@@ -44,17 +48,18 @@ class DraftLength {
     bool costly = false;  // each draft position costs a draft model pass (shared by all at that depth)
   };
 
-  // A step of `num_tokens` tokens took `seconds` (non-positive: ignored).
-  void observe_step(int32_t num_tokens, double seconds);
+  // A step of `num_tokens` tokens, `num_logits` of them with logits, took `seconds` (kept only
+  // for decode steps, num_logits == num_tokens, and positive times).
+  void observe_step(int32_t num_tokens, int32_t num_logits, double seconds);
   // A draft model pass over `num_seqs` sequences took `seconds`.
   void observe_draft_pass(int32_t num_seqs, double seconds);
   // A verifying step of seq_id: k drafts, `accepted` of them accepted.
   void observe_verify(SeqId seq_id, std::string_view proposer, int32_t k, int32_t accepted);
   void remove_sequence(SeqId seq_id) { seqs_.erase(seq_id); }
 
-  // The drafts each candidate verifies (<= max_k), given the step's tokens without drafts and
-  // how many tokens the step emits without drafts (one per sampling sequence).
-  std::vector<int32_t> choose(int32_t base_tokens, int32_t base_outputs, std::span<const Candidate> candidates) const;
+  // The drafts each candidate verifies (<= max_k), given the step's decode tokens without
+  // drafts (one per decoding sequence).
+  std::vector<int32_t> choose(int32_t num_decodes, std::span<const Candidate> candidates) const;
 
   // Estimates, exposed for tests and metrics.
   double step_seconds(int64_t num_tokens) const;
@@ -67,12 +72,19 @@ class DraftLength {
   };
   static constexpr double kDecay = 0.9;       // per observation, for a sequence's rate
   static constexpr double kStepWeight = 0.2;  // of a new step time in its bucket's average
+  static constexpr int64_t kFreshSteps = 32;
   // The token count a step of n tokens is recorded under.
   static int64_t bucket(int64_t n);
-  static void observe(std::map<int64_t, double>& table, int64_t n, double seconds);
-  static double estimate(const std::map<int64_t, double>& table, int64_t n);
-  std::map<int64_t, double> step_seconds_;    // bucket -> average seconds
-  std::map<int64_t, double> draft_seconds_;   // the same for draft model passes, by sequences
+  struct Timing {
+    double seconds = 0;  // average
+    int64_t at = 0;      // observation count when last updated
+  };
+  using Table = std::map<int64_t, Timing>;     // bucket -> timing
+  void observe(Table& table, int64_t n, double seconds);
+  static double estimate(const Table& table, int64_t n);
+  Table step_seconds_;
+  Table draft_seconds_;  // the same for draft model passes, by sequences
+  int64_t num_observed_ = 0;
   std::unordered_map<SeqId, Rate> seqs_;
   std::unordered_map<std::string, Rate> proposers_;
 };

@@ -69,7 +69,8 @@ TEST(PredictionProposer, FollowsTheOutputAndRealignsAfterAnEdit) {
 spec::DraftLength trained(double fixed_ms, double per_token_ms, double acceptance) {
   spec::DraftLength d;
   for (int rep = 0; rep < 5; ++rep) {
-    for (int32_t n = 1; n <= 256; n *= 2) d.observe_step(n, (fixed_ms + per_token_ms * n) / 1e3);
+    for (int32_t n = 1; n <= 256; n *= 2) d.observe_step(n, n, (fixed_ms + per_token_ms * n) / 1e3);
+    d.observe_step(300, 1, 1.0);  // a prompt chunk: not a decode step, not counted
   }
   // Sequences 1..3 of "p": 100 steps of 4 drafts each, each accepted with that probability
   // while the ones before it were.
@@ -86,20 +87,20 @@ spec::DraftLength trained(double fixed_ms, double per_token_ms, double acceptanc
 
 TEST(DraftLength, DraftsWhereStepsAreMemoryBoundNoneWhereComputeBound) {
   const std::vector<spec::DraftLength::Candidate> three{{1, "p", 8}, {2, "p", 8}, {3, "p", 8}};
-  // Nothing measured: every draft on offer.
-  EXPECT_EQ(spec::DraftLength().choose(3, 3, three), (std::vector<int32_t>{8, 8, 8}));
+  // Nothing measured: no drafts, so that the step without them is measured.
+  EXPECT_EQ(spec::DraftLength().choose(4, three), (std::vector<int32_t>{0, 0, 0}));
   // A step costs about the same whatever its size (memory-bound decode), drafts accepted 90%:
   // all of them.
   const spec::DraftLength flat = trained(20, 0.01, 0.9);
   EXPECT_NEAR(flat.acceptance(1, "p"), 0.9, 0.1);
   EXPECT_NEAR(trained(20, 0.01, 0.3).acceptance(2, "p"), 0.3, 0.15);
-  EXPECT_EQ(flat.choose(3, 3, three), (std::vector<int32_t>{8, 8, 8}));
+  EXPECT_EQ(flat.choose(4, three), (std::vector<int32_t>{8, 8, 8}));
   // Compute-bound (time in proportion to tokens): a draft never beats an ordinary decode token.
   const spec::DraftLength compute = trained(0, 1, 0.9);
-  EXPECT_EQ(compute.choose(3, 3, three), (std::vector<int32_t>{0, 0, 0}));
+  EXPECT_EQ(compute.choose(4, three), (std::vector<int32_t>{0, 0, 0}));
   // In between, with rare acceptance: fewer drafts than with frequent acceptance.
   const spec::DraftLength rare = trained(20, 1, 0.3), often = trained(20, 1, 0.9);
-  const auto k_rare = rare.choose(3, 3, three), k_often = often.choose(3, 3, three);
+  const auto k_rare = rare.choose(4, three), k_often = often.choose(4, three);
   EXPECT_LT(k_rare[0], k_often[0]);
   EXPECT_GT(k_often[0], 0);
   // A sequence never seen takes its proposer's figure.
@@ -108,6 +109,12 @@ TEST(DraftLength, DraftsWhereStepsAreMemoryBoundNoneWhereComputeBound) {
   EXPECT_NEAR(flat.step_seconds(3), 0.02003, 0.00001);
   EXPECT_NEAR(compute.step_seconds(48), 0.048, 0.00001);
   EXPECT_NEAR(compute.step_seconds(1000), 0.256, 0.00001);
+  // A step size not measured for kFreshSteps decode steps: no drafts, once, to measure it.
+  spec::DraftLength stale = trained(20, 0.01, 0.9);
+  for (int i = 0; i < 40; ++i) stale.observe_step(16, 16, 0.02);
+  EXPECT_EQ(stale.choose(4, three), (std::vector<int32_t>{0, 0, 0}));
+  stale.observe_step(4, 4, 0.02);
+  EXPECT_EQ(stale.choose(4, three), (std::vector<int32_t>{8, 8, 8}));
 }
 
 Request with_prediction(Request r, std::vector<int32_t> prediction) {
