@@ -381,3 +381,43 @@ TEST(Cli, DraftModelKeepsTheOutput) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// sluice pair over the quantized family: a table, the JSON report and the chart; usage errors.
+TEST(Cli, PairRanksDraftsAndWritesItsReports) {
+  const std::string q = kShared + "/models/quant/llama-d256-s21-";
+  const std::string json = ::testing::TempDir() + "/pair.json", svg = ::testing::TempDir() + "/pair.svg";
+  Output o = run("pair --target " + q + "F32.gguf --draft " + q + "Q8_0.gguf --draft " + q + "Q2_K.gguf --draft " +
+                 kShared + "/models/stories260K.gguf --ngram -p 'The quick brown fox' -p 'Once upon a time' " +
+                 "--max-tokens 16 --spec-tokens 3 --batch-sizes 1,4 --confirm 1 --json " + json + " --svg " + svg);
+  ASSERT_EQ(o.exit_code, 0) << o.out;
+  EXPECT_NE(o.out.find("llama-d256-s21-Q8_0.gguf"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("refused: the vocabularies differ in kind"), std::string::npos) << o.out;
+  const auto report = nlohmann::json::parse(std::ifstream(json), nullptr, false);
+  ASSERT_FALSE(report.is_discarded());
+  ASSERT_EQ(report["candidates"].size(), 4u);
+  double q8 = -1, q2 = -1;
+  for (const auto& c : report["candidates"]) {
+    if (c["name"].get<std::string>().ends_with("Q8_0.gguf")) q8 = c["acceptance"];
+    if (c["name"].get<std::string>().ends_with("Q2_K.gguf")) q2 = c["acceptance"];
+    if (c.contains("confirmed")) {
+      EXPECT_TRUE(c["confirmed"]["outputs_identical"].get<bool>());
+    }
+  }
+  EXPECT_GT(q8, q2);
+  EXPECT_EQ(report["candidates"].back()["refused"].get<std::string>().find("the vocabularies differ"), 0u);
+  std::ifstream chart(svg);
+  const std::string text((std::istreambuf_iterator<char>(chart)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(text.starts_with("<svg")) << text.substr(0, 100);
+  EXPECT_NE(text.find("<title>ngram</title>"), std::string::npos);
+  Output none = run("pair --target " + q + "F32.gguf -p x", true);
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.out.find("give at least one candidate"), std::string::npos) << none.out;
+  Output no_prompts = run("pair --target " + q + "F32.gguf --ngram", true);
+  EXPECT_NE(no_prompts.out.find("give the prompts"), std::string::npos) << no_prompts.out;
+}
+
+}  // namespace
+}  // namespace sluice

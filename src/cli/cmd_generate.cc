@@ -76,29 +76,6 @@ Result<uint64_t> parse_seed(const std::string& s) {
   return v;
 }
 
-// Prompts of a --prompts file: one per line; a line starting with '"' is a JSON string (for
-// prompts with newlines). Empty lines are skipped.
-Result<std::vector<std::string>> read_prompts(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Error("cannot read prompts file '{}': {}", path, std::strerror(errno));
-  std::vector<std::string> prompts;
-  std::string line;
-  for (int line_no = 1; std::getline(in, line); ++line_no) {
-    if (line.empty()) continue;
-    if (line[0] == '"') {
-      auto j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_discarded() || !j.is_string()) {
-        return Error("prompts file '{}' line {}: a line starting with '\"' must be one JSON string", path, line_no);
-      }
-      prompts.push_back(j.get<std::string>());
-    } else {
-      prompts.push_back(line);
-    }
-  }
-  if (prompts.empty()) return Error("prompts file '{}' has no prompt", path);
-  return prompts;
-}
-
 double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -300,6 +277,29 @@ int run(const GenerateOptions& o) {
 }
 
 }  // namespace
+
+// Prompts of a --prompts file: one per line; a line starting with '"' is a JSON string (for
+// prompts with newlines). Empty lines are skipped.
+Result<std::vector<std::string>> read_prompts(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Error("cannot read prompts file '{}': {}", path, std::strerror(errno));
+  std::vector<std::string> prompts;
+  std::string line;
+  for (int line_no = 1; std::getline(in, line); ++line_no) {
+    if (line.empty()) continue;
+    if (line[0] == '"') {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded() || !j.is_string()) {
+        return Error("prompts file '{}' line {}: a line starting with '\"' must be one JSON string", path, line_no);
+      }
+      prompts.push_back(j.get<std::string>());
+    } else {
+      prompts.push_back(line);
+    }
+  }
+  if (prompts.empty()) return Error("prompts file '{}' has no prompt", path);
+  return prompts;
+}
 
 CommandFn add_generate_command(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();

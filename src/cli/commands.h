@@ -3,6 +3,8 @@
 #pragma once
 
 #include <functional>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -17,6 +19,7 @@ CommandFn add_serve_command(CLI::App& app);
 CommandFn add_tokenize_command(CLI::App& app);
 CommandFn add_model_command(CLI::App& app);
 CommandFn add_bench_command(CLI::App& app);
+CommandFn add_pair_command(CLI::App& app);
 
 // Exit codes shared by all commands.
 inline constexpr int kExitOk = 0;
@@ -34,6 +37,10 @@ int fail_config(const Status& status);
 
 // Flushes stdout; an error (a full disk, a closed descriptor) is reported and gives kExitError.
 int finish_stdout();
+
+// Prompts of a --prompts file: one per line; a line starting with '"' is a JSON string (for
+// prompts with newlines). Empty lines are skipped.
+Result<std::vector<std::string>> read_prompts(const std::string& path);
 
 // A progress callback that redraws one line on stderr when it is a terminal, else does nothing.
 std::function<void(uint64_t, uint64_t)> terminal_progress(const std::string& what);

@@ -1,0 +1,150 @@
+// sluice pair: ranks candidate drafts for a target on the user's prompts (src/pair/pair.h).
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include "cli/commands.h"
+#include "common/thread_pool.h"
+#include "model/loader.h"
+#include "pair/pair.h"
+#include "pair/report.h"
+
+namespace sluice::cli {
+namespace {
+
+struct PairCliOptions {
+  std::string target;
+  std::vector<std::string> drafts;
+  bool ngram = false;
+  int32_t ngram_min = 2, ngram_max = 4;
+  std::string prompts_file;
+  std::vector<std::string> prompts;
+  pair::PairOptions pair;
+  int32_t confirm = 2;
+  std::string json_file, svg_file;
+  int threads = 0;
+};
+
+int run_pair(PairCliOptions& o) {
+  if (o.drafts.empty() && !o.ngram) return fail_usage("give at least one candidate: --draft FILE or --ngram");
+  if (o.prompts.empty() == o.prompts_file.empty()) return fail_usage("give the prompts: --prompts FILE or -p TEXT (not both)");
+  if (o.ngram_min > o.ngram_max) return fail_usage("--ngram-min must not exceed --ngram-max");
+  std::vector<std::string> texts = o.prompts;
+  if (!o.prompts_file.empty()) {
+    auto p = read_prompts(o.prompts_file);
+    if (!p) return fail(p.error().message());
+    texts = std::move(*p);
+  }
+  auto target = load_model(o.target, terminal_progress("loading " + o.target));
+  if (!target) return fail(fmt::format("--target: {}", target.error().message()));
+  std::vector<std::vector<int32_t>> prompts;
+  int32_t longest = 0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    auto ids = target->tokenizer->encode(texts[i]);
+    if (!ids) return fail(fmt::format("prompt {}: {}", i, ids.error().message()));
+    if (static_cast<int64_t>(ids->size()) + o.pair.max_tokens + o.pair.max_k >= target->model->config().context_length) {
+      return fail(fmt::format("prompt {} has {} tokens: with --max-tokens {} it does not fit the target's context of {}",
+                              i, ids->size(), o.pair.max_tokens, target->model->config().context_length));
+    }
+    longest = std::max(longest, static_cast<int32_t>(ids->size()));
+    prompts.push_back(std::move(*ids));
+  }
+  std::vector<LoadedModel> drafts;
+  std::vector<pair::Candidate> candidates;
+  for (const std::string& path : o.drafts) {
+    auto d = load_model(path, terminal_progress("loading " + path));
+    if (!d) return fail(fmt::format("--draft {}: {}", path, d.error().message()));
+    drafts.push_back(std::move(*d));
+  }
+  for (size_t i = 0; i < drafts.size(); ++i) {
+    candidates.push_back({.name = o.drafts[i], .model = drafts[i].model.get(), .tokenizer = drafts[i].tokenizer.get()});
+  }
+  if (o.ngram) candidates.push_back({.name = "ngram", .ngram_min = o.ngram_min, .ngram_max = o.ngram_max});
+
+  ThreadPool pool(o.threads);
+  std::cerr << fmt::format("target {}: {} prompts, {} output tokens each, {}\n", o.target, prompts.size(),
+                           o.pair.max_tokens,
+                           o.pair.temperature > 0 ? fmt::format("temperature {}", o.pair.temperature) : "greedy");
+  std::cerr << "the target's outputs...\n";
+  auto outputs = pair::target_outputs(*target->model, *target->tokenizer, pool, prompts, o.pair);
+  if (!outputs) return fail(outputs.error().message());
+  const int32_t context = longest + o.pair.max_tokens / 2;  // the middle of an output, for step costs
+  std::cerr << "step costs of the target at batch sizes...\n";
+  const pair::TargetCosts costs = pair::measure_target_costs(*target->model, pool, context, o.pair);
+  for (pair::Candidate& c : candidates) {
+    std::cerr << "candidate " << c.name << "...\n";
+    pair::measure_acceptance(*target->model, *target->tokenizer, pool, prompts, *outputs, o.pair, c);
+    if (!c.refused.empty()) continue;
+    pair::measure_draft_costs(pool, context, o.pair, c);
+    pair::predict_speedup(costs, o.pair, c);
+  }
+  pair::rank(candidates);
+  for (int32_t i = 0; i < o.confirm && i < static_cast<int32_t>(candidates.size()); ++i) {
+    if (!candidates[i].refused.empty()) break;
+    std::cerr << "confirming " << candidates[i].name << " end to end...\n";
+    if (Status s = pair::confirm(*target->model, *target->tokenizer, pool, prompts, o.pair, candidates[i]); !s) {
+      return fail(s.message());
+    }
+  }
+  pair::rank(candidates);  // again: the confirmed ones by what was measured
+  std::printf("%s", pair::render_table(candidates, o.pair).c_str());
+  std::printf("accept: the draft token's acceptance by sluice's rule, mean over positions; min(p,q): by the rule with "
+              "the draft's whole distribution; Aj: the chance that the first j drafts of a step are accepted; "
+              "speedup: predicted, at the best k, from the step costs measured here; confirmed: tokens/s with / "
+              "without speculation, end to end\n");
+  const std::string flags = pair::serve_flags(candidates, o.target);
+  if (flags.empty()) {
+    std::printf("no candidate speeds up decoding at batch size %d here\n", o.pair.batch_sizes.at(0));
+  } else {
+    std::printf("winner: %s\n", flags.c_str());
+  }
+  for (const pair::Candidate& c : candidates) {
+    if (c.outputs_identical && !*c.outputs_identical) return fail("the confirmation of " + c.name + " changed the output");
+  }
+  if (!o.json_file.empty()) {
+    std::ofstream out(o.json_file);
+    out << pair::to_json(candidates, o.pair, o.target, static_cast<int64_t>(prompts.size())).dump(2) << "\n";
+    if (!out) return fail("cannot write --json " + o.json_file);
+  }
+  if (!o.svg_file.empty()) {
+    std::ofstream out(o.svg_file);
+    out << pair::render_svg(candidates, o.pair, o.target);
+    if (!out) return fail("cannot write --svg " + o.svg_file);
+  }
+  return finish_stdout();
+}
+
+}  // namespace
+
+CommandFn add_pair_command(CLI::App& app) {
+  auto o = std::make_shared<PairCliOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "pair", "Rank draft models (and prompt lookup) for a target on your prompts: vocabulary check, acceptance "
+              "by draft position from both models' distributions, step costs measured here, predicted speedup per "
+              "batch size, and a confirmation run");
+  cmd->add_option("--target", o->target, "The target model (GGUF)")->required();
+  cmd->add_option("--draft", o->drafts, "A candidate draft model (GGUF); repeatable");
+  cmd->add_flag("--ngram", o->ngram, "Also rank prompt lookup (--spec ngram)");
+  cmd->add_option("--ngram-min", o->ngram_min, "Prompt lookup: shortest suffix matched")->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("--ngram-max", o->ngram_max, "Prompt lookup: longest suffix matched")->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("--prompts", o->prompts_file, "Prompts, one per line (a line starting with '\"' is a JSON string)");
+  cmd->add_option("-p,--prompt", o->prompts, "A prompt; repeatable");
+  cmd->add_option("--temperature", o->pair.temperature, "The temperature you serve at (0: greedy)")
+      ->capture_default_str()->check(CLI::Range(0.0, 2.0));
+  cmd->add_option("--max-tokens", o->pair.max_tokens, "Output tokens of the target per prompt, along which acceptance is measured")
+      ->capture_default_str()->check(CLI::Range(2, 4096));
+  cmd->add_option("--spec-tokens", o->pair.max_k, "The most drafts per step considered")
+      ->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("--batch-sizes", o->pair.batch_sizes, "Batch sizes at which step costs are measured and speedups predicted")
+      ->delimiter(',')->capture_default_str()->check(CLI::Range(1, 1024));
+  cmd->add_option("--confirm", o->confirm, "Confirm the best N candidates end to end (0: none)")
+      ->capture_default_str()->check(CLI::Range(0, 64));
+  cmd->add_option("--seed", o->pair.seed, "Seed of the target's sampled outputs (temperature > 0)")->capture_default_str();
+  cmd->add_option("--json", o->json_file, "Write the whole report as JSON");
+  cmd->add_option("--svg", o->svg_file, "Write a chart: acceptance by draft position, predicted speedup by batch size");
+  cmd->add_option("-t,--threads", o->threads, "Compute threads; 0 = one per core")->capture_default_str();
+  return [o] { return run_pair(*o); };
+}
+
+}  // namespace sluice::cli
