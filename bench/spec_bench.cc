@@ -8,8 +8,11 @@
 // and per workload: aggregate tokens/s, its ratio to off, draft tokens accepted of those
 // verified, accepted by draft position, and whether every output equals the baseline's.
 //
+//   draft model  --draft-model FILE (a smaller model, or a lower-bit copy of the target)
+//
 // Usage: spec_bench [-m FILE.gguf | --preset NAME --dtype TYPE] [--threads N] [--tokens N]
-//                   [--concurrency 1,4,16] [--spec-tokens K] [--prompt TEXT]
+//                   [--concurrency 1,4,16] [--spec-tokens K] [--spec-adaptive on|off]
+//                   [--draft-model FILE] [--prompt TEXT]
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -75,7 +78,7 @@ int run(int argc, char** argv) {
   std::string model_path, preset = "qwen2.5-0.5b", dtype = "q8_0";
   std::string prompt = "Once upon a time, there was a little girl named Lily. She loved to play outside";
   int threads = 0, tokens = 64, spec_tokens = 8;
-  std::string adaptive = "on";
+  std::string adaptive = "on", draft_path;
   std::vector<int> concurrency{1, 4, 16};
   app.add_option("-m,--model", model_path, "GGUF model (default: make --preset/--dtype in memory)");
   app.add_option("--preset", preset, "Preset shape of the in-memory model")->capture_default_str();
@@ -87,11 +90,18 @@ int run(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(1, 64));
   app.add_option("--spec-adaptive", adaptive, "on: the engine picks each draft length (spec/draft_length.h); off: all drafts")
       ->capture_default_str()->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--draft-model", draft_path, "Also a workload with this draft model (--spec draft)");
   app.add_option("--prompt", prompt, "Prompt of request 0 (request i appends \" i\")")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   std::string description;
   LoadedModel m = load_bench_model(model_path, preset, dtype, description);
+  LoadedModel draft;
+  if (!draft_path.empty()) {
+    auto d = load_model(draft_path);
+    if (!d) std::fprintf(stderr, "%s\n", d.error().message().c_str()), std::exit(1);
+    draft = std::move(*d);
+  }
   ThreadPool pool(threads);
   std::printf("model: %s, threads: %d, kernels: %s\n", description.c_str(), pool.num_threads(),
               kernels::kernel_path_name(kernels::active_kernel_path()));
@@ -111,6 +121,7 @@ int run(int argc, char** argv) {
     base.spec.num_tokens = spec_tokens;
     base.spec.adaptive = adaptive == "on";
     base.kv_cache_bytes = 0;
+    run_workload(*m.model, *m.tokenizer, pool, base, reqs);  // warm-up: pages, caches, repacked weights
     const RunResult off = run_workload(*m.model, *m.tokenizer, pool, base, reqs);
     std::printf("\n-- %d concurrent request%s, %d tokens each, up to %d drafts a step, adaptive %s\n", c,
                 c > 1 ? "s" : "", tokens, spec_tokens, adaptive.c_str());
@@ -119,13 +130,19 @@ int run(int argc, char** argv) {
     std::printf("%-12s %9.1f %7.2f %10s %6s %9s\n", "off", off.tokens / off.seconds, 1.0, "-", "-", "-");
     struct Workload {
       const char* name;
-      bool ngram;
+      const char* method;
       double changed;  // < 0: no prediction
     };
-    for (const Workload& w : {Workload{"ngram", true, -1}, Workload{"pred exact", false, 0.0},
-                              Workload{"pred 10%", false, 0.1}, Workload{"pred 30%", false, 0.3}}) {
+    std::vector<Workload> workloads{{"ngram", "ngram", -1}, {"pred exact", "off", 0.0}, {"pred 10%", "off", 0.1},
+                                    {"pred 30%", "off", 0.3}};
+    if (draft.model) workloads.push_back({"draft model", "draft", -1});
+    for (const Workload& w : workloads) {
       EngineConfig cfg = base;
-      if (w.ngram) cfg.spec.method = "ngram";
+      cfg.spec.method = w.method;
+      if (cfg.spec.method == "draft") {
+        cfg.spec.draft_model = draft.model.get();
+        cfg.spec.draft_tokenizer = draft.tokenizer.get();
+      }
       std::vector<Request> rs = reqs;
       if (w.changed >= 0) {
         for (size_t i = 0; i < rs.size(); ++i) rs[i].prediction_tokens = perturb(off.outputs[i], w.changed, vocab, 7 + i);

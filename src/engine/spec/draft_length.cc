@@ -55,7 +55,11 @@ double DraftLength::estimate(const Table& table, int64_t num) {
   if (table.empty()) return 0;  // nothing measured yet
   const auto n = static_cast<double>(std::max<int64_t>(1, num));
   auto hi = table.lower_bound(static_cast<int64_t>(std::ceil(n)));
-  if (hi == table.end()) return std::prev(hi)->second.seconds;
+  if (hi == table.end()) {  // flat up to twice the largest measured, then in proportion
+    const auto last = std::prev(hi);
+    const double reach = 2.0 * static_cast<double>(last->first);
+    return last->second.seconds * std::max(1.0, n / reach);
+  }
   if (static_cast<double>(hi->first) == n) return hi->second.seconds;
   if (hi == table.begin()) return hi->second.seconds * n / static_cast<double>(hi->first);
   const auto lo = std::prev(hi);

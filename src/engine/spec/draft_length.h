@@ -18,8 +18,9 @@
 // steps (every token with its logits: decodes and verification, whose output-matrix and
 // sampling costs grow with n, unlike a prompt chunk's) per token count (exact up to 128 tokens,
 // 8 buckets an octave above); between measured counts, linear interpolation; above the largest,
-// the largest's time (optimistic, so that longer drafts get tried and measured); below the
-// smallest, in proportion to n (pessimistic, so that the step without drafts gets measured).
+// up to twice it, the largest's time (optimistic, so that longer drafts get tried and measured,
+// a doubling at a time), and in proportion to n beyond; below the smallest, in proportion to n
+// (pessimistic, so that the step without drafts gets measured).
 // And when the step without drafts has not been measured in the last kFreshSteps decode steps,
 // none are chosen, once, to measure it: otherwise a policy that always drafts would compare
 // with a stale or extrapolated baseline for ever. A draft model's passes are measured the same way, by the sequences in them, and

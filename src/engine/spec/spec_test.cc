@@ -108,7 +108,8 @@ TEST(DraftLength, DraftsWhereStepsAreMemoryBoundNoneWhereComputeBound) {
   // Interpolation between measured sizes, flat beyond them.
   EXPECT_NEAR(flat.step_seconds(3), 0.02003, 0.00001);
   EXPECT_NEAR(compute.step_seconds(48), 0.048, 0.00001);
-  EXPECT_NEAR(compute.step_seconds(1000), 0.256, 0.00001);
+  EXPECT_NEAR(compute.step_seconds(500), 0.256, 0.00001);   // flat up to twice the largest (256)...
+  EXPECT_NEAR(compute.step_seconds(1024), 0.512, 0.00001);  // ...then in proportion
   // A step size not measured for kFreshSteps decode steps: no drafts, once, to measure it.
   spec::DraftLength stale = trained(20, 0.01, 0.9);
   for (int i = 0; i < 40; ++i) stale.observe_step(16, 16, 0.02);
