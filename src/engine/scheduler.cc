@@ -120,11 +120,13 @@ void Scheduler::schedule_running(ScheduleOutput& out, int32_t& budget) {
       break;
     }
     // Drafts take what is left after a token for every decode behind, and blocks that hold
-    // nothing (never a cached prefix's: a rejected draft would have evicted it for nothing).
+    // nothing (never a cached prefix's: a rejected draft would have evicted it for nothing),
+    // less one for every decode behind (which may need one): a draft never preempts anyone.
     int32_t num_draft = 0;
     if (decode && !s.draft.empty()) {
       const int32_t spare = std::max(0, budget - 1 - decodes_behind);
-      const int64_t room = (int64_t(s.blocks.size()) + cache_.num_free()) * config_.block_size - s.num_computed - 1;
+      const int64_t free_blocks = std::max<int64_t>(0, cache_.num_free() - decodes_behind);
+      const int64_t room = (int64_t(s.blocks.size()) + free_blocks) * config_.block_size - s.num_computed - 1;
       num_draft = static_cast<int32_t>(std::clamp<int64_t>(room, 0, std::min<int64_t>(spare, s.draft.size())));
     }
     emit(s, n, out, budget, num_draft);
