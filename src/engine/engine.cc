@@ -305,8 +305,12 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
     if (draft_bytes < 0) return Error(StatusCode::kInvalid, "draft KV cache size must be >= 0");
     if (draft_bytes == 0) {
       const int64_t tokens = int64_t{config.max_num_seqs} * std::min(dc.context_length, mc.context_length);
-      draft_bytes = tokens * static_cast<int64_t>(KvPool::bytes_per_token(dc, config.kv_type)) + 
-                    int64_t{config.max_num_seqs} * config.block_size * static_cast<int64_t>(KvPool::bytes_per_token(dc, config.kv_type));
+      const auto per_token = static_cast<int64_t>(KvPool::bytes_per_token(dc, config.kv_type));
+      draft_bytes = (tokens + int64_t{config.max_num_seqs} * config.block_size) * per_token;
+    }
+    if (pages > 0 && page_size > 0 && static_cast<double>(draft_bytes) > static_cast<double>(pages) * page_size) {
+      return Error(StatusCode::kInvalid, "a draft KV cache of {:.1f} GiB is more than this machine's memory; lower "
+                   "--draft-kv-cache-memory", static_cast<double>(draft_bytes) / (1 << 30));
     }
     try {
       auto p = spec::DraftModelProposer::create(*sc.draft_model, mc.vocab_size, pool, draft_bytes, config.block_size,
@@ -595,25 +599,28 @@ void Engine::propose_drafts() {
     for (size_t i = 0; i < offers.size(); ++i) {
       candidates.push_back({offers[i].query.seq_id, offers[i].proposer->name(), k[i], offers[i].proposer->costly()});
     }
-    k = draft_length_.choose(num_decoding, candidates);
+    // Decodes only: every running sequence decodes and nobody waiting can be admitted.
+    const bool pure_decode = num_decoding == scheduler_.num_running() &&
+                             (scheduler_.num_waiting() == 0 || scheduler_.num_running() >= config_.max_num_seqs);
+    k = draft_length_.choose(num_decoding, candidates, pure_decode);
   }
   // The draft model drafts now, batched over the sequences it was asked for.
   std::vector<spec::DraftQuery> costly;
   std::vector<size_t> costly_offer;
-  int32_t max_k = 0;
   for (size_t i = 0; i < offers.size(); ++i) {
     if (!offers[i].proposer->costly() || k[i] == 0) continue;
     costly.push_back(offers[i].query);
     costly.back().max_tokens = k[i];
     costly_offer.push_back(i);
-    max_k = std::max(max_k, k[i]);
   }
   if (!costly.empty()) {
     const auto started = std::chrono::steady_clock::now();
     std::vector<std::vector<int32_t>> drafts;
     draft_->propose(costly, drafts);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    draft_length_.observe_draft_pass(static_cast<int32_t>(costly.size()), seconds / max_k);
+    // Per pass actually run (none when every sequence was skipped: nothing to learn from).
+    const int32_t passes = draft_->last_passes();
+    if (passes > 0) draft_length_.observe_draft_pass(static_cast<int32_t>(costly.size()), seconds / passes);
     for (size_t j = 0; j < costly.size(); ++j) offers[costly_offer[j]].draft = std::move(drafts[j]);
   }
   for (size_t i = 0; i < offers.size(); ++i) {
@@ -636,7 +643,6 @@ void Engine::count_drafts(const ScheduleOutput& out, std::span<const SampledToke
     Computation& c = *computations_.at(ss.seq_id);
     draft_length_.observe_verify(ss.seq_id, c.proposer->name(), ss.num_draft, accepted);
     c.num_draft_tokens += ss.num_draft;
-    c.num_accepted_tokens += accepted;
     EngineMetrics::SpecStats& st = metrics_.spec[std::string(c.proposer->name())];
     ++st.num_drafts;
     st.num_draft_tokens += ss.num_draft;
@@ -682,9 +688,13 @@ void Engine::step() {
   count_drafts(out, result->sampled);
   if (config_.on_step) config_.on_step(out);
   for (size_t i = 0; i < result->sampled.size(); ++i) {
-    // A sequence that finished at one of its tokens (a stop, say) drops the accepted ones after it.
-    auto it = computations_.find(result->sampled[i].seq_id);
-    if (it != computations_.end()) process_sample(*it->second, result->samples[i]);  // may finish it
+    // A sequence that finished at one of its tokens (a stop, say) drops the accepted ones after
+    // it: they count neither as output nor as accepted drafts of the request.
+    const std::vector<SampledToken>& sampled = result->sampled;
+    auto it = computations_.find(sampled[i].seq_id);
+    if (it == computations_.end()) continue;
+    if (i + 1 < sampled.size() && sampled[i + 1].seq_id == sampled[i].seq_id) ++it->second->num_accepted_tokens;
+    process_sample(*it->second, result->samples[i]);  // may finish it
   }
   MutexLock lock(metrics_mu_);
   ++metrics_.num_steps;

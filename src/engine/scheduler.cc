@@ -35,7 +35,30 @@ ScheduleOutput Scheduler::schedule() {
   int32_t budget = config_.max_batch_tokens;
   schedule_running(out, budget);
   schedule_waiting(out, budget);
+  schedule_drafts(out, budget);
   return out;
+}
+
+void Scheduler::schedule_drafts(ScheduleOutput& out, int32_t& budget) {
+  // Last, so drafts take only what every running and admitted sequence left: the rest of the
+  // budget and blocks that hold nothing (never a cached prefix's: a rejected draft would have
+  // evicted it for nothing). Nobody is preempted or delayed for a draft.
+  const int32_t bs = config_.block_size;
+  for (ScheduledSeq& ss : out.seqs) {
+    Seq& s = seqs_.at(ss.seq_id);
+    if (budget <= 0) break;
+    if (s.draft.empty() || !ss.sample || ss.token_ids.size() != 1) continue;  // decodes only
+    const int64_t room = (int64_t(s.blocks.size()) + cache_.num_free()) * bs - (ss.start + 1);
+    const auto n = static_cast<int32_t>(std::clamp<int64_t>(room, 0, std::min<int64_t>(budget, s.draft.size())));
+    if (n == 0) continue;
+    grow(s, 1 + n);  // num_computed is still ss.start
+    ss.token_ids.insert(ss.token_ids.end(), s.draft.begin(), s.draft.begin() + n);
+    ss.num_draft = n;
+    ss.block_table = s.blocks;
+    out.num_tokens += n;
+    budget -= n;
+  }
+  for (auto& [id, s] : seqs_) s.draft.clear();  // drafts last one step
 }
 
 int32_t Scheduler::fitting_tokens(const Seq& s, int32_t want) const {
@@ -72,18 +95,14 @@ void Scheduler::preempt(Seq& s, ScheduleOutput& out) {
   ++num_preemptions_;
 }
 
-void Scheduler::emit(Seq& s, int32_t num_new, ScheduleOutput& out, int32_t& budget, int32_t num_draft) {
-  grow(s, num_new + num_draft);
+void Scheduler::emit(Seq& s, int32_t num_new, ScheduleOutput& out, int32_t& budget) {
+  grow(s, num_new);
   ScheduledSeq ss;
   ss.seq_id = s.id;
   ss.start = s.num_computed;
   ss.token_ids.assign(s.tokens.begin() + s.num_computed, s.tokens.begin() + s.num_computed + num_new);
-  ss.token_ids.insert(ss.token_ids.end(), s.draft.begin(), s.draft.begin() + num_draft);
-  ss.num_draft = num_draft;
-  num_new += num_draft;
-  s.draft.clear();
   ss.block_table = s.blocks;
-  ss.sample = s.num_computed + num_new - num_draft == static_cast<int32_t>(s.tokens.size());
+  ss.sample = s.num_computed + num_new == static_cast<int32_t>(s.tokens.size());
   out.seqs.push_back(std::move(ss));
   out.num_tokens += num_new;
   budget -= num_new;
@@ -119,17 +138,7 @@ void Scheduler::schedule_running(ScheduleOutput& out, int32_t& budget) {
       preempt(s, out);  // s was the last running sequence: nothing follows it
       break;
     }
-    // Drafts take what is left after a token for every decode behind, and blocks that hold
-    // nothing (never a cached prefix's: a rejected draft would have evicted it for nothing),
-    // less one for every decode behind (which may need one): a draft never preempts anyone.
-    int32_t num_draft = 0;
-    if (decode && !s.draft.empty()) {
-      const int32_t spare = std::max(0, budget - 1 - decodes_behind);
-      const int64_t free_blocks = std::max<int64_t>(0, cache_.num_free() - decodes_behind);
-      const int64_t room = (int64_t(s.blocks.size()) + free_blocks) * config_.block_size - s.num_computed - 1;
-      num_draft = static_cast<int32_t>(std::clamp<int64_t>(room, 0, std::min<int64_t>(spare, s.draft.size())));
-    }
-    emit(s, n, out, budget, num_draft);
+    emit(s, n, out, budget);
   }
 }
 

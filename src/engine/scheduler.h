@@ -26,9 +26,10 @@
 //      prompt) waits for it instead of computing it again.
 //
 // Speculative decoding: a running sequence may carry draft tokens (set_draft, before
-// schedule()). When it is decoding (one known token left), it is handed that token and as many
-// of its drafts as the budget allows after one token for every decode behind it and the blocks
-// allow without preempting anyone: "k draft tokens + 1" is just more tokens. The runner
+// schedule()). When it is decoding (one known token left), it is handed that token and, in a
+// last phase after every running and admitted sequence had its share, as many of its drafts as
+// the rest of the budget and the free blocks allow (never evicting a cached block, never
+// preempting or delaying anyone): "k draft tokens + 1" is just more tokens. The runner
 // verifies them and returns the accepted drafts and one more sampled token; update() keeps the
 // KV of the accepted ones and rolls back the rest: num_computed stops after the last accepted
 // draft, and blocks past it are released (they were never indexed, so the prefix cache never
@@ -174,7 +175,8 @@ class Scheduler {
   void grow(Seq& s, int32_t num_new);
   void preempt(Seq& s, ScheduleOutput& out);
   void release_blocks(Seq& s);
-  void emit(Seq& s, int32_t num_new, ScheduleOutput& out, int32_t& budget, int32_t num_draft = 0);
+  void emit(Seq& s, int32_t num_new, ScheduleOutput& out, int32_t& budget);
+  void schedule_drafts(ScheduleOutput& out, int32_t& budget);
   void index_full_blocks(Seq& s);
   // Identity of the next block `s` will compute, if it is a full block of known tokens.
   struct BlockId {

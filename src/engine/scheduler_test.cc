@@ -428,3 +428,37 @@ TEST(Scheduler, DraftsAreVerifiedAndRejectedOnesRolledBack) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// Drafts come last: a prompt chunk behind a speculating decode takes the free block first.
+TEST(Scheduler, DraftsNeverTakeWhatOthersNeed) {
+  const SchedulerConfig config{.max_num_seqs = 4, .max_batch_tokens = 8, .block_size = 4};
+  KvCache blocks = make_cache(4, 4, /*prefix_caching=*/false);
+  Scheduler sched(config, blocks);
+  sched.add(1, {1, 2, 3}, 0);
+  sched.add(2, std::vector<int32_t>(10, 5), 1);
+  ScheduleOutput out = sched.schedule();  // 1: 3 tokens (1 block); 2: 5 tokens (2 blocks)
+  ASSERT_EQ(out.seqs.size(), 2u);
+  sched.update(out, std::vector<SampledToken>{{1, 4}});
+  EXPECT_EQ(blocks.num_free(), 1);
+  sched.set_draft(1, {9, 9, 9, 9});
+  out = sched.schedule();
+  ASSERT_EQ(out.seqs.size(), 2u);
+  EXPECT_TRUE(out.preempted.empty());
+  EXPECT_EQ(out.seqs[0].num_draft, 0);  // its drafts would need the block 2's chunk takes
+  EXPECT_EQ(out.seqs[1].token_ids.size(), 5u);
+  sched.update(out, std::vector<SampledToken>{{1, 6}, {2, 7}});
+  // Finishing 2 frees its 3 blocks: the rest of the budget (8 - 1) goes to 1's drafts.
+  sched.finish(2);
+  sched.set_draft(1, {9, 9, 9, 9, 9, 9});
+  out = sched.schedule();
+  ASSERT_EQ(out.seqs.size(), 1u);
+  EXPECT_EQ(out.seqs[0].num_draft, 6);
+  sched.finish(1);
+  EXPECT_EQ(blocks.num_free(), 4);
+}
+
+}  // namespace
+}  // namespace sluice

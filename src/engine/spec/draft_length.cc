@@ -67,12 +67,14 @@ double DraftLength::estimate(const Table& table, int64_t num) {
   return lo->second.seconds + (hi->second.seconds - lo->second.seconds) * (n - x0) / (x1 - x0);
 }
 
-std::vector<int32_t> DraftLength::choose(int32_t num_decodes, std::span<const Candidate> candidates) const {
+std::vector<int32_t> DraftLength::choose(int32_t num_decodes, std::span<const Candidate> candidates,
+                                         bool pure_decode) const {
   std::vector<int32_t> k(candidates.size(), 0);
   const int32_t base_tokens = std::max(1, num_decodes);
-  // The step without drafts, measured lately, or this step measures it.
+  // The step without drafts, measured lately, or this step measures it (if it can).
   const auto base = step_seconds_.find(bucket(base_tokens));
-  if (base == step_seconds_.end() || num_observed_ - base->second.at > kFreshSteps) return k;
+  const bool stale = base == step_seconds_.end() || num_observed_ - base->second.at > kFreshSteps;
+  if (step_seconds_.empty() || (stale && pure_decode)) return k;
   const double t0 = step_seconds(base_tokens);
   std::vector<double> a(candidates.size());
   // Next gain per candidate: a^(k+1), largest first.

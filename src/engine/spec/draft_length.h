@@ -22,7 +22,7 @@
 // a doubling at a time), and in proportion to n beyond; below the smallest, in proportion to n
 // (pessimistic, so that the step without drafts gets measured).
 // And when the step without drafts has not been measured in the last kFreshSteps decode steps,
-// none are chosen, once, to measure it: otherwise a policy that always drafts would compare
+// none are chosen in the next step of decodes only, to measure it: otherwise a policy that always drafts would compare
 // with a stale or extrapolated baseline for ever. A draft model's passes are measured the same way, by the sequences in them, and
 // their time is added: depth j costs one pass over the sequences drafting j or more.
 //
@@ -59,8 +59,11 @@ class DraftLength {
   void remove_sequence(SeqId seq_id) { seqs_.erase(seq_id); }
 
   // The drafts each candidate verifies (<= max_k), given the step's decode tokens without
-  // drafts (one per decoding sequence).
-  std::vector<int32_t> choose(int32_t num_decodes, std::span<const Candidate> candidates) const;
+  // drafts (one per decoding sequence). `pure_decode`: the step will hold decodes only, so a
+  // step without drafts would measure the baseline (a stale one is then refreshed); in a mixed
+  // step the estimates are used as they are.
+  std::vector<int32_t> choose(int32_t num_decodes, std::span<const Candidate> candidates,
+                              bool pure_decode = true) const;
 
   // Estimates, exposed for tests and metrics.
   double step_seconds(int64_t num_tokens) const;

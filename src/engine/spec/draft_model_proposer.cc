@@ -86,6 +86,17 @@ void DraftModelProposer::truncate(Seq& s, size_t num_tokens) {
   }
 }
 
+void DraftModelProposer::reclaim(size_t needed, int64_t call) {
+  while (free_.size() < needed) {
+    Seq* oldest = nullptr;
+    for (auto& [id, s] : seqs_) {
+      if (s.last_used < call && !s.blocks.empty() && (!oldest || s.last_used < oldest->last_used)) oldest = &s;
+    }
+    if (!oldest) return;
+    truncate(*oldest, 0);
+  }
+}
+
 void DraftModelProposer::remove_sequence(SeqId seq_id) {
   auto it = seqs_.find(seq_id);
   if (it == seqs_.end()) return;
@@ -103,6 +114,9 @@ int32_t DraftModelProposer::argmax(std::span<const float> logits) const {
 
 void DraftModelProposer::propose(std::span<const DraftQuery> queries, std::vector<std::vector<int32_t>>& out) {
   out.assign(queries.size(), {});
+  passes_ = 0;
+  const int64_t call = ++calls_;
+  for (const DraftQuery& q : queries) seqs_[q.seq_id].last_used = call;
   const int32_t context = draft_.config().context_length;
   // Who drafts this step: the rest of its tokens and k - 1 drafts must fit the context and the
   // cache (after rolling back to what it shares with the sequence).
@@ -119,6 +133,10 @@ void DraftModelProposer::propose(std::span<const DraftQuery> queries, std::vecto
     const auto same = std::mismatch(s.computed.begin(), s.computed.end(), q.tokens.begin(), q.tokens.end()).first;
     truncate(s, std::min<size_t>(same - s.computed.begin(), q.tokens.size() - 1));
     const int64_t last = static_cast<int64_t>(q.tokens.size()) + q.max_tokens - 1;  // positions to hold
+    if (static_cast<int64_t>(q.tokens.size()) >= context) {
+      truncate(s, 0);  // past the draft's context for good
+      continue;
+    }
     if (q.max_tokens < 1 || last > context) continue;
     // An id the draft does not have (the target's padding): no drafts for it.
     if (std::any_of(q.tokens.begin() + static_cast<int64_t>(s.computed.size()), q.tokens.end(),
@@ -126,6 +144,7 @@ void DraftModelProposer::propose(std::span<const DraftQuery> queries, std::vecto
       continue;
     }
     const int64_t blocks = (last + block_size_ - 1) / block_size_ - static_cast<int64_t>(s.blocks.size());
+    if (blocks > static_cast<int64_t>(free_.size())) reclaim(static_cast<size_t>(blocks), call);
     if (blocks > static_cast<int64_t>(free_.size())) continue;
     for (int64_t b = 0; b < blocks; ++b) {
       s.blocks.push_back(free_.back());
@@ -156,41 +175,42 @@ void DraftModelProposer::propose(std::span<const DraftQuery> queries, std::vecto
   const int64_t vocab = draft_.config().vocab_size;
   // Catch-up: each sequence's tokens not yet in the draft cache, up to its last one, whose
   // logits give the first draft; chunked under the token budget.
-  std::vector<size_t> pending(jobs.size());
-  for (size_t j = 0; j < jobs.size(); ++j) pending[j] = j;
-  while (!pending.empty()) {
+  // At most max_batch_tokens tokens of catching up a step, in one pass: a sequence not caught
+  // up by then keeps what it computed and drafts in a later step.
+  std::vector<bool> caught_up(jobs.size(), false);
+  {
     ForwardBatch b = new_batch();
-    std::vector<size_t> finishing, rest;
+    std::vector<size_t> finishing;
     int32_t budget = max_batch_tokens_;
-    for (size_t j : pending) {
+    for (size_t j = 0; j < jobs.size(); ++j) {
       Job& job = jobs[j];
       const auto done = static_cast<int64_t>(job.seq->computed.size());
       const int64_t left = static_cast<int64_t>(job.tokens.size()) - done;
       const int64_t n = std::min<int64_t>(left, budget);
-      if (n <= 0) {
-        rest.push_back(j);
-        continue;
-      }
+      if (n <= 0) continue;
       const int32_t row = b.add_sequence(job.seq->blocks);
       for (int64_t p = done; p < done + n; ++p) {
         b.add_token(row, job.tokens[p], static_cast<int32_t>(p), p == static_cast<int64_t>(job.tokens.size()) - 1);
       }
       job.seq->computed.insert(job.seq->computed.end(), job.tokens.begin() + done, job.tokens.begin() + done + n);
       budget -= static_cast<int32_t>(n);
-      (n == left ? finishing : rest).push_back(j);
+      if (n == left) finishing.push_back(j);
     }
-    if (!run(b)) return give_up();
+    if (b.num_tokens() > 0) {
+      if (!run(b)) return give_up();
+      ++passes_;
+    }
     for (size_t f = 0; f < finishing.size(); ++f) {
       out[jobs[finishing[f]].query].push_back(argmax(std::span<const float>(logits_).subspan(f * vocab, vocab)));
+      caught_up[finishing[f]] = true;
     }
-    pending = std::move(rest);
   }
   // One pass per further draft position, for every sequence still drafting.
   for (int32_t depth = 1;; ++depth) {
     ForwardBatch b = new_batch();
     std::vector<size_t> active;
     for (size_t j = 0; j < jobs.size(); ++j) {
-      if (jobs[j].k <= depth) continue;
+      if (!caught_up[j] || jobs[j].k <= depth) continue;
       Job& job = jobs[j];
       const int32_t token = out[job.query].back();
       const auto pos = static_cast<int32_t>(job.seq->computed.size());
@@ -200,6 +220,7 @@ void DraftModelProposer::propose(std::span<const DraftQuery> queries, std::vecto
     }
     if (active.empty()) break;
     if (!run(b)) return give_up();
+    ++passes_;
     for (size_t a = 0; a < active.size(); ++a) {
       out[jobs[active[a]].query].push_back(argmax(std::span<const float>(logits_).subspan(a * vocab, vocab)));
     }

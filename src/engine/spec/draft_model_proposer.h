@@ -7,9 +7,11 @@
 // since, a new sequence's prompt: in chunks of at most max_batch_tokens), then one forward pass
 // per draft position for all of them. What the target rejected is rolled back: the draft cache
 // keeps, per sequence, the longest prefix its tokens share with the sequence's, and releases the
-// blocks past it. A sequence whose draft KV does not fit the draft cache's free blocks, or
-// would pass the draft's context, gets no drafts this step: the draft never takes memory or
-// time from the target's own work.
+// blocks past it. A sequence whose draft KV does not fit the draft cache's free blocks (after
+// taking those of sequences not drafting now, least recently used first), or would pass the
+// draft's context (its blocks are then freed: it never drafts again), gets no drafts this
+// step. Catching up is bounded to max_batch_tokens tokens a step: a sequence with a long new
+// prompt gets its drafts a few steps later rather than stalling everyone's step.
 //
 // The drafts are the draft's argmax tokens, so verification treats them as any proposer's
 // (runner.cc: q = 1 at the drafted token), and sampled outputs stay bit-identical with it on.
@@ -42,6 +44,7 @@ class DraftModelProposer : public Proposer {
 
   std::string_view name() const override { return "draft_model"; }
   bool costly() const override { return true; }
+  int32_t last_passes() const override { return passes_; }
   void remove_sequence(SeqId seq_id) override;
   void propose(std::span<const DraftQuery> queries, std::vector<std::vector<int32_t>>& out) override;
 
@@ -55,7 +58,11 @@ class DraftModelProposer : public Proposer {
   struct Seq {
     std::vector<int32_t> computed;  // tokens whose keys and values are in the draft cache
     std::vector<int32_t> blocks;
+    int64_t last_used = 0;          // the propose() call that last drafted for it
   };
+  // Frees the blocks of sequences not drafting in this call, least recently used first, until
+  // `needed` are free or none is left to take from.
+  void reclaim(size_t needed, int64_t call);
   void truncate(Seq& s, size_t num_tokens);
   int32_t argmax(std::span<const float> logits) const;
 
@@ -67,6 +74,8 @@ class DraftModelProposer : public Proposer {
   std::vector<int32_t> free_;
   std::unordered_map<SeqId, Seq> seqs_;
   std::vector<float> logits_;
+  int64_t calls_ = 0;
+  int32_t passes_ = 0;
 };
 
 }  // namespace sluice::spec

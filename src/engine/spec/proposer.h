@@ -34,6 +34,8 @@ class Proposer {
   // True when drafting costs forward passes (a draft model): the engine then decides how many
   // drafts each sequence gets before asking, and max_tokens is that number.
   virtual bool costly() const { return false; }
+  // Forward passes the last propose() ran (a costly proposer's; 0 otherwise).
+  virtual int32_t last_passes() const { return 0; }
   virtual void add_sequence(SeqId /*seq_id*/, const Request& /*request*/) {}
   virtual void remove_sequence(SeqId /*seq_id*/) {}
   // out[i]: the drafts to follow queries[i].tokens (possibly none). out.size() == queries.size().
