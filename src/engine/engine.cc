@@ -425,7 +425,8 @@ void Engine::propose_drafts() {
       // A step emits the accepted drafts and one more token: never past max_new.
       const int32_t room = std::min(config_.spec.num_tokens, c->max_new - c->num_output - 1);
       if (room < 1) continue;
-      queries.push_back({id, scheduler_.tokens(id), static_cast<int32_t>(c->request.prompt_tokens.size()), room});
+      queries.push_back(
+          {id, scheduler_.tokens(id), static_cast<int32_t>(c->request.prompt_tokens.size()), room, runner_.sampler(id)});
     }
     if (queries.empty()) continue;
     if (p->costly()) {  // asked below, for as many drafts as are chosen

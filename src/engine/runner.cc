@@ -17,6 +17,11 @@ void Runner::add_sequence(SeqId seq_id, const SamplingParams& params, std::span<
 
 void Runner::remove_sequence(SeqId seq_id) { samplers_.erase(seq_id); }
 
+const Sampler* Runner::sampler(SeqId seq_id) const {
+  auto it = samplers_.find(seq_id);
+  return it == samplers_.end() ? nullptr : &it->second;
+}
+
 Result<RunnerOutput> Runner::run(const ScheduleOutput& out) {
   ForwardBatch& b = batch_;
   b = ForwardBatch{};
@@ -55,8 +60,11 @@ Result<RunnerOutput> Runner::run(const ScheduleOutput& out) {
   // the target's token is sampled as without speculation, from the same logits (batch
   // invariance), penalty state and generator draw; the draft survives while they agree. This is
   // the rejection rule for q = 1: the draft x is accepted with probability p(x), and a rejection
-  // leaves a token drawn from p without x, renormalized = norm(max(0, p - q)). Greedy and seeded
-  // outputs are therefore bit-identical to decoding without speculation.
+  // leaves a token drawn from p without x, renormalized = norm(max(0, p - q)). The tokens kept
+  // never depend on the drafts, only how many come per step, so greedy and sampled outputs, seeded
+  // or not, are bit-identical to decoding without speculation, whatever a proposer knew (a draft
+  // model drafts with a copy of this sampler, so its sampled drafts are likely, not certain, to
+  // agree: draft_model_proposer.h).
   pool_.parallel_for(static_cast<int64_t>(verify.size()), [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       Verify& v = verify[i];

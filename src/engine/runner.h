@@ -38,6 +38,8 @@ class Runner {
                     std::vector<int32_t> suppressed = {}, int32_t suppress_until = 0);
   void remove_sequence(SeqId seq_id);
   size_t num_sequences() const { return samplers_.size(); }
+  // The sampler that will pick the sequence's next tokens; null if it has none.
+  const Sampler* sampler(SeqId seq_id) const;
 
   // Errors come from the model (nothing was computed); samplers are unchanged then.
   Result<RunnerOutput> run(const ScheduleOutput& out);

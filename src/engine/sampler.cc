@@ -8,10 +8,11 @@
 // The temperature path keeps candidates (id, p) with p = exp((z' - max z') / T) in float:
 // p <= 1, p == 1 for the most likely token, and tokens whose p underflows to 0 are dropped
 // (they could never be drawn). Candidate order is p descending, ties by id: a strict total
-// order, so "the k best", "the nucleus" and "the token at cumulative mass u" are defined
-// independently of any algorithm. Top-p's cut and the draw are both found by a weighted
-// quickselect (find_crossing) instead of a sort, so a flat distribution costs expected
-// O(vocab) too. Sums are in double, in an order fixed by this file (not by std algorithms).
+// order, so "the k best" and "the nucleus" are defined independently of any algorithm. Top-p's
+// cut is found by a weighted quickselect (find_crossing) instead of a sort, so a flat
+// distribution costs expected O(vocab) too; the draw is an exponential race (race()), whose
+// winner does not depend on the order at all. Sums are in double, in an order fixed by this file
+// (not by std algorithms).
 #include "engine/sampler.h"
 
 #include <algorithm>
@@ -335,6 +336,28 @@ SampleResult Sampler::sample(std::span<const float> logits) {
   return result;
 }
 
+int32_t Sampler::pick(std::span<const float> logits) {
+  SLUICE_CHECK(!logits.empty()) << "pick() needs at least one logit";
+  const bool greedy = params_.temperature == 0.0f;
+  build_overrides(logits);
+  float max = -kInf;
+  int32_t argmax = 0;  // lowest id among the maxima, as compute_log_softmax
+  for_each_logit(logits, overrides_, [&](int32_t id, float z) {
+    if (z > max) {
+      max = z;
+      argmax = id;
+    }
+  });
+  if (max == -kInf) {
+    if (!greedy) rng_.next_double();
+    const bool suppressing = num_accepted_ < suppress_until_;
+    return uniform_fallback(logits.size(), 0,
+                            suppressing ? std::span<const int32_t>(suppressed_) : std::span<const int32_t>())
+        .token_id;
+  }
+  return greedy ? argmax : sample_candidates(logits, max);
+}
+
 // REQUIRES: max_logit is the maximum penalized logit and is not -inf.
 int32_t Sampler::sample_candidates(std::span<const float> logits, float max_logit) {
   candidates_.clear();
@@ -369,18 +392,38 @@ int32_t Sampler::sample_candidates(std::span<const float> logits, float max_logi
   }
   if (params_.min_p > 0.0f) {  // p_max == 1, so the threshold is min_p itself
     size_t num_kept = 0;
-    kept_mass = 0.0;
     for (const Candidate& c : kept) {
       if (c.p < params_.min_p) continue;
       kept[num_kept++] = c;
-      kept_mass += c.p;
     }
     kept = kept.first(num_kept);
   }
   SLUICE_CHECK(!kept.empty()) << "the most likely token always survives the filters";
+  return race(kept, rng_.next());
+}
 
-  const double target = rng_.next_double() * kept_mass;
-  return kept[find_crossing(kept, target, /*inclusive=*/false).idx].token_id;
+// The exponential race: token x runs E_x / p_x with E_x = -log(U_x), U_x uniform in (0, 1), the
+// output of a SplitMix64 stream keyed by the draw at position x's id; the least time wins (ties:
+// the lower id), token x with probability p_x / sum p (the Gumbel-max trick, in exponential form).
+// The winner does not depend on the candidates' order, and a sampler with other probabilities q
+// but the same key picks the same token with probability sum_x 1 / sum_y max(p_y/p_x, q_y/q_x):
+// near 1 when q is near p (a draft model's copy of this sampler, draft_model_proposer.h).
+// Cost: one hash a candidate; the logarithm only for those that can still win (-log u >= 1 - u).
+int32_t Sampler::race(std::span<const Candidate> kept, uint64_t key) {
+  double best = std::numeric_limits<double>::infinity();
+  int32_t winner = -1;
+  for (const Candidate& c : kept) {
+    uint64_t state = key + static_cast<uint64_t>(c.token_id) * 0x9e3779b97f4a7c15ULL;
+    const double u = (static_cast<double>(Xoshiro256::splitmix64(state) >> 11) + 0.5) * 0x1.0p-53;
+    const double p = c.p;
+    if (1.0 - u >= best * p) continue;  // -log(u) > 1 - u: it cannot win
+    const double t = -std::log(u) / p;
+    if (t < best || (t == best && c.token_id < winner)) {
+      best = t;
+      winner = c.token_id;
+    }
+  }
+  return winner;
 }
 
 }  // namespace sluice

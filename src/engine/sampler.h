@@ -8,11 +8,16 @@
 //   2. temperature: z'/T (T == 0 means greedy: argmax of z', ties -> lowest id);
 //   3. top-k (k highest, ties -> lowest id), then top-p (the minimal prefix, in the candidate
 //      order below, whose renormalised mass reaches top_p), then min-p (keep p >= min_p*p_max);
-//   4. one uniform double u in [0, 1) from the request's generator, inverse CDF over the
-//      surviving candidates in the candidate order: probability descending, ties by id.
+//   4. one 64-bit draw k from the request's generator; the surviving candidates run an
+//      exponential race keyed by k: token x takes -log(U_x) / p_x, U_x uniform in (0, 1) from a
+//      SplitMix64 stream of key k at position x (a counter-based hash), and the least wins, ties
+//      by id (sampler.cc: race()). This draws x with probability p_x / sum p, as an inverse CDF
+//      would, but lets another distribution q with the same k pick the same token whenever q is
+//      close to p, however the two rank their tokens: a draft model drafts with a copy of this
+//      sampler, and its drafts agree with what the target then samples (Daliri et al. 2025,
+//      "Coupling without communication and drafter-invariant speculative decoding").
 //      Probabilities are p = exp((z' - max z') / T) in float (unnormalised, the top one is 1;
-//      underflow to 0 means never drawn), summed in double. No sort: the token at cumulative
-//      mass u is found by a weighted quickselect (see sampler.cc).
+//      underflow to 0 means never drawn). No sort (see sampler.cc).
 //
 // Reported log-probs (SampleResult::logprob and ::top) are log_softmax of the penalized
 // logits z' at temperature 1 over the whole vocabulary, before top-k/top-p/min-p: the model's
@@ -94,6 +99,11 @@ class Sampler {
   // REQUIRES: !logits.empty().
   SampleResult sample(std::span<const float> logits);
 
+  // The token sample() would pick from these logits, consuming the same draw, without its
+  // log-probs: a draft model drafts with a copy of the target's sampler (spec/draft_model_proposer.h).
+  // REQUIRES: !logits.empty().
+  int32_t pick(std::span<const float> logits);
+
   // Records a generated token for the penalties. Not automatic in sample(), so a
   // speculative step can reject tokens. Ids outside [0, vocab) are recorded but never match.
   void accept(int32_t token_id);
@@ -119,6 +129,7 @@ class Sampler {
   bool penalties_active() const;
   void build_overrides(std::span<const float> logits);
   int32_t sample_candidates(std::span<const float> logits, float max_logit);
+  static int32_t race(std::span<const Candidate> kept, uint64_t key);
 
   SamplingParams params_;
   Xoshiro256 rng_;

@@ -96,15 +96,15 @@ TEST(Sampler, SameSeedGivesSameSequence) {
   EXPECT_GT(num_differ, 50);
 }
 
-// Golden draws, cross-checked with an independent Python xoshiro256**: the generator and the
-// walk are specified, so these ids hold on every platform and standard library. A change here
+// Golden draws, cross-checked with an independent Python xoshiro256** and race: the generator
+// and the race are specified, so these ids hold on every platform and standard library. A change here
 // breaks reproducibility of users' seeds.
 TEST(Sampler, SeededDrawsAreStableAcrossBuilds) {
   const std::vector<float> logits = logits_of({0.1, 0.2, 0.3, 0.4});
   Sampler sampler(sampling(1.0f, 42), {});
   std::vector<int32_t> tokens;
   for (int i = 0; i < 12; ++i) tokens.push_back(sampler.sample(logits).token_id);
-  EXPECT_EQ(tokens, (std::vector<int32_t>{3, 3, 2, 0, 0, 1, 1, 1, 1, 2, 2, 3}));
+  EXPECT_EQ(tokens, (std::vector<int32_t>{1, 3, 3, 3, 0, 3, 3, 1, 1, 1, 2, 3}));
 }
 
 TEST(Sampler, TemperatureShapesDistribution) {
@@ -326,6 +326,39 @@ TEST(Sampler, SuppressedTokensAreNeverDrawnUntilTheSuppressionEnds) {
   EXPECT_EQ(sampler.sample(std::vector<float>{5.0f, 1.0f, 9.0f, 0.5f}).token_id, 2);
 }
 
+// pick() is sample() without the log-probs: the same token and the same draw, under every
+// knob, penalty, suppression and degenerate row, so a copy of a sampler predicts its next draws.
+TEST(Sampler, PickChoosesWhatSampleWouldAndConsumesTheSameDraw) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Xoshiro256 data_rng(11);
+  for (int variant = 0; variant < 6; ++variant) {
+    SamplingParams params = sampling(variant == 0 ? 0.0f : 0.4f * static_cast<float>(variant), 100 + variant);
+    if (variant == 2) params.top_k = 5;
+    if (variant == 3) params.top_p = 0.6f;
+    if (variant == 4) params.min_p = 0.05f;
+    if (variant == 5) {
+      params.repetition_penalty = 1.3f;
+      params.presence_penalty = 0.5f;
+      params.frequency_penalty = 0.3f;
+      params.top_logprobs = 3;
+    }
+    const std::vector<int32_t> prompt = {1, 2, 3};
+    Sampler sampled(params, prompt);
+    Sampler picked(params, prompt);
+    sampled.suppress_until({4, 5}, 3);
+    picked.suppress_until({4, 5}, 3);
+    for (int step = 0; step < 60; ++step) {
+      std::vector<float> logits = random_logits(data_rng, 48, 6.0);
+      if (step % 17 == 5) std::fill(logits.begin(), logits.end(), nan);  // the uniform fallback
+      if (step % 13 == 7) logits[9] = nan;
+      const int32_t token = sampled.sample(logits).token_id;
+      ASSERT_EQ(picked.pick(logits), token) << "variant " << variant << ", step " << step;
+      sampled.accept(token);
+      picked.accept(token);
+    }
+  }
+}
+
 TEST(Sampler, InfiniteLogitsShareAllTheMass) {
   const std::vector<float> logits = {1.0f, kInf, 5.0f, kInf};
   Sampler sampler(sampling(1.0f, 17), {});
@@ -336,7 +369,7 @@ TEST(Sampler, InfiniteLogitsShareAllTheMass) {
 
 // The documented pipeline written plainly: full sort, no lazy head, no overrides.
 int32_t reference_sample(const SamplingParams& p, std::vector<float> z,
-                         const std::vector<int32_t>& generated, double u) {
+                         const std::vector<int32_t>& generated, uint64_t key) {
   for (size_t id = 0; id < z.size(); ++id) {
     const auto count = std::count(generated.begin(), generated.end(), static_cast<int32_t>(id));
     if (count == 0) continue;
@@ -360,12 +393,20 @@ int32_t reference_sample(const SamplingParams& p, std::vector<float> z,
     mass -= c[kept].first;
     ++kept;
   }
-  double cum = 0;
+  // The race: -log(U_x) / p_x, U_x from SplitMix64 at key + x * golden; least wins.
+  double best = 1e300;
+  int32_t winner = -1;
   for (size_t i = 0; i < kept; ++i) {
-    cum -= c[i].first;
-    if (u * mass < cum) return c[i].second;
+    const auto id = static_cast<uint64_t>(c[i].second);
+    uint64_t z = key + (id + 1) * 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    const double u = (static_cast<double>(z >> 11) + 0.5) / 9007199254740992.0;
+    const double t = -std::log(u) / static_cast<double>(-c[i].first);
+    if (t < best) best = t, winner = c[i].second;  // ascending ids among equal p: ties to the lower
   }
-  return c[kept - 1].second;
+  return winner;
 }
 
 TEST(Sampler, MatchesPlainReferenceOnFlatAndPeakedLogits) {
@@ -384,7 +425,7 @@ TEST(Sampler, MatchesPlainReferenceOnFlatAndPeakedLogits) {
     for (int step = 0; step < 20; ++step) {
       // Flat logits make the walk reach deep into the vocabulary.
       const std::vector<float> logits = random_logits(data_rng, 5000, step % 2 ? 0.5 : 12.0);
-      const int32_t expected = reference_sample(p, logits, generated, draws.next_double());
+      const int32_t expected = reference_sample(p, logits, generated, draws.next());
       const int32_t token = sampler.sample(logits).token_id;
       ASSERT_EQ(token, expected) << "trial " << trial << " step " << step;
       sampler.accept(token);

@@ -121,6 +121,30 @@ std::vector<int32_t> measured_ks(int32_t max_k) {
 
 }  // namespace
 
+// The chance that the exponential race of one draw (Sampler: -log(U_x) / p_x, least wins) picks
+// the same token under p and under q: sluice's acceptance of a draft model, which drafts with the
+// target's own draws (draft_model_proposer.h). x wins both when E_x / p_x and E_x / q_x beat every
+// E_y / p_y and E_y / q_y, i.e. E_y > E_x max(p_y/p_x, q_y/q_x) for all y; integrating over E_x,
+// P(x wins both) = 1 / sum_y max(p_y/p_x, q_y/q_x). With the tokens sorted by r = q/p, the max is
+// p_y/p_x for r_y <= r_x and q_y/q_x after: prefix sums make it O(vocab log vocab).
+double race_agreement(const std::vector<double>& p, const std::vector<double>& q) {
+  std::vector<int32_t> order;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] > 0 || q[i] > 0) order.push_back(static_cast<int32_t>(i));
+  }
+  // q/p ascending without dividing: q_a p_b < q_b p_a (p = 0 sorts last, q = 0 first).
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return q[a] * p[b] < q[b] * p[a]; });
+  double suffix_q = 0;
+  for (int32_t y : order) suffix_q += q[y];
+  double prefix_p = 0, agree = 0;
+  for (int32_t x : order) {
+    prefix_p += p[x];
+    suffix_q -= q[x];
+    if (p[x] > 0 && q[x] > 0) agree += 1.0 / (prefix_p / p[x] + std::max(0.0, suffix_q) / q[x]);
+  }
+  return agree;
+}
+
 Result<std::vector<std::vector<int32_t>>> target_outputs(Model& target, const Tokenizer& tokenizer, ThreadPool& pool,
                                                          const std::vector<std::vector<int32_t>>& prompts,
                                                          const PairOptions& options) {
@@ -176,14 +200,13 @@ void measure_acceptance(Model& target, const Tokenizer& target_tokenizer, Thread
       const std::span<const float> zt(tl.data() + j * tv, vocab);
       if (c.model) {
         const std::span<const float> zd(dl.data() + j * dv, vocab);
-        const int32_t d = argmax(zd);
         if (greedy) {
-          a[j] = d == argmax(zt) ? 1.0 : 0.0;
+          a[j] = argmax(zd) == argmax(zt) ? 1.0 : 0.0;
           sum_min += a[j];
         } else {
           softmax(zt, options.temperature, p);
           softmax(zd, options.temperature, q);
-          a[j] = p[d];
+          a[j] = race_agreement(p, q);
           double m = 0;
           for (int32_t x = 0; x < vocab; ++x) m += std::min(p[x], q[x]);
           sum_min += m;
@@ -192,8 +215,8 @@ void measure_acceptance(Model& target, const Tokenizer& target_tokenizer, Thread
       }
     }
     if (c.model) {
-      // A draft model's draft at depth m from start s is its argmax after the target's own
-      // tokens up to s + m - 1 (the earlier drafts were accepted, so they are those tokens).
+      // A draft model's draft at depth m from start s follows the target's own tokens up to
+      // s + m - 1 (the earlier drafts were accepted, so they are those tokens).
       for (size_t s = 0; s < n; ++s) {
         accept.emplace_back(a.begin() + s, a.begin() + std::min(n, s + options.max_k));
       }

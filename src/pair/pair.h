@@ -8,8 +8,10 @@
 //      each prompt (teacher-forced, both models), at each position the acceptance a_i of the
 //      candidate's draft token. Greedy: whether the argmaxes agree. At a temperature T: two
 //      figures, sum_x min(p, q) (the acceptance of Leviathan et al.'s rule with the draft's full
-//      distribution) and p(argmax q) (sluice's rule, which drafts the draft's argmax and keeps
-//      seeded outputs bit-identical: runner.cc); the ranking and the predictions use sluice's.
+//      distribution) and the chance that the target's next uniform draw picks the same token
+//      from p and from q (sluice's rule: the draft model drafts with the target's own draws and
+//      outputs stay bit-identical, draft_model_proposer.h); the ranking and the predictions use
+//      sluice's. Prompt lookup's token x: p(x).
 //      The chance that the first j drafts of a step are all accepted, A_j, is the mean over
 //      start positions s of a_s x ... x a_(s+j-1): measured along the output, not assumed
 //      independent;
@@ -87,6 +89,11 @@ void predict_speedup(const TargetCosts& costs, const PairOptions& options, Candi
 // candidate, at its best k for batch 1, adaptive off) and without.
 Status confirm(Model& target, const Tokenizer& tokenizer, ThreadPool& pool,
                const std::vector<std::vector<int32_t>>& prompts, const PairOptions& options, Candidate& c);
+
+// The chance that one draw of the sampler's exponential race (sampler.h) picks the same token
+// from the distributions p and q: the acceptance of a draft with distribution q at a position
+// where the target's is p.
+double race_agreement(const std::vector<double>& p, const std::vector<double>& q);
 
 // Candidates, best first: confirmed ones by their measured speedup, then the others by predicted
 // speedup at the first batch size, then by acceptance; refused ones last.

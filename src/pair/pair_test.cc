@@ -1,10 +1,12 @@
 #include "pair/pair.h"
 
+#include <cmath>
 #include <fstream>
 
 #include <gtest/gtest.h>
 
 #include "common/test_paths.h"
+#include "engine/sampler.h"
 #include "model/loader.h"
 
 namespace sluice::pair {
@@ -86,9 +88,44 @@ TEST(Pair, SampledAcceptanceOfTheTargetItselfIsOne) {
   Candidate c{.name = "self", .model = same->model.get(), .tokenizer = same->tokenizer.get()};
   measure_acceptance(*target->model, *target->tokenizer, pool, prompts, *outputs, opts, c);
   EXPECT_NEAR(c.acceptance_min_pq, 1.0, 1e-6);
-  // sluice's rule: p(argmax p) < 1 at a temperature.
-  EXPECT_LT(c.acceptance, 1.0);
-  EXPECT_GT(c.acceptance, 0.0);
+  // sluice's rule: the target's own draws pick the same token from the same distribution.
+  EXPECT_NEAR(c.acceptance, 1.0, 1e-6);
+}
+
+// The race's agreement, computed in closed form by pair, against the sampler itself: two samplers
+// with one seed, one fed p's logits and one q's, agree as often as predicted.
+TEST(Pair, RaceAgreementMatchesTheSampler) {
+  std::vector<float> zp, zq;
+  Xoshiro256 rng(5);
+  for (int i = 0; i < 50; ++i) {
+    zp.push_back(static_cast<float>(3 * rng.next_double()));
+    zq.push_back(zp.back() + static_cast<float>(1.5 * (rng.next_double() - 0.5)));
+  }
+  auto softmax = [](const std::vector<float>& z) {
+    std::vector<double> w;
+    double sum = 0;
+    for (float x : z) sum += std::exp(static_cast<double>(x));
+    for (float x : z) w.push_back(std::exp(static_cast<double>(x)) / sum);
+    return w;
+  };
+  const std::vector<double> p = softmax(zp), q = softmax(zq);
+  const double predicted = race_agreement(p, q);
+  double min_pq = 0;
+  for (size_t i = 0; i < p.size(); ++i) min_pq += std::min(p[i], q[i]);
+  SamplingParams params;
+  params.temperature = 1;
+  params.seed = 9;
+  Sampler a(params, {}), b(params, {});
+  constexpr int kDraws = 20000;
+  int same = 0;
+  for (int i = 0; i < kDraws; ++i) same += a.pick(zp) == b.pick(zq);
+  const double measured = static_cast<double>(same) / kDraws;
+  EXPECT_NEAR(measured, predicted, 4 * std::sqrt(predicted * (1 - predicted) / kDraws));
+  // Below the rule with the full q, and above the bound for a coupling without communication,
+  // (1 - TV) / (1 + TV) with 1 - TV = sum min(p, q).
+  EXPECT_LT(predicted, min_pq);
+  EXPECT_GT(predicted, min_pq / (2 - min_pq));
+  EXPECT_NEAR(race_agreement(p, p), 1.0, 1e-9);
 }
 
 }  // namespace

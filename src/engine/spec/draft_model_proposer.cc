@@ -1,6 +1,7 @@
 #include "engine/spec/draft_model_proposer.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "model/batch.h"
 
@@ -106,7 +107,7 @@ void DraftModelProposer::remove_sequence(SeqId seq_id) {
 
 int32_t DraftModelProposer::argmax(std::span<const float> logits) const {
   int32_t best = 0;
-  for (int32_t i = 1; i < vocab_; ++i) {
+  for (int32_t i = 1; i < static_cast<int32_t>(logits.size()); ++i) {
     if (logits[i] > logits[best]) best = i;  // NaN never wins; ties: the lowest id
   }
   return best;
@@ -125,6 +126,7 @@ void DraftModelProposer::propose(std::span<const DraftQuery> queries, std::vecto
     Seq* seq;
     std::span<const int32_t> tokens;
     int32_t k;
+    std::optional<Sampler> sampler;  // a copy of the target's, fed the drafts as it would be
   };
   std::vector<Job> jobs;
   for (size_t i = 0; i < queries.size(); ++i) {
@@ -150,7 +152,8 @@ void DraftModelProposer::propose(std::span<const DraftQuery> queries, std::vecto
       s.blocks.push_back(free_.back());
       free_.pop_back();
     }
-    jobs.push_back({i, &s, q.tokens, q.max_tokens});
+    jobs.push_back({i, &s, q.tokens, q.max_tokens, {}});
+    if (q.sampler) jobs.back().sampler.emplace(*q.sampler);
   }
   if (jobs.empty()) return;
   size_t max_blocks = 0;
@@ -173,6 +176,24 @@ void DraftModelProposer::propose(std::span<const DraftQuery> queries, std::vecto
     out.assign(queries.size(), {});
   };
   const int64_t vocab = draft_.config().vocab_size;
+  // The draft at row r of the logits for job j, on the thread pool (a sampled pick is a pass
+  // over the vocabulary).
+  auto draft_all = [&](const std::vector<size_t>& js) {
+    pool_.parallel_for(static_cast<int64_t>(js.size()), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        Job& job = jobs[js[r]];
+        const std::span<const float> row = std::span<const float>(logits_).subspan(r * vocab, vocab_);
+        int32_t token;
+        if (job.sampler) {
+          token = job.sampler->pick(row);
+          job.sampler->accept(token);
+        } else {
+          token = argmax(row);
+        }
+        out[job.query].push_back(token);
+      }
+    });
+  };
   // Catch-up: each sequence's tokens not yet in the draft cache, up to its last one, whose
   // logits give the first draft; chunked under the token budget.
   // At most max_batch_tokens tokens of catching up a step, in one pass: a sequence not caught
@@ -200,10 +221,8 @@ void DraftModelProposer::propose(std::span<const DraftQuery> queries, std::vecto
       if (!run(b)) return give_up();
       ++passes_;
     }
-    for (size_t f = 0; f < finishing.size(); ++f) {
-      out[jobs[finishing[f]].query].push_back(argmax(std::span<const float>(logits_).subspan(f * vocab, vocab)));
-      caught_up[finishing[f]] = true;
-    }
+    draft_all(finishing);
+    for (size_t f : finishing) caught_up[f] = true;
   }
   // One pass per further draft position, for every sequence still drafting.
   for (int32_t depth = 1;; ++depth) {
@@ -221,9 +240,7 @@ void DraftModelProposer::propose(std::span<const DraftQuery> queries, std::vecto
     if (active.empty()) break;
     if (!run(b)) return give_up();
     ++passes_;
-    for (size_t a = 0; a < active.size(); ++a) {
-      out[jobs[active[a]].query].push_back(argmax(std::span<const float>(logits_).subspan(a * vocab, vocab)));
-    }
+    draft_all(active);
   }
   // Blocks past the positions held (a sequence that drafted fewer) go back.
   for (const Job& job : jobs) truncate(*job.seq, job.seq->computed.size());

@@ -1,5 +1,5 @@
 // A draft model (--draft-model): a smaller model, or a lower-bit copy of the target's own
-// weights, proposes the drafts by greedy decoding.
+// weights, proposes the drafts.
 //
 // It must share the target's tokenizer (check_draft_vocabulary). It runs on the engine thread
 // with its own paged KV cache, and its steps are batched across every sequence it drafts for:
@@ -13,8 +13,15 @@
 // step. Catching up is bounded to max_batch_tokens tokens a step: a sequence with a long new
 // prompt gets its drafts a few steps later rather than stalling everyone's step.
 //
-// The drafts are the draft's argmax tokens, so verification treats them as any proposer's
-// (runner.cc: q = 1 at the drafted token), and sampled outputs stay bit-identical with it on.
+// Drafts are picked by a copy of the target's own sampler for the sequence (its penalties, its
+// min_tokens suppression and its random state), fed the draft's logits and then its own drafts:
+// a greedy request drafts the draft's argmax under the target's penalties, a sampled one draws
+// each draft with the very uniform number the target will draw with at that position (common
+// random numbers). Where the two distributions are alike, one u falls on one token in both, so
+// sampled drafts agree about as often as Leviathan et al.'s rule would accept them (sum min(p, q);
+// `sluice pair` reports both) without sending q to the verifier. Verification is unchanged
+// (runner.cc: the target samples as without speculation and a draft survives while they agree),
+// so outputs stay bit-identical, seeded or not, whatever the draft length.
 #pragma once
 
 #include <memory>

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "engine/sampler.h"
 #include "engine/scheduler.h"
 
 namespace sluice::spec {
@@ -24,6 +25,8 @@ struct DraftQuery {
   std::span<const int32_t> tokens;  // prompt + outputs so far
   int32_t num_prompt = 0;
   int32_t max_tokens = 0;           // at most this many drafts, >= 1
+  // The sampler that will verify the drafts (its penalties and its next draws); null: none.
+  const Sampler* sampler = nullptr;
 };
 
 class Proposer {
