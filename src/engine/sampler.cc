@@ -1,18 +1,20 @@
 // Sampler implementation. See sampler.h for the pipeline and its documented choices.
 //
-// Penalties touch only tokens of the context, so they are not written into a copy of the
-// logits: build_overrides() computes the penalized logit of each distinct context token
-// (a small vector sorted by id) and for_each_logit() walks the vocabulary in id order,
-// substituting those. Every pass over the vocabulary goes through it.
+// Each step writes the penalized logits z' into a scratch row (penalize(): the logits with NaN
+// as -inf and its maximum in one vectorized pass, then the penalized value of each distinct
+// context token, a small vector sorted by id, written over its logit); every later pass reads
+// that row: the maximum and argmax, the log-sum-exp (a vectorized exp into a second row, summed
+// in a fixed order: 8 partial sums per block of 1024, blocks in double), top-n.
 //
-// The temperature path keeps candidates (id, p) with p = exp((z' - max z') / T) in float:
-// p <= 1, p == 1 for the most likely token, and tokens whose p underflows to 0 are dropped
-// (they could never be drawn). Candidate order is p descending, ties by id: a strict total
-// order, so "the k best" and "the nucleus" are defined independently of any algorithm. Top-p's
-// cut is found by a weighted quickselect (find_crossing) instead of a sort, so a flat
-// distribution costs expected O(vocab) too; the draw is an exponential race (race()), whose
-// winner does not depend on the order at all. Sums are in double, in an order fixed by this file
-// (not by std algorithms).
+// The temperature path computes p = exp((z' - max z') / T) for the whole row (vectorized; p == 1
+// for the most likely token, and tokens whose p underflows to 0 could never be drawn). Without
+// filters the race runs over that row directly. Otherwise candidates (id, p > 0) are collected:
+// top-k by a bounded heap over the row, then sorted. Candidate order is p descending, ties by id:
+// a strict total order, so "the k best" and "the nucleus" are defined independently of any
+// algorithm. Top-p's cut is found by a weighted quickselect (find_crossing) instead of a sort, so
+// a flat distribution costs expected O(vocab) too; the draw is an exponential race (race_over()),
+// whose winner does not depend on the order at all. Sums are in double, in an order fixed by this
+// file (not by std algorithms).
 #include "engine/sampler.h"
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include <limits>
 
 #include "common/check.h"
+#include "kernels/ops.h"
 
 namespace sluice {
 namespace {
@@ -27,21 +30,6 @@ namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 inline float clean(float x) { return std::isnan(x) ? -kInf : x; }
-
-// Calls f(token_id, z') for every token in id order: raw logits (NaN as -inf) with the
-// penalized values of `overrides` (sorted by id, all in range) substituted.
-template <typename F>
-inline void for_each_logit(std::span<const float> logits,
-                           std::span<const Sampler::Override> overrides, F&& f) {
-  const int32_t vocab = static_cast<int32_t>(logits.size());
-  int32_t i = 0;
-  for (const Sampler::Override& o : overrides) {
-    for (; i < o.token_id; ++i) f(i, clean(logits[i]));
-    f(o.token_id, o.logit);
-    i = o.token_id + 1;
-  }
-  for (; i < vocab; ++i) f(i, clean(logits[i]));
-}
 
 // Higher logit first, then lower id.
 inline bool ranks_before(int32_t a_id, float a, int32_t b_id, float b) {
@@ -52,12 +40,29 @@ inline bool candidate_before(const Sampler::Candidate& a, const Sampler::Candida
   return ranks_before(a.token_id, a.p, b.token_id, b.p);
 }
 
+// sum p[0..n) in a fixed order: 8 partial float sums per block of 1024, then the blocks in double.
+double fixed_sum(const float* p, size_t n) {
+  double total = 0.0;
+  for (size_t b = 0; b < n; b += 1024) {
+    const size_t e = std::min(n, b + 1024);
+    float acc[8] = {};
+    size_t i = b;
+    for (; i + 8 <= e; i += 8) {
+      for (int j = 0; j < 8; ++j) acc[j] += p[i + j];
+    }
+    float block = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; i < e; ++i) block += p[i];
+    total += block;
+  }
+  return total;
+}
+
 // log_softmax at temperature 1 over the penalized logits.
 struct LogSoftmax {
   float max = -kInf;
   int32_t argmax = 0;     // lowest id among the maxima
   int32_t num_max_inf = 0;  // tokens at +inf (they share all the mass)
-  double log_sum = 0.0;   // log(sum exp(z' - max)) when max is finite
+  double log_sum = 0.0;   // log(sum exp(z - max)) when max is finite
 
   float logprob(float z) const {
     if (max == kInf) return z == kInf ? -std::log(static_cast<float>(num_max_inf)) : -kInf;
@@ -65,45 +70,45 @@ struct LogSoftmax {
   }
 };
 
-LogSoftmax compute_log_softmax(std::span<const float> logits,
-                               std::span<const Sampler::Override> overrides) {
+// The lowest id holding the maximum `max` of z (0 when max is -inf).
+int32_t first_max(std::span<const float> z, float max) {
+  for (size_t i = 0; i < z.size(); ++i) {
+    if (z[i] == max) return static_cast<int32_t>(i);
+  }
+  return 0;
+}
+
+// `scratch` receives exp(z - max).
+LogSoftmax compute_log_softmax(std::span<const float> z, float max, std::vector<float>& scratch) {
   LogSoftmax ls;
-  for_each_logit(logits, overrides, [&](int32_t id, float z) {
-    if (z > ls.max) {
-      ls.max = z;
-      ls.argmax = id;
-    }
-    if (z == kInf) ++ls.num_max_inf;
-  });
-  if (std::isfinite(ls.max)) {
-    double sum = 0.0;
-    const float max = ls.max;
-    for_each_logit(logits, overrides, [&](int32_t, float z) { sum += std::exp(z - max); });
-    ls.log_sum = std::log(sum);
+  ls.max = max;
+  ls.argmax = first_max(z, max);
+  if (max == kInf) {
+    ls.num_max_inf = static_cast<int32_t>(std::count(z.begin(), z.end(), kInf));
+  } else if (max != -kInf) {
+    scratch.resize(z.size());
+    kernels::exp_scaled(z.data(), static_cast<int64_t>(z.size()), max, 1.0f, scratch.data());
+    ls.log_sum = std::log(fixed_sum(scratch.data(), scratch.size()));
   }
   return ls;
 }
 
 // The n most likely tokens with p > 0, logprob descending, ties by id. O(vocab * n) worst
 // case, O(vocab) typically: most tokens lose against the current n-th best.
-std::vector<TokenLogprob> top_n(std::span<const float> logits,
-                                std::span<const Sampler::Override> overrides, int32_t n,
-                                const LogSoftmax& ls) {
+std::vector<TokenLogprob> top_n(std::span<const float> z, int32_t n, const LogSoftmax& ls) {
   std::vector<Sampler::Override> best;  // sorted by ranks_before
   best.reserve(n + 1);
-  for_each_logit(logits, overrides, [&](int32_t id, float z) {
-    if (z == -kInf) return;
-    if (static_cast<int32_t>(best.size()) == n &&
-        !ranks_before(id, z, best.back().token_id, best.back().logit)) {
-      return;
+  for (size_t i = 0; i < z.size(); ++i) {
+    const auto id = static_cast<int32_t>(i);
+    if (z[i] == -kInf) continue;
+    if (static_cast<int32_t>(best.size()) == n && !ranks_before(id, z[i], best.back().token_id, best.back().logit)) {
+      continue;
     }
     auto pos = best.end();
-    while (pos != best.begin() && ranks_before(id, z, (pos - 1)->token_id, (pos - 1)->logit)) {
-      --pos;
-    }
-    best.insert(pos, {id, z});
+    while (pos != best.begin() && ranks_before(id, z[i], (pos - 1)->token_id, (pos - 1)->logit)) --pos;
+    best.insert(pos, {id, z[i]});
     if (static_cast<int32_t>(best.size()) > n) best.pop_back();
-  });
+  }
   std::vector<TokenLogprob> top;
   top.reserve(best.size());
   for (const Sampler::Override& b : best) {
@@ -112,6 +117,31 @@ std::vector<TokenLogprob> top_n(std::span<const float> logits,
     top.push_back({b.token_id, logprob});
   }
   return top;
+}
+
+// The exponential race over the candidates that each(f) lists as f(id, p), p > 0: token x takes
+// -log(U_x) / p_x with U_x uniform in (0, 1), the output of a SplitMix64 stream keyed by the draw
+// at position x's id; the least time wins (ties: the lower id), token x with probability
+// p_x / sum p (the Gumbel-max trick, in exponential form). The winner does not depend on the
+// candidates' order, and a sampler with other probabilities q but the same key picks the same
+// token with probability sum_x 1 / sum_y max(p_y/p_x, q_y/q_x): near 1 when q is near p (a
+// draft model's copy of this sampler, draft_model_proposer.h). Cost: one hash a candidate; the
+// logarithm only for those that can still win (-log u > 1 - u).
+template <typename Each>
+int32_t race_over(uint64_t key, Each each) {
+  double best = std::numeric_limits<double>::infinity();
+  int32_t winner = -1;
+  each([&](int32_t id, float p) {
+    uint64_t state = key + static_cast<uint64_t>(id) * 0x9e3779b97f4a7c15ULL;
+    const double u = (static_cast<double>(Xoshiro256::splitmix64(state) >> 11) + 0.5) * 0x1.0p-53;
+    if (1.0 - u >= best * p) return;  // cannot win
+    const double t = -std::log(u) / p;
+    if (t < best || (t == best && id < winner)) {
+      best = t;
+      winner = id;
+    }
+  });
+  return winner;
 }
 
 struct Crossing {
@@ -309,86 +339,113 @@ void Sampler::build_overrides(std::span<const float> logits) {
   overrides_.swap(merged_);
 }
 
+float Sampler::penalize(std::span<const float> logits) {
+  const auto n = static_cast<int64_t>(logits.size());
+  z_.resize(logits.size());
+  float max = kernels::clean_max(logits.data(), n, z_.data());
+  build_overrides(logits);
+  if (overrides_.empty()) return max;
+  bool max_overridden = false;
+  float max_override = -kInf;
+  for (const Override& o : overrides_) {
+    max_overridden |= z_[o.token_id] == max;
+    z_[o.token_id] = o.logit;
+    max_override = std::max(max_override, o.logit);
+  }
+  // A token that held the maximum changed: the maximum must be found again.
+  return max_overridden ? kernels::clean_max(z_.data(), n, z_.data()) : std::max(max, max_override);
+}
+
 SampleResult Sampler::sample(std::span<const float> logits) {
   SLUICE_CHECK(!logits.empty()) << "sample() needs at least one logit";
   SLUICE_CHECK(logits.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()))
       << "vocab too large: " << logits.size();
   const bool greedy = params_.temperature == 0.0f;
-  build_overrides(logits);
-  const LogSoftmax ls = compute_log_softmax(logits, overrides_);
+  const LogSoftmax ls = compute_log_softmax(z_, penalize(logits), p_);
   if (ls.max == -kInf) {
-    if (!greedy) rng_.next_double();  // keep later steps' draws where they would be
+    if (!greedy) rng_.next();  // keep later steps' draws where they would be
     const bool suppressing = num_accepted_ < suppress_until_;
     return uniform_fallback(logits.size(), params_.top_logprobs,
                             suppressing ? std::span<const int32_t>(suppressed_) : std::span<const int32_t>());
   }
-
   SampleResult result;
-  result.token_id = greedy ? ls.argmax : sample_candidates(logits, ls.max);
-  float z = clean(logits[result.token_id]);
-  auto it = std::lower_bound(overrides_.begin(), overrides_.end(), result.token_id,
-                             [](const Override& o, int32_t id) { return o.token_id < id; });
-  if (it != overrides_.end() && it->token_id == result.token_id) z = it->logit;
-  result.logprob = ls.logprob(z);
-  if (params_.top_logprobs > 0) {
-    result.top = top_n(logits, overrides_, params_.top_logprobs, ls);
-  }
+  result.token_id = greedy ? ls.argmax : sample_candidates(ls.max);
+  result.logprob = ls.logprob(z_[result.token_id]);
+  if (params_.top_logprobs > 0) result.top = top_n(z_, params_.top_logprobs, ls);
   return result;
 }
 
 int32_t Sampler::pick(std::span<const float> logits) {
   SLUICE_CHECK(!logits.empty()) << "pick() needs at least one logit";
   const bool greedy = params_.temperature == 0.0f;
-  build_overrides(logits);
-  float max = -kInf;
-  int32_t argmax = 0;  // lowest id among the maxima, as compute_log_softmax
-  for_each_logit(logits, overrides_, [&](int32_t id, float z) {
-    if (z > max) {
-      max = z;
-      argmax = id;
-    }
-  });
+  const float max = penalize(logits);
   if (max == -kInf) {
-    if (!greedy) rng_.next_double();
+    if (!greedy) rng_.next();
     const bool suppressing = num_accepted_ < suppress_until_;
     return uniform_fallback(logits.size(), 0,
                             suppressing ? std::span<const int32_t>(suppressed_) : std::span<const int32_t>())
         .token_id;
   }
-  return greedy ? argmax : sample_candidates(logits, max);
+  return greedy ? first_max(z_, max) : sample_candidates(max);
 }
 
-// REQUIRES: max_logit is the maximum penalized logit and is not -inf.
-int32_t Sampler::sample_candidates(std::span<const float> logits, float max_logit) {
+// REQUIRES: z_ holds the penalized logits, max_logit their maximum, not -inf.
+int32_t Sampler::sample_candidates(float max_logit) {
+  const size_t n = z_.size();
+  const uint64_t key = rng_.next();
+  const size_t top_k = static_cast<size_t>(params_.top_k);
+  const bool filtered = top_k > 0 || params_.top_p < 1.0f || params_.min_p > 0.0f;
   candidates_.clear();
   if (max_logit == kInf) {
-    for_each_logit(logits, overrides_, [&](int32_t id, float z) {
-      if (z == kInf) candidates_.push_back({id, 1.0f});
-    });
+    for (size_t i = 0; i < n; ++i) {
+      if (z_[i] == kInf) candidates_.push_back({static_cast<int32_t>(i), 1.0f});
+    }
   } else {
-    const float temperature = params_.temperature;
-    for_each_logit(logits, overrides_, [&](int32_t id, float z) {
-      const float p = std::exp((z - max_logit) / temperature);
-      if (p > 0.0f) candidates_.push_back({id, p});
-    });
+    p_.resize(n);
+    kernels::exp_scaled(z_.data(), static_cast<int64_t>(n), max_logit, 1.0f / params_.temperature, p_.data());
+    if (!filtered) {
+      return race_over(key, [&](auto&& f) {
+        for (size_t i = 0; i < n; ++i) {
+          if (p_[i] > 0.0f) f(static_cast<int32_t>(i), p_[i]);
+        }
+      });
+    }
+    if (top_k > 0 && top_k < n) {
+      // The k best by a bounded heap whose front is the worst kept (the last in candidate order).
+      for (size_t i = 0; i < n; ++i) {
+        const Candidate c{static_cast<int32_t>(i), p_[i]};
+        if (c.p <= 0.0f) continue;
+        if (candidates_.size() < top_k) {
+          candidates_.push_back(c);
+          std::push_heap(candidates_.begin(), candidates_.end(), candidate_before);
+        } else if (candidate_before(c, candidates_.front())) {
+          std::pop_heap(candidates_.begin(), candidates_.end(), candidate_before);
+          candidates_.back() = c;
+          std::push_heap(candidates_.begin(), candidates_.end(), candidate_before);
+        }
+      }
+    } else {
+      for (size_t i = 0; i < n; ++i) {
+        if (p_[i] > 0.0f) candidates_.push_back({static_cast<int32_t>(i), p_[i]});
+      }
+    }
   }
   std::span<Candidate> kept(candidates_);
-  const size_t top_k = static_cast<size_t>(params_.top_k);
+  bool selected = max_logit != kInf && top_k > 0 && top_k < n;  // by the heap
   if (top_k > 0 && top_k < kept.size()) {
     std::nth_element(kept.begin(), kept.begin() + top_k, kept.end(), candidate_before);
     kept = kept.first(top_k);
-    // NOTE: nth_element leaves the head in a library-specific order; sorting it makes the
-    // summation order below, and so every rounding, the same everywhere.
-    std::sort(kept.begin(), kept.end(), candidate_before);
+    selected = true;
   }
-
-  double kept_mass = 0.0;
-  for (const Candidate& c : kept) kept_mass += c.p;
+  // NOTE: the heap and nth_element leave a library-specific order; sorting makes the summation
+  // order below, and so every rounding, the same everywhere.
+  if (selected) std::sort(kept.begin(), kept.end(), candidate_before);
   if (params_.top_p < 1.0f) {
+    double kept_mass = 0.0;
+    for (const Candidate& c : kept) kept_mass += c.p;
     const double nucleus = static_cast<double>(params_.top_p) * kept_mass;
     const Crossing cut = find_crossing(kept, nucleus, /*inclusive=*/true);
     kept = kept.first(cut.idx + 1);
-    kept_mass = cut.mass_before + kept[cut.idx].p;
   }
   if (params_.min_p > 0.0f) {  // p_max == 1, so the threshold is min_p itself
     size_t num_kept = 0;
@@ -399,31 +456,9 @@ int32_t Sampler::sample_candidates(std::span<const float> logits, float max_logi
     kept = kept.first(num_kept);
   }
   SLUICE_CHECK(!kept.empty()) << "the most likely token always survives the filters";
-  return race(kept, rng_.next());
-}
-
-// The exponential race: token x runs E_x / p_x with E_x = -log(U_x), U_x uniform in (0, 1), the
-// output of a SplitMix64 stream keyed by the draw at position x's id; the least time wins (ties:
-// the lower id), token x with probability p_x / sum p (the Gumbel-max trick, in exponential form).
-// The winner does not depend on the candidates' order, and a sampler with other probabilities q
-// but the same key picks the same token with probability sum_x 1 / sum_y max(p_y/p_x, q_y/q_x):
-// near 1 when q is near p (a draft model's copy of this sampler, draft_model_proposer.h).
-// Cost: one hash a candidate; the logarithm only for those that can still win (-log u >= 1 - u).
-int32_t Sampler::race(std::span<const Candidate> kept, uint64_t key) {
-  double best = std::numeric_limits<double>::infinity();
-  int32_t winner = -1;
-  for (const Candidate& c : kept) {
-    uint64_t state = key + static_cast<uint64_t>(c.token_id) * 0x9e3779b97f4a7c15ULL;
-    const double u = (static_cast<double>(Xoshiro256::splitmix64(state) >> 11) + 0.5) * 0x1.0p-53;
-    const double p = c.p;
-    if (1.0 - u >= best * p) continue;  // -log(u) > 1 - u: it cannot win
-    const double t = -std::log(u) / p;
-    if (t < best || (t == best && c.token_id < winner)) {
-      best = t;
-      winner = c.token_id;
-    }
-  }
-  return winner;
+  return race_over(key, [&](auto&& f) {
+    for (const Candidate& c : kept) f(c.token_id, c.p);
+  });
 }
 
 }  // namespace sluice

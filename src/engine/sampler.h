@@ -11,7 +11,7 @@
 //   4. one 64-bit draw k from the request's generator; the surviving candidates run an
 //      exponential race keyed by k: token x takes -log(U_x) / p_x, U_x uniform in (0, 1) from a
 //      SplitMix64 stream of key k at position x (a counter-based hash), and the least wins, ties
-//      by id (sampler.cc: race()). This draws x with probability p_x / sum p, as an inverse CDF
+//      by id (sampler.cc: race_over()). This draws x with probability p_x / sum p, as an inverse CDF
 //      would, but lets another distribution q with the same k pick the same token whenever q is
 //      close to p, however the two rank their tokens: a draft model drafts with a copy of this
 //      sampler, and its drafts agree with what the target then samples (Daliri et al. 2025,
@@ -128,8 +128,9 @@ class Sampler {
  private:
   bool penalties_active() const;
   void build_overrides(std::span<const float> logits);
-  int32_t sample_candidates(std::span<const float> logits, float max_logit);
-  static int32_t race(std::span<const Candidate> kept, uint64_t key);
+  // Writes the penalized logits into z_ and returns their maximum.
+  float penalize(std::span<const float> logits);
+  int32_t sample_candidates(float max_logit);
 
   SamplingParams params_;
   Xoshiro256 rng_;
@@ -142,6 +143,8 @@ class Sampler {
   // Scratch reused across steps (allocated once per request).
   std::vector<Override> overrides_;     // [distinct context tokens in range]
   std::vector<Candidate> candidates_;   // [tokens with p > 0]
+  std::vector<float> z_;                // [vocab] penalized logits
+  std::vector<float> p_;                // [vocab] exp((z_ - max) / T)
 };
 
 }  // namespace sluice

@@ -17,6 +17,13 @@ void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* 
 // a[i] = silu(a[i]) * b[i], with a vector exp (activation.cc)
 void silu_mul(float* a, const float* b, int64_t n);
 
+// The sampler's passes over a row of logits (sampling.cc, vectorized):
+// out[i] = x[i], NaN as -inf; returns the maximum of out (-inf for n == 0).
+float clean_max(const float* x, int64_t n, float* out);
+// out[i] = exp((x[i] - max) * scale), exactly 0 where (x[i] - max) * scale < -87 or is -inf.
+// REQUIRES: max finite.
+void exp_scaled(const float* x, int64_t n, float max, float scale, float* out);
+
 // a[i] += b[i]
 void add_inplace(float* a, const float* b, int64_t n);
 
