@@ -1,0 +1,93 @@
+// Router (`sluice route`): one OpenAI endpoint over many replicas (sluice serve, vLLM,
+// llama.cpp: anything OpenAI-compatible). It speaks HTTP only and never links the engine.
+//
+//   client --> Router (Beast/Asio; one coroutine per connection, on its own strand)
+//                /health /metrics /version      answered here
+//                /v1/models                     the union of the available replicas' lists
+//                POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize, other /v1/*
+//                   -> session key (headers, then the body's `user`) + prompt text
+//                   -> policy (policy.h) picks a replica -> the request is relayed upstream;
+//                      a streamed answer is relayed piece by piece as it is read (nothing is
+//                      buffered beyond one read: a client that stops reading stops the read
+//                      upstream, and the replica's own backpressure takes over)
+//
+// Retries, only while nothing has been written to the client: a connect failure, a connection
+// closed before the answer, 502/503/504, or 429 with Retry-After at most max_retry_after_seconds;
+// never the same replica twice, at most max_attempts replicas, and only while retries in flight
+// stay under retry_budget x requests in flight (at least one), after a jittered backoff. When no
+// replica is left: the last replica's answer, 502 (unreachable) or 504 (timed out); 429 with
+// Retry-After when every replica tried was saturated; 503 when none is available at all.
+// After a stream started, an upstream failure ends it with an error event (finish_reason
+// "error") and [DONE]; it never hangs.
+//
+// A client that closes its connection while its request is upstream has the upstream connection
+// closed at once, which cancels the request on a sluice replica (its KV blocks freed). (A client
+// that only half-closes after sending looks the same and is cancelled too.)
+//
+// Health (backend.h): GET /health on every replica each health_interval_seconds, and /metrics
+// scraped each metrics_interval_seconds for its waiting requests and KV usage (sluice's and
+// vLLM's names). Passive ejection on failures in a row.
+//
+// Shutdown (SIGINT/SIGTERM, request_shutdown()): the listener closes, in-flight requests finish
+// for up to drain_seconds, then the threads stop.
+//
+// Thread-safety: the public methods may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "router/backend.h"
+#include "router/policy.h"
+
+namespace sluice::router {
+
+struct RouterConfig {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8080;                 // 0: any free port (see Router::port)
+  int threads = 2;
+  std::vector<BackendConfig> backends;
+  std::string policy = "cache_aware";
+  PolicyOptions policy_options;
+  HealthConfig health;
+  std::string api_key;                  // non-empty: clients must send it (Authorization: Bearer)
+  std::vector<std::string> session_headers{"X-Session-ID", "X-User-ID"};
+  size_t max_body_bytes = 8 << 20;      // larger request bodies get 413
+  double idle_timeout_seconds = 60;     // a client silent this long (between or inside requests) is closed
+  double connect_timeout_seconds = 5;   // to a replica
+  double upstream_timeout_seconds = 600;  // a whole exchange with a replica
+  int max_attempts = 3;                 // replicas tried for one request
+  double retry_budget = 0.2;            // retries in flight per request in flight
+  double max_retry_after_seconds = 1;   // a 429 asking for longer is answered, not retried
+  double health_interval_seconds = 5;
+  double health_timeout_seconds = 2;
+  double metrics_interval_seconds = 5;  // 0: replicas' /metrics not scraped
+  double drain_seconds = 30;
+};
+
+class Router {
+ public:
+  // Checks the configuration, binds and listens; routes after start().
+  static Result<std::unique_ptr<Router>> create(RouterConfig config);
+  ~Router();
+
+  uint16_t port() const;
+  void start();
+  // Blocks until SIGINT or SIGTERM (or request_shutdown()), then drains and stops.
+  void run_until_shutdown();
+  void request_shutdown();
+
+  std::string metrics_text() const;
+  const BackendPool& backends() const;
+
+  struct Impl;
+
+ private:
+  explicit Router(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice::router
