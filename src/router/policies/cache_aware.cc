@@ -44,12 +44,14 @@ class CacheAware : public Policy {
     if (c.empty()) return {};
     const int64_t cap = load_cap(backends, c, options_.load_factor);
     Decision d;
+    bool session_spilled = false;
     if (!r.session_key.empty()) {
       d = ring_.place(r.session_key, backends, c, cap);
       if (d.kind == DecisionKind::kSticky) {
         predict(r, d.backend);
         return d;
       }
+      session_spilled = true;  // its replica is full, down or already tried: priced like the rest
     }
     const std::vector<uint64_t> hashes = index_.chunk_hashes(r.prompt);
     const std::vector<int32_t> matched = index_.match(hashes, backends.size(), Clock::now());
@@ -68,6 +70,7 @@ class CacheAware : public Policy {
     for (int b : c) {
       if (matched[b] > best_matched) d.kind = DecisionKind::kSpill;
     }
+    if (session_spilled) d.kind = DecisionKind::kSpill;
     index_.insert(hashes, d.backend, seconds(options_.predicted_ttl_seconds), Clock::now());
     return d;
   }

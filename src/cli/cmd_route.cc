@@ -1,0 +1,137 @@
+// sluice route: one OpenAI endpoint over many replicas (src/router/router.h does the work).
+#include <fstream>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "router/router.h"
+
+namespace sluice::cli {
+namespace {
+
+struct RouteOptions {
+  router::RouterConfig config;
+  std::vector<std::string> backends;
+  std::string backends_file;
+  std::string session_headers = "X-Session-ID,X-User-ID";
+};
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at <= s.size()) {
+    const size_t end = std::min(s.find(sep, at), s.size());
+    std::string part = s.substr(at, end - at);
+    if (!part.empty()) out.push_back(part);
+    at = end + 1;
+  }
+  return out;
+}
+
+int run_route(RouteOptions& o) {
+  router::RouterConfig& c = o.config;
+  std::vector<std::string> lines = o.backends;
+  if (!o.backends_file.empty()) {
+    std::ifstream in(o.backends_file);
+    if (!in) return fail(fmt::format("cannot read --backends-file '{}'", o.backends_file));
+    std::string line;
+    while (std::getline(in, line)) {
+      const size_t hash = line.find('#');
+      if (hash != std::string::npos) line.resize(hash);
+      line.erase(0, line.find_first_not_of(" \t\r"));
+      line.erase(line.find_last_not_of(" \t\r") + 1);
+      if (!line.empty()) lines.push_back(line);
+    }
+  }
+  for (const std::string& text : lines) {
+    auto b = router::parse_backend(text);
+    if (!b) return fail_usage(b.error().message());
+    c.backends.push_back(*b);
+  }
+  c.session_headers = split(o.session_headers, ',');
+  if (const char* key = std::getenv("SLUICE_API_KEY"); key && c.api_key.empty()) c.api_key = key;
+  auto r = router::Router::create(c);
+  if (!r) return r.error().code() == StatusCode::kInvalid ? fail_usage(r.error().message()) : fail(r.error().message());
+  (*r)->start();
+  std::cout << fmt::format("sluice route: listening on http://{}:{}, {} over {} replica{}", c.host, (*r)->port(),
+                           c.policy, c.backends.size(), c.backends.size() == 1 ? "" : "s")
+            << std::endl;
+  (*r)->run_until_shutdown();
+  std::cout << "sluice route: stopped" << std::endl;
+  return kExitOk;
+}
+
+}  // namespace
+
+CommandFn add_route_command(CLI::App& app) {
+  auto o = std::make_shared<RouteOptions>();
+  router::RouterConfig& c = o->config;
+  CLI::App* cmd = app.add_subcommand("route", "One OpenAI endpoint over many replicas: session affinity, "
+                                              "cache-aware routing, health checks and retries");
+  const char* replicas = "Replicas";
+  cmd->add_option("--backend", o->backends,
+                  "A replica's base URL, e.g. http://10.0.0.5:8000 (repeatable); ',key=KEY' after it: the API key "
+                  "sent to it (otherwise the client's Authorization is passed on)")
+      ->group(replicas);
+  cmd->add_option("--backends-file", o->backends_file,
+                  "A file of replicas, one per line as --backend ('#' starts a comment)")
+      ->group(replicas);
+  const char* routing = "Routing";
+  cmd->add_option("--policy", c.policy,
+                  "cache_aware: where the prompt's prefix is likely cached, priced against load; session: consistent "
+                  "hashing of the session key; least_load, power_of_two, round_robin, random")
+      ->capture_default_str()
+      ->check(CLI::IsMember(router::policy_names()))
+      ->group(routing);
+  cmd->add_option("--session-headers", o->session_headers,
+                  "Headers that carry the session key, first present wins (comma-separated); then the body's 'user'")
+      ->capture_default_str()->group(routing);
+  cmd->add_option("--load-factor", c.policy_options.load_factor,
+                  "Bounded load: no replica takes more than ceil(F x average) requests in flight (session, "
+                  "cache_aware)")
+      ->capture_default_str()->check(CLI::Range(1.0, 100.0))->group(routing);
+  cmd->add_option("--max-attempts", c.max_attempts,
+                  "Replicas tried for one request (retries only before anything reached the client)")
+      ->capture_default_str()->check(CLI::Range(1, 16))->group(routing);
+  cmd->add_option("--retry-budget", c.retry_budget, "Retries in flight at most this fraction of requests in flight (at least 1)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0))->group(routing);
+  const char* health = "Health";
+  cmd->add_option("--health-interval", c.health_interval_seconds, "Seconds between GET /health checks of each replica")
+      ->capture_default_str()->check(CLI::PositiveNumber)->group(health);
+  cmd->add_option("--health-timeout", c.health_timeout_seconds, "Seconds a health check (and a /metrics scrape) may take")
+      ->capture_default_str()->check(CLI::PositiveNumber)->group(health);
+  cmd->add_option("--health-fall", c.health.fall, "Failed checks in a row that mark a replica down")
+      ->capture_default_str()->check(CLI::Range(1, 100))->group(health);
+  cmd->add_option("--health-rise", c.health.rise, "Passed checks in a row that mark it up again")
+      ->capture_default_str()->check(CLI::Range(1, 100))->group(health);
+  cmd->add_option("--eject-after", c.health.eject_after,
+                  "Connect failures or 5xx in a row that eject a replica (10 s, doubling, at most 300 s; at most half)")
+      ->capture_default_str()->check(CLI::Range(1, 1000))->group(health);
+  cmd->add_option("--metrics-interval", c.metrics_interval_seconds,
+                  "Seconds between scrapes of each replica's /metrics for its waiting requests (0: never)")
+      ->capture_default_str()->check(CLI::Range(0.0, 3600.0))->group(health);
+  const char* server = "Server";
+  cmd->add_option("--host", c.host, "Address to listen on")->capture_default_str()->group(server);
+  cmd->add_option("--port", c.port, "Port to listen on (0: any free port)")->capture_default_str()->group(server);
+  cmd->add_option("--threads", c.threads, "I/O threads")->capture_default_str()->check(CLI::Range(1, 256))->group(server);
+  cmd->add_option("--api-key", c.api_key, "Clients must send 'Authorization: Bearer KEY' (also $SLUICE_API_KEY)")
+      ->group(server);
+  cmd->add_option("--max-body-bytes", c.max_body_bytes, "Larger request bodies get 413")
+      ->capture_default_str()->group(server);
+  cmd->add_option("--idle-timeout", c.idle_timeout_seconds, "Seconds a client connection may stay silent")
+      ->capture_default_str()->check(CLI::PositiveNumber)->group(server);
+  cmd->add_option("--connect-timeout", c.connect_timeout_seconds, "Seconds to connect to a replica")
+      ->capture_default_str()->check(CLI::PositiveNumber)->group(server);
+  cmd->add_option("--upstream-timeout", c.upstream_timeout_seconds, "Seconds one exchange with a replica may take")
+      ->capture_default_str()->check(CLI::PositiveNumber)->group(server);
+  cmd->add_option("--drain", c.drain_seconds, "Seconds in-flight requests may finish after SIGTERM")
+      ->capture_default_str()->check(CLI::Range(0.0, 3600.0))->group(server);
+  return [cmd, o]() -> int {
+    if (o->backends.empty() && o->backends_file.empty()) {
+      return fail_usage("sluice route needs replicas: --backend URL (repeatable) or --backends-file FILE");
+    }
+    (void)cmd;
+    return run_route(*o);
+  };
+}
+
+}  // namespace sluice::cli
