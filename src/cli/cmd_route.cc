@@ -92,7 +92,7 @@ CommandFn add_route_command(CLI::App& app) {
   cmd->add_option("--max-attempts", c.max_attempts,
                   "Replicas tried for one request (retries only before anything reached the client)")
       ->capture_default_str()->check(CLI::Range(1, 16))->group(routing);
-  cmd->add_option("--retry-budget", c.retry_budget, "Retries in flight at most this fraction of requests in flight (at least 1)")
+  cmd->add_option("--retry-budget", c.retry_budget, "Retries of a 429 or 5xx in flight at most this fraction of requests in flight (at least 3); a replica that is gone is always retried elsewhere")
       ->capture_default_str()->check(CLI::Range(0.0, 1.0))->group(routing);
   const char* health = "Health";
   cmd->add_option("--health-interval", c.health_interval_seconds, "Seconds between GET /health checks of each replica")

@@ -72,7 +72,13 @@ void BackendPool::health_check(int i, bool passed) {
   State& s = states_[i];
   if (passed) {
     s.checks_in_a_row = std::max(0, s.checks_in_a_row) + 1;
-    if (!s.up && s.checks_in_a_row >= health_.rise) s.up = true;
+    if (!s.up && s.checks_in_a_row >= health_.rise) {
+      // Seen down and up again: a new process, whatever ejected the old one.
+      s.up = true;
+      s.ejected_until = {};
+      s.ejections_in_a_row = 0;
+      s.failures_in_a_row = 0;
+    }
   } else {
     ++s.health_failures;
     s.checks_in_a_row = std::min(0, s.checks_in_a_row) - 1;

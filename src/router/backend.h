@@ -2,7 +2,8 @@
 // checks (GET /health every interval: `fall` failures in a row mark a replica down, `rise`
 // successes mark it up again), passive outlier ejection (`eject_after` connect failures or 5xx in
 // a row take it out for eject_base_seconds, doubled at each ejection in a row, capped at
-// eject_max_seconds; never more than half the replicas at once), and its load: requests the
+// eject_max_seconds; never more than half the replicas at once; a replica the checks saw go down
+// and come back up is a new process and starts clean), and its load: requests the
 // router has in flight there (counted by begin()/end(); a health check never touches it) and the
 // waiting requests and KV usage it reports on its /metrics.
 //

@@ -73,6 +73,10 @@ TEST(Backend, HealthChecksMarkDownAndUpAndFailuresEjectAtMostHalf) {
   EXPECT_FALSE(v[1].available);
   EXPECT_TRUE(v[2].available);  // only 2 failures in a row, and half are out already
   EXPECT_EQ(pool.stats()[0].ejections, 1);
+  // Seen down and up again by the health checks: a new process, no longer ejected.
+  for (bool passed : {false, false, true, true}) pool.health_check(0, passed);
+  EXPECT_TRUE(pool.snapshot()[0].available);
+  EXPECT_FALSE(pool.snapshot()[1].available);  // still ejected: its checks never failed
 }
 
 TEST(Policies, EveryPolicyChoosesOnlyAvailableAndNotExcludedReplicas) {

@@ -458,8 +458,10 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
   const auto started = Clock::now();
   for (int a = 0; a < std::max(1, config.max_attempts); ++a) {
     if (a > 0) {
-      const double budget = std::max(1.0, config.retry_budget * static_cast<double>(in_flight.load()));
-      if (static_cast<double>(retries_in_flight.load()) >= budget) break;
+      // The budget bounds retries of answers (429, 5xx: a replica under load, which a retry storm
+      // would bury); a replica that died or refused the connection has no load to protect.
+      const double budget = std::max(3.0, config.retry_budget * static_cast<double>(in_flight.load()));
+      if (last.status != 0 && static_cast<double>(retries_in_flight.load()) >= budget) break;
       retries_in_flight.fetch_add(1);
       with_metrics([](Metrics& m) { ++m.retries; });
       net::steady_timer t(co_await net::this_coro::executor, jitter(a));

@@ -13,8 +13,10 @@
 //
 // Retries, only while nothing has been written to the client: a connect failure, a connection
 // closed before the answer, 502/503/504, or 429 with Retry-After at most max_retry_after_seconds;
-// never the same replica twice, at most max_attempts replicas, and only while retries in flight
-// stay under retry_budget x requests in flight (at least one), after a jittered backoff. When no
+// never the same replica twice, at most max_attempts replicas, after a jittered backoff. Retries
+// of an answer (429, 5xx) only while retries in flight stay under retry_budget x requests in
+// flight (at least 3, as Envoy's budget): an overloaded replica is not buried under a retry storm;
+// a replica that is gone (refused, closed) is always left for another. When no
 // replica is left: the last replica's answer, 502 (unreachable) or 504 (timed out); 429 with
 // Retry-After when every replica tried was saturated; 503 when none is available at all.
 // After a stream started, an upstream failure ends it with an error event (finish_reason
@@ -60,7 +62,7 @@ struct RouterConfig {
   double connect_timeout_seconds = 5;   // to a replica
   double upstream_timeout_seconds = 600;  // a whole exchange with a replica
   int max_attempts = 3;                 // replicas tried for one request
-  double retry_budget = 0.2;            // retries in flight per request in flight
+  double retry_budget = 0.2;            // retries of answers in flight per request in flight
   double max_retry_after_seconds = 1;   // a 429 asking for longer is answered, not retried
   double health_interval_seconds = 5;
   double health_timeout_seconds = 2;
