@@ -137,7 +137,14 @@ struct Attempt {
   std::string body, content_type, retry_after;
   std::string error_kind;         // "connect", "closed", "timeout", "protocol": no answer
   bool keep_alive = true;         // the client connection may serve another request
+  bool released = false;          // the replica's in-flight count was already given back
 };
+
+// A relayed answer's outcome for the replica's health: 5xx is failure, 429 load.
+Outcome outcome_of(int status) {
+  if (status == 429) return Outcome::kOverloaded;
+  return status >= 500 ? Outcome::kFailure : Outcome::kSuccess;
+}
 
 }  // namespace
 
@@ -483,11 +490,10 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
     saw_overload = saw_overload || overload;
     if (overload && !last.retry_after.empty()) retry_after = last.retry_after;
     Outcome outcome = Outcome::kFailure;
-    if (relayed && last.status < 500) outcome = Outcome::kSuccess;
+    if (relayed) outcome = outcome_of(last.status);
     if (overload) outcome = Outcome::kOverloaded;
     if (last.kind == Attempt::kClientGone) outcome = Outcome::kCancelled;
-    if (relayed && last.status >= 400 && last.status < 500 && !overload) outcome = Outcome::kSuccess;
-    pool.end(d.backend, outcome);
+    if (!last.released) pool.end(d.backend, outcome);
     policy->routed(x.route, d.backend, relayed && last.status / 100 == 2);
     if (!last.error_kind.empty()) with_metrics([&](Metrics& m) { ++m.upstream_errors[{name, last.error_kind}]; });
     if (relayed || last.kind == Attempt::kClientGone) {
@@ -707,6 +713,10 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
       tail = fmt::format("{:x}\r\n{}\r\n", event.size(), event);
     }
     tail += "0\r\n\r\n";
+    // The replica's share is done before the client sees the end, so the client's next request
+    // finds the load as it is (a session would spill from its own replica otherwise).
+    pool.end(backend, failed ? Outcome::kFailure : Outcome::kSuccess);
+    result.released = true;
     auto [ec, n] = co_await net::async_write(client, net::buffer(tail), kTuple);
     result.kind = ec ? Attempt::kClientGone : Attempt::kRelayed;
     result.keep_alive = !failed;
@@ -732,6 +742,8 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
   extra.emplace_back("X-Sluice-Replica", b.name);
   if (!result.retry_after.empty()) extra.emplace_back("Retry-After", result.retry_after);
   const std::string type = result.content_type.empty() ? "application/json" : result.content_type;
+  pool.end(backend, outcome_of(result.status));  // before the client sees the answer (as above)
+  result.released = true;
   const bool keep = co_await respond(client, result.status, result.body, true, type, &extra);
   result.kind = Attempt::kRelayed;
   result.keep_alive = keep;
