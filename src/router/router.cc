@@ -761,7 +761,9 @@ net::awaitable<void> Router::Impl::health_loop(int backend) {
     http::HttpRequest r;
     r.target = b.url.target("/health");
     auto got = co_await c.request(r);
-    pool.health_check(backend, got.has_value());
+    // A server without the route (404) is alive all the same; a 5xx (draining) or no answer is not.
+    const bool passed = got.has_value() || (got.error().kind == http::ErrorKind::kStatus && got.error().status == 404);
+    pool.health_check(backend, passed);
     net::steady_timer t(ex, ms(config.health_interval_seconds));
     co_await t.async_wait(kTuple);
   }

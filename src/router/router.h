@@ -26,7 +26,8 @@
 // closed at once, which cancels the request on a sluice replica (its KV blocks freed). (A client
 // that only half-closes after sending looks the same and is cancelled too.)
 //
-// Health (backend.h): GET /health on every replica each health_interval_seconds, and /metrics
+// Health (backend.h): GET /health on every replica each health_interval_seconds (2xx passes; so
+// does 404, a server without the route; a 5xx or no answer fails), and /metrics
 // scraped each metrics_interval_seconds for its waiting requests and KV usage (sluice's and
 // vLLM's names). Passive ejection on failures in a row.
 //
