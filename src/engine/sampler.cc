@@ -361,7 +361,8 @@ SampleResult Sampler::sample(std::span<const float> logits) {
   SLUICE_CHECK(logits.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()))
       << "vocab too large: " << logits.size();
   const bool greedy = params_.temperature == 0.0f;
-  const LogSoftmax ls = compute_log_softmax(z_, penalize(logits), p_);
+  const float max = penalize(logits);  // first: it sizes z_ (argument order is unspecified)
+  const LogSoftmax ls = compute_log_softmax(z_, max, p_);
   if (ls.max == -kInf) {
     if (!greedy) rng_.next();  // keep later steps' draws where they would be
     const bool suppressing = num_accepted_ < suppress_until_;

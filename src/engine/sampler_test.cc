@@ -359,6 +359,22 @@ TEST(Sampler, PickChoosesWhatSampleWouldAndConsumesTheSameDraw) {
   }
 }
 
+// Every call reads the row it is given, whatever the last one's length (the sampler keeps
+// scratch rows across calls): a fresh sampler's first token, and rows that grow and shrink.
+TEST(Sampler, EachCallReadsItsOwnRowWhateverItsLength) {
+  for (float temperature : {0.0f, 1.0f}) {
+    Sampler sampler(sampling(temperature, 5), {});
+    for (int vocab : {3, 64, 16, 200, 5}) {
+      std::vector<float> logits(vocab, -50.0f);
+      logits[vocab - 1] = 50.0f;  // all the mass on the last token
+      const SampleResult r = sampler.sample(logits);
+      EXPECT_EQ(r.token_id, vocab - 1) << "T " << temperature << ", vocab " << vocab;
+      EXPECT_NEAR(r.logprob, 0.0f, 1e-6f);
+      EXPECT_EQ(sampler.pick(logits), vocab - 1);
+    }
+  }
+}
+
 TEST(Sampler, InfiniteLogitsShareAllTheMass) {
   const std::vector<float> logits = {1.0f, kInf, 5.0f, kInf};
   Sampler sampler(sampling(1.0f, 17), {});
