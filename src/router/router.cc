@@ -183,6 +183,8 @@ struct Router::Impl {
   net::awaitable<Attempt> attempt(int backend, beast::tcp_stream& client, beast::flat_buffer& buffer, Exchange& x,
                                   double& ttft);
   net::awaitable<Json> models();
+  // GET `path` of a replica on a connection of its own, with the health timeout.
+  net::awaitable<http::HttpResult<http::HttpResponse>> get(int backend, std::string path);
   net::awaitable<void> health_loop(int backend);
   net::awaitable<void> scrape_loop(int backend);
 
@@ -412,15 +414,7 @@ net::awaitable<Json> Router::Impl::models() {
   const auto views = pool.snapshot();
   for (const BackendView& v : views) {
     if (!v.available) continue;
-    const BackendConfig& b = pool.config(v.index);
-    http::HttpOptions o;
-    o.connect_timeout = ms(config.connect_timeout_seconds);
-    o.request_timeout = ms(config.health_timeout_seconds);
-    http::HttpConnection c(co_await net::this_coro::executor, b.url, o);
-    http::HttpRequest r;
-    r.target = b.url.target("/v1/models");
-    if (!b.api_key.empty()) r.headers.push_back({"Authorization", "Bearer " + b.api_key});
-    auto got = co_await c.request(r);
+    auto got = co_await get(v.index, "/v1/models");
     if (!got) continue;
     auto body = parse_json(got->body);
     if (!body || !body->is_object() || !(*body)["data"].is_array()) continue;
@@ -750,17 +744,22 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
   co_return result;
 }
 
-net::awaitable<void> Router::Impl::health_loop(int backend) {
+net::awaitable<http::HttpResult<http::HttpResponse>> Router::Impl::get(int backend, std::string path) {
   const BackendConfig& b = pool.config(backend);
+  http::HttpOptions o;
+  o.connect_timeout = ms(std::min(config.connect_timeout_seconds, config.health_timeout_seconds));
+  o.request_timeout = ms(config.health_timeout_seconds);
+  http::HttpConnection c(co_await net::this_coro::executor, b.url, o);
+  http::HttpRequest r;
+  r.target = b.url.target(path);
+  if (!b.api_key.empty()) r.headers.push_back({"Authorization", "Bearer " + b.api_key});
+  co_return co_await c.request(r);
+}
+
+net::awaitable<void> Router::Impl::health_loop(int backend) {
   auto ex = co_await net::this_coro::executor;
   while (!stopping) {
-    http::HttpOptions o;
-    o.connect_timeout = ms(config.health_timeout_seconds);
-    o.request_timeout = ms(config.health_timeout_seconds);
-    http::HttpConnection c(ex, b.url, o);
-    http::HttpRequest r;
-    r.target = b.url.target("/health");
-    auto got = co_await c.request(r);
+    auto got = co_await get(backend, "/health");
     // A server without the route (404) is alive all the same; a 5xx (draining) or no answer is not.
     const bool passed = got.has_value() || (got.error().kind == http::ErrorKind::kStatus && got.error().status == 404);
     pool.health_check(backend, passed);
@@ -770,17 +769,9 @@ net::awaitable<void> Router::Impl::health_loop(int backend) {
 }
 
 net::awaitable<void> Router::Impl::scrape_loop(int backend) {
-  const BackendConfig& b = pool.config(backend);
   auto ex = co_await net::this_coro::executor;
   while (!stopping) {
-    http::HttpOptions o;
-    o.connect_timeout = ms(config.health_timeout_seconds);
-    o.request_timeout = ms(config.health_timeout_seconds);
-    http::HttpConnection c(ex, b.url, o);
-    http::HttpRequest r;
-    r.target = b.url.target("/metrics");
-    if (!b.api_key.empty()) r.headers.push_back({"Authorization", "Bearer " + b.api_key});
-    if (auto got = co_await c.request(r)) {
+    if (auto got = co_await get(backend, "/metrics")) {
       // sluice's names, then vLLM's.
       double waiting = 0, kv = 0;
       std::string_view text = got->body;
