@@ -263,8 +263,10 @@ std::string metrics_of(const Router::Impl& s) {
     out += fmt::format("# HELP sluice_router_{} {}\n# TYPE sluice_router_{} {}\n", name, help, name, type);
   };
   const auto stats = s.pool.stats();
-  family("backend_up", "gauge", "1 while the replica passes its health checks and is not ejected.");
-  for (const auto& b : stats) out += fmt::format("sluice_router_backend_up{{backend=\"{}\"}} {}\n", label(b.name), b.up && !b.ejected ? 1 : 0);
+  family("backend_up", "gauge", "1 while the replica passes its health checks.");
+  for (const auto& b : stats) out += fmt::format("sluice_router_backend_up{{backend=\"{}\"}} {}\n", label(b.name), b.up ? 1 : 0);
+  family("backend_ejected", "gauge", "1 while the replica is ejected for failures in a row.");
+  for (const auto& b : stats) out += fmt::format("sluice_router_backend_ejected{{backend=\"{}\"}} {}\n", label(b.name), b.ejected ? 1 : 0);
   family("backend_in_flight", "gauge", "Requests the router has in flight at the replica.");
   for (const auto& b : stats) out += fmt::format("sluice_router_backend_in_flight{{backend=\"{}\"}} {}\n", label(b.name), b.in_flight);
   family("backend_waiting", "gauge", "Waiting requests the replica reported on its /metrics.");

@@ -153,7 +153,12 @@ test("a replica killed mid-load: nothing hangs, its sessions move and come back"
   // Its sessions moved...
   const moved = await replicaOf(front.url, "session-0");
   assert.notEqual(moved, victimUrl);
-  // ...and come back once it is up again on its port.
+  // ...and come back once it is up again on its port (after the health checks saw it down: a
+  // replica seen down and up again starts clean, its ejection for the failures forgotten).
+  await waitFor("the health checks to mark it down", async () => {
+    const text = await (await fetch(`${front.url}/metrics`)).text();
+    return text.includes(`sluice_router_backend_up{backend="${victimUrl}"} 0`);
+  });
   const port = Number(new URL(victimUrl).port);
   const back = await replica(port);
   replicas[urls.indexOf(victimUrl)] = back;
