@@ -65,7 +65,7 @@ std::string_view reason(int status) {
 std::string error_body(std::string_view message, std::string_view type, std::string_view code = {}) {
   Json e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
   if (!code.empty()) e["code"] = code;
-  return Json{{"error", e}}.dump();
+  return Json{{"error", e}}.dump(-1, ' ', false, Json::error_handler_t::replace);  // a path may not be UTF-8
 }
 
 // The text a prompt starts with, for the prefix index: a completion's prompt (strings of a list
@@ -128,6 +128,15 @@ struct Exchange {
   bhttp::request<bhttp::string_body>& req;
   RouteRequest route;
   bool stream = false;
+  bool keep_alive = true;  // the client's connection may serve another request after this one
+  bool fresh = false;      // connect anew rather than reuse an idle connection
+};
+
+// Decrements a counter when it goes out of scope.
+struct CountGuard {
+  std::atomic<int64_t>& n;
+  explicit CountGuard(std::atomic<int64_t>& c) : n(c) { n.fetch_add(1); }
+  ~CountGuard() { n.fetch_sub(1); }
 };
 
 // The result of one attempt on one replica.
@@ -138,6 +147,7 @@ struct Attempt {
   std::string error_kind;         // "connect", "closed", "timeout", "protocol": no answer
   bool keep_alive = true;         // the client connection may serve another request
   bool released = false;          // the replica's in-flight count was already given back
+  bool stale = false;             // a reused idle connection the replica had closed: not its failure
 };
 
 // A relayed answer's outcome for the replica's health: 5xx is failure, 429 load.
@@ -312,6 +322,25 @@ std::string metrics_of(const Router::Impl& s) {
   return out;
 }
 
+// A write to the client that takes longer than `limit` (a client that stopped reading, its
+// socket buffer full) closes its connection, which fails the write: the request is then cancelled
+// upstream. (The connection's stream has no write timeout of its own here: it would also end the
+// watcher's read, which waits as long as the answer takes.)
+net::awaitable<beast::error_code> write_client(beast::tcp_stream& client, std::string_view bytes,
+                                               std::chrono::milliseconds limit) {
+  auto done = std::make_shared<bool>(false);
+  net::steady_timer guard(co_await net::this_coro::executor, limit);
+  guard.async_wait([done, &client](const beast::error_code& ec) {
+    if (ec || *done) return;  // the write finished first: `client` may be gone by now, untouched
+    beast::error_code ignored;
+    client.socket().close(ignored);
+  });
+  auto [ec, n] = co_await net::async_write(client, net::buffer(bytes), kTuple);
+  *done = true;
+  guard.cancel();
+  co_return ec;
+}
+
 }  // namespace
 
 std::string Router::metrics_text() const { return metrics_of(*impl_); }
@@ -450,10 +479,11 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
     session = body["user"].get<std::string>();
   }
   const std::string prompt = prompt_text(body);
-  Exchange x{req, RouteRequest{session, prompt}, false};
+  Exchange x{req, RouteRequest{session, prompt}, false, keep};
   x.stream = body.is_object() && body.contains("stream") && body["stream"].is_boolean() && body["stream"].get<bool>();
 
-  in_flight.fetch_add(1);
+  // Counted until the answer is written, whoever writes it (the drain waits for it).
+  const CountGuard counted(in_flight);
   std::vector<int> tried;
   Attempt last;
   bool saw_overload = false;
@@ -481,6 +511,14 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
     double ttft = -1;
     last = co_await attempt(d.backend, client, buffer, x, ttft);
     if (a > 0) retries_in_flight.fetch_sub(1);
+    if (last.stale && !x.fresh) {
+      // Once per request, on a fresh connection, not counted as an attempt or a failure.
+      x.fresh = true;
+      tried.pop_back();
+      pool.end(d.backend, Outcome::kCancelled);
+      --a;
+      continue;
+    }
     const bool relayed = last.kind == Attempt::kRelayed;
     const bool overload = last.status == 429;
     saw_overload = saw_overload || overload;
@@ -500,13 +538,11 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
         if (relayed) m.e2e[name].observe(seconds);
         if (ttft >= 0) m.ttft[name].observe(ttft);
       });
-      in_flight.fetch_sub(1);
       co_return relayed && last.keep_alive && keep;
     }
     count(name, d.kind, last.status ? last.status : (last.error_kind == "timeout" ? 504 : 502));
     if (last.kind == Attempt::kFailed) break;
   }
-  in_flight.fetch_sub(1);
   // Nothing was relayed: answer from here.
   if (last.status != 0 && !(saw_overload && last.status == 429)) {
     Headers extra;
@@ -545,12 +581,16 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
   up.set(bhttp::field::host, b.url.authority());
   for (const auto& f : x.req) {
     const std::string_view name = f.name_string();
-    if (iequals(name, "host") || iequals(name, "connection") || iequals(name, "content-length") ||
-        iequals(name, "transfer-encoding") || iequals(name, "keep-alive") || iequals(name, "expect") ||
+    // Hop-by-hop headers stay here (RFC 9110 7.6.1), and so does Accept-Encoding: the router
+    // relays bodies as they come and does not pass Content-Encoding back.
+    static constexpr std::string_view kDropped[] = {"host", "connection", "content-length", "transfer-encoding",
+                                                    "keep-alive", "expect", "te", "trailer", "upgrade",
+                                                    "proxy-authorization", "proxy-connection", "accept-encoding"};
+    if (std::any_of(std::begin(kDropped), std::end(kDropped), [&](std::string_view d) { return iequals(name, d); }) ||
         (iequals(name, "authorization") && !b.api_key.empty())) {
       continue;
     }
-    up.set(name, f.value());
+    up.insert(name, f.value());
   }
   if (!b.api_key.empty()) up.set(bhttp::field::authorization, "Bearer " + b.api_key);
   up.body() = x.req.body();
@@ -561,9 +601,10 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
   bhttp::response_parser<bhttp::buffer_body> parser;
   beast::flat_buffer ubuf;
   const auto deadline = started + ms(config.upstream_timeout_seconds);
+  bool reused = false;
   for (int tries = 0;; ++tries) {
-    conn = take_idle(backend);
-    const bool reused = conn != nullptr;
+    conn = tries == 0 && !x.fresh ? take_idle(backend) : nullptr;  // a second try: a fresh connection
+    reused = conn != nullptr;
     if (!conn) {
       conn = std::make_unique<beast::tcp_stream>(ex);
       tcp::resolver resolver(ex);
@@ -606,6 +647,7 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
       [&]() -> net::awaitable<void> {
         while (watching && buffer.size() < (64u << 10)) {
           auto [ec, n] = co_await client.async_read_some(buffer.prepare(4096), kTuple);
+          buffer.commit(n);  // bytes of a next request, kept for it
           if (ec == net::error::operation_aborted || !watching) break;
           if (ec) {
             client_gone = true;
@@ -613,7 +655,6 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
             upstream->socket().close(ignored);
             break;
           }
-          buffer.commit(n);
         }
         watcher_running = false;
         watcher_done.cancel();
@@ -628,6 +669,7 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
   };
 
   parser.body_limit(boost::none);
+  if (x.req.method() == bhttp::verb::head) parser.skip(true);  // a HEAD answer has no body
   auto [hec, hn] = co_await bhttp::async_read_header(*conn, ubuf, parser, kTuple);
   if (hec) {
     co_await stop_watching();
@@ -637,6 +679,14 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
     }
     result.error_kind = hec == beast::error::timeout ? "timeout" : "closed";
     result.kind = Attempt::kRetryable;
+    // An idle connection the replica closed in the meantime (servers close idle keep-alive
+    // connections): the write went through, the answer never comes. Not the replica's failure;
+    // its other idle connections are likely as old.
+    result.stale = reused && ubuf.size() == 0 && hec != beast::error::timeout;
+    if (result.stale) {
+      MutexLock lock(idle_mu);
+      idle[backend].clear();
+    }
     co_return result;
   }
   result.status = static_cast<int>(parser.get().result_int());
@@ -650,12 +700,11 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
   bool client_write_failed = false;
   if (relay_stream) {
     std::string h = fmt::format(
-        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n"
+        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n{}"
         "X-Sluice-Replica: {}\r\n\r\n",
         result.status, reason(result.status), result.content_type.empty() ? "text/event-stream" : result.content_type,
-        b.name);
-    auto [ec, n] = co_await net::async_write(client, net::buffer(h), kTuple);
-    client_write_failed = static_cast<bool>(ec);
+        x.keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n", b.name);
+    client_write_failed = static_cast<bool>(co_await write_client(client, h, ms(config.idle_timeout_seconds)));
   }
   while (!parser.is_done() && !client_write_failed) {
     parser.get().body().data = piece.data();
@@ -669,8 +718,7 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
         std::string chunk = fmt::format("{:x}\r\n", got);
         chunk.append(piece.data(), got);
         chunk += "\r\n";
-        auto [wec, wn] = co_await net::async_write(client, net::buffer(chunk), kTuple);
-        client_write_failed = static_cast<bool>(wec);
+        client_write_failed = static_cast<bool>(co_await write_client(client, chunk, ms(config.idle_timeout_seconds)));
       } else if (collected.size() + got > (64u << 20)) {
         failed = true;
         result.error_kind = "protocol";
@@ -713,7 +761,7 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
     // finds the load as it is (a session would spill from its own replica otherwise).
     pool.end(backend, failed ? Outcome::kFailure : Outcome::kSuccess);
     result.released = true;
-    auto [ec, n] = co_await net::async_write(client, net::buffer(tail), kTuple);
+    const beast::error_code ec = co_await write_client(client, tail, ms(config.idle_timeout_seconds));
     result.kind = ec ? Attempt::kClientGone : Attempt::kRelayed;
     result.keep_alive = !failed;
     if (!failed && parser.keep_alive()) give_idle(backend, std::move(conn));
@@ -740,7 +788,7 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
   const std::string type = result.content_type.empty() ? "application/json" : result.content_type;
   pool.end(backend, outcome_of(result.status));  // before the client sees the answer (as above)
   result.released = true;
-  const bool keep = co_await respond(client, result.status, result.body, true, type, &extra);
+  const bool keep = co_await respond(client, result.status, result.body, x.keep_alive, type, &extra);
   result.kind = Attempt::kRelayed;
   result.keep_alive = keep;
   co_return result;

@@ -237,6 +237,27 @@ TEST(Router, AClientThatGoesAwayClosesTheUpstreamRequest) {
   }
 }
 
+// A replica that closes idle keep-alive connections (without saying so) leaves the router's
+// pooled connections stale: the request goes again on a fresh one, and the replica is not blamed.
+TEST(Router, AStaleIdleConnectionIsNotTheReplicasFailure) {
+  std::atomic<int> served{0};
+  TestHttpServer closing([&](const ReceivedRequest& r, TestExchange& ex) -> net::awaitable<void> {
+    if (r.target != "/health") ++served;
+    co_await ex.respond(200, R"({"ok":true})");
+    ex.close();  // keep-alive promised, then closed
+  });
+  Fixture f({&closing});
+  for (int i = 0; i < 8; ++i) {
+    auto r = f.post("/v1/completions", R"({"prompt":"x"})");
+    ASSERT_TRUE(r) << i << ": " << r.error().message;
+    std::this_thread::sleep_for(5ms);  // the close reaches the router's idle connection
+  }
+  EXPECT_EQ(served.load(), 8);
+  const std::string m = f.router->metrics_text();
+  EXPECT_EQ(m.find("sluice_router_upstream_errors_total{"), std::string::npos) << m;
+  EXPECT_NE(m.find("sluice_router_ejections_total{backend=\"" + closing.url().to_string() + "\"} 0"), std::string::npos);
+}
+
 TEST(Router, SessionKeysStickThroughTheProxyAndApiKeysAreChecked) {
   TestHttpServer a(named("a")), b(named("b")), c(named("c"));
   Fixture f({&a, &b, &c}, "session");
