@@ -106,6 +106,9 @@ CommandFn add_route_command(CLI::App& app) {
   cmd->add_option("--eject-after", c.health.eject_after,
                   "Connect failures or 5xx in a row that eject a replica (10 s, doubling, at most 300 s; at most half)")
       ->capture_default_str()->check(CLI::Range(1, 1000))->group(health);
+  cmd->add_option("--slow-start", c.health.slow_start_seconds,
+                  "Seconds a replica back up takes to ramp from a tenth to its full share of requests (0: at once)")
+      ->capture_default_str()->check(CLI::Range(0.0, 3600.0))->group(health);
   cmd->add_option("--metrics-interval", c.metrics_interval_seconds,
                   "Seconds between scrapes of each replica's /metrics for its waiting requests (0: never)")
       ->capture_default_str()->check(CLI::Range(0.0, 3600.0))->group(health);

@@ -34,7 +34,12 @@ std::vector<BackendView> BackendPool::snapshot() const {
   views.reserve(states_.size());
   for (size_t i = 0; i < states_.size(); ++i) {
     const State& s = states_[i];
-    views.push_back({static_cast<int>(i), available(s, now), s.in_flight, s.waiting, s.kv_usage});
+    double ramp = 1;
+    if (health_.slow_start_seconds > 0 && s.up_since != Clock::time_point{}) {
+      const double up = std::chrono::duration<double>(now - s.up_since).count();
+      ramp = std::clamp(up / health_.slow_start_seconds, 0.1, 1.0);
+    }
+    views.push_back({static_cast<int>(i), available(s, now), s.in_flight, s.waiting, s.kv_usage, ramp});
   }
   return views;
 }
@@ -75,6 +80,7 @@ void BackendPool::health_check(int i, bool passed) {
     if (!s.up && s.checks_in_a_row >= health_.rise) {
       // Seen down and up again: a new process, whatever ejected the old one.
       s.up = true;
+      s.up_since = Clock::now();
       s.ejected_until = {};
       s.ejections_in_a_row = 0;
       s.failures_in_a_row = 0;

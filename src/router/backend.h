@@ -13,7 +13,9 @@
 // Thread-safety: every method may be called from any thread.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -40,6 +42,7 @@ struct HealthConfig {
   int eject_after = 5;              // connect failures or 5xx in a row that eject it
   double eject_base_seconds = 10;   // the first ejection; doubled each time, up to:
   double eject_max_seconds = 300;
+  double slow_start_seconds = 30;   // a replica back up takes this long to ramp to its full share
 };
 
 // What a policy sees of a replica.
@@ -49,8 +52,14 @@ struct BackendView {
   int64_t in_flight = 0;  // requests the router has sent there and not finished
   int64_t waiting = 0;    // waiting requests the replica reported (sluice_num_requests_waiting)
   double kv_usage = 0;    // its KV cache usage, 0..1, as reported
+  double ramp = 1;        // slow start: its share, from 0.1 just back up to 1 after slow_start_seconds
 
-  int64_t load() const { return in_flight + waiting; }
+  // What the load-aware policies compare: the load as if at full share (a ramping replica looks busier).
+  double load() const { return static_cast<double>(in_flight + waiting) / ramp; }
+  // Whether it can take one more request under a bounded-load cap (scaled by the ramp, at least 1).
+  bool under_cap(int64_t cap) const {
+    return static_cast<double>(in_flight) < std::max(1.0, std::ceil(static_cast<double>(cap) * ramp));
+  }
 };
 
 enum class Outcome { kSuccess, kOverloaded, kFailure, kCancelled };
@@ -90,6 +99,7 @@ class BackendPool {
     int failures_in_a_row = 0; // of requests
     int ejections_in_a_row = 0;
     Clock::time_point ejected_until{};
+    Clock::time_point up_since{};  // when the checks last saw it come back (slow start)
     int64_t in_flight = 0, waiting = 0;
     double kv_usage = 0;
     int64_t ejections = 0, health_failures = 0;

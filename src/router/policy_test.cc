@@ -73,9 +73,12 @@ TEST(Backend, HealthChecksMarkDownAndUpAndFailuresEjectAtMostHalf) {
   EXPECT_FALSE(v[1].available);
   EXPECT_TRUE(v[2].available);  // only 2 failures in a row, and half are out already
   EXPECT_EQ(pool.stats()[0].ejections, 1);
-  // Seen down and up again by the health checks: a new process, no longer ejected.
+  // Seen down and up again by the health checks: a new process, no longer ejected, and ramping up
+  // (slow start) from a tenth of its share.
   for (bool passed : {false, false, true, true}) pool.health_check(0, passed);
   EXPECT_TRUE(pool.snapshot()[0].available);
+  EXPECT_LT(pool.snapshot()[0].ramp, 0.2);
+  EXPECT_EQ(pool.snapshot()[2].ramp, 1.0);
   EXPECT_FALSE(pool.snapshot()[1].available);  // still ejected: its checks never failed
 }
 
@@ -93,6 +96,22 @@ TEST(Policies, EveryPolicyChoosesOnlyAvailableAndNotExcludedReplicas) {
     for (BackendView& b : v) b.available = false;
     EXPECT_EQ(p->choose({}, v, {}).backend, -1) << name;
   }
+}
+
+// A replica ramping up after coming back (slow start) looks busier to the load-aware policies and
+// takes fewer requests under the cap.
+TEST(Policies, ARampingReplicaTakesASmallerShare) {
+  std::vector<BackendView> v = views(2);
+  v[0].ramp = 0.25;
+  v[0].in_flight = 1;  // as loaded as 4 at full share
+  v[1].in_flight = 2;
+  EXPECT_EQ(policy("least_load", 2)->choose({}, v, {}).backend, 1);
+  EXPECT_TRUE(v[0].under_cap(8));   // 1 < ceil(8 x 0.25)
+  v[0].in_flight = 2;
+  EXPECT_FALSE(v[0].under_cap(8));
+  v[0].in_flight = 0;
+  v[0].ramp = 0.1;
+  EXPECT_TRUE(v[0].under_cap(2));   // never below one
 }
 
 TEST(Policies, RoundRobinCyclesAndLeastLoadAndPowerOfTwoPreferTheIdle) {

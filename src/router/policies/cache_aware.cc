@@ -59,9 +59,9 @@ class CacheAware : public Policy {
     int32_t best_matched = 0;
     d = {};
     for (int b : c) {
-      if (backends[b].in_flight >= cap) continue;
-      const double cost = static_cast<double>(hashes.size() - matched[b]) +
-                          options_.load_weight * static_cast<double>(backends[b].load());
+      if (!backends[b].under_cap(cap)) continue;
+      const double cost =
+          static_cast<double>(hashes.size() - matched[b]) + options_.load_weight * backends[b].load();
       if (d.backend < 0 || cost < best_cost) d.backend = b, best_cost = cost, best_matched = matched[b];
     }
     if (d.backend < 0) return {};

@@ -43,7 +43,7 @@ Decision SessionRing::place(std::string_view key, std::span<const BackendView> b
     seen[b] = true;
     ++distinct;
     const bool candidate = std::find(candidates.begin(), candidates.end(), b) != candidates.end();
-    if (candidate && backends[b].in_flight < cap) return {b, distinct == 1 ? DecisionKind::kSticky : DecisionKind::kSpill};
+    if (candidate && backends[b].under_cap(cap)) return {b, distinct == 1 ? DecisionKind::kSticky : DecisionKind::kSpill};
   }
   return {};
 }
