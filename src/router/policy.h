@@ -42,6 +42,9 @@ std::string_view decision_kind_name(DecisionKind kind);
 struct Decision {
   int backend = -1;  // -1: no candidate
   DecisionKind kind = DecisionKind::kBalanced;
+  // cache_aware: the prompt's chunks, and those the chosen replica was believed to hold (the
+  // router's prediction, set against the cached tokens the replica then reports).
+  int32_t prompt_chunks = 0, predicted_chunks = 0;
 };
 
 class Policy {

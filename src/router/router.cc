@@ -121,7 +121,28 @@ struct Metrics {
   int64_t no_backend = 0;         // answered 503/429 without a replica
   int64_t stream_errors = 0;      // streams ended by an upstream failure
   std::map<std::pair<std::string, std::string>, int64_t> upstream_errors;  // (backend, kind)
+  // The warm cache hit rate as the replicas report it (usage) and as the router predicted it.
+  struct Usage {
+    int64_t prompt_tokens = 0, cached_tokens = 0, with_usage = 0;
+    int64_t prompt_chunks = 0, predicted_chunks = 0;
+  };
+  std::map<std::string, Usage> usage;  // per backend
 };
+
+// usage.prompt_tokens and usage.prompt_tokens_details.cached_tokens of an answer or a chunk.
+bool read_usage(const Json& j, int64_t& prompt, int64_t& cached) {
+  if (!j.is_object() || !j.contains("usage") || !j["usage"].is_object()) return false;
+  const Json& u = j["usage"];
+  if (!u.contains("prompt_tokens") || !u["prompt_tokens"].is_number_integer()) return false;
+  prompt = u["prompt_tokens"].get<int64_t>();
+  cached = 0;
+  if (u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object() &&
+      u["prompt_tokens_details"].contains("cached_tokens") &&
+      u["prompt_tokens_details"]["cached_tokens"].is_number_integer()) {
+    cached = u["prompt_tokens_details"]["cached_tokens"].get<int64_t>();
+  }
+  return true;
+}
 
 // What a client asked for, as the router relays it.
 struct Exchange {
@@ -130,6 +151,9 @@ struct Exchange {
   bool stream = false;
   bool keep_alive = true;  // the client's connection may serve another request after this one
   bool fresh = false;      // connect anew rather than reuse an idle connection
+  std::string body;        // as sent upstream (a stream asks for usage)
+  bool strip_usage = false;  // the usage chunk was the router's request: not relayed
+  int64_t prompt_tokens = -1, cached_tokens = 0;  // from the answer's usage, when it had one
 };
 
 // Decrements a counter when it goes out of scope.
@@ -317,6 +341,17 @@ std::string metrics_of(const Router::Impl& s) {
       out += fmt::format("sluice_router_{}_count{{backend=\"{}\"}} {}\n", name, label(backend), h.count);
     }
   };
+  family("prompt_tokens_total", "counter", "Prompt tokens of answers with usage, per replica.");
+  for (const auto& [b, u] : m.usage) out += fmt::format("sluice_router_prompt_tokens_total{{backend=\"{}\"}} {}\n", label(b), u.prompt_tokens);
+  family("cached_tokens_total", "counter", "Of those, the tokens the replica served from its prefix cache (usage).");
+  for (const auto& [b, u] : m.usage) out += fmt::format("sluice_router_cached_tokens_total{{backend=\"{}\"}} {}\n", label(b), u.cached_tokens);
+  family("prompt_chunks_total", "counter", "cache_aware: the 64-byte chunks of those prompts.");
+  for (const auto& [b, u] : m.usage) out += fmt::format("sluice_router_prompt_chunks_total{{backend=\"{}\"}} {}\n", label(b), u.prompt_chunks);
+  family("predicted_cached_chunks_total", "counter",
+         "cache_aware: of those, the chunks the router believed the replica held (against cached/prompt tokens).");
+  for (const auto& [b, u] : m.usage) {
+    out += fmt::format("sluice_router_predicted_cached_chunks_total{{backend=\"{}\"}} {}\n", label(b), u.predicted_chunks);
+  }
   histograms("request_duration_seconds", "From the request read to the last byte relayed, per replica.", m.e2e);
   histograms("time_to_first_byte_seconds", "Streams: from the request sent upstream to its first body bytes.", m.ttft);
   return out;
@@ -481,6 +516,20 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
   const std::string prompt = prompt_text(body);
   Exchange x{req, RouteRequest{session, prompt}, false, keep};
   x.stream = body.is_object() && body.contains("stream") && body["stream"].is_boolean() && body["stream"].get<bool>();
+  x.body = req.body();
+  if (x.stream) {
+    // The router counts every stream's usage (the replicas' cached tokens): it asks for it, and
+    // takes the usage chunk out again when the client had not asked.
+    const bool asked = body.contains("stream_options") && body["stream_options"].is_object() &&
+                       body["stream_options"].contains("include_usage") &&
+                       body["stream_options"]["include_usage"] == true;
+    if (!asked && (!body.contains("stream_options") || body["stream_options"].is_object())) {
+      Json with = body;
+      with["stream_options"]["include_usage"] = true;
+      x.body = with.dump(-1, ' ', false, Json::error_handler_t::replace);
+      x.strip_usage = true;
+    }
+  }
 
   // Counted until the answer is written, whoever writes it (the drain waits for it).
   const CountGuard counted(in_flight);
@@ -532,6 +581,16 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
     if (!last.error_kind.empty()) with_metrics([&](Metrics& m) { ++m.upstream_errors[{name, last.error_kind}]; });
     if (relayed || last.kind == Attempt::kClientGone) {
       const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+      if (relayed && x.prompt_tokens >= 0) {
+        with_metrics([&](Metrics& m) {
+          Metrics::Usage& u = m.usage[name];
+          u.prompt_tokens += x.prompt_tokens;
+          u.cached_tokens += x.cached_tokens;
+          ++u.with_usage;
+          u.prompt_chunks += d.prompt_chunks;
+          u.predicted_chunks += d.predicted_chunks;
+        });
+      }
       count(name, d.kind, last.kind == Attempt::kClientGone ? 499 : last.status);
       with_metrics([&](Metrics& m) {
         if (last.kind == Attempt::kClientGone) ++m.client_disconnects;
@@ -593,7 +652,7 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
     up.insert(name, f.value());
   }
   if (!b.api_key.empty()) up.set(bhttp::field::authorization, "Bearer " + b.api_key);
-  up.body() = x.req.body();
+  up.body() = x.body;
   up.keep_alive(true);
   up.prepare_payload();
 
@@ -696,6 +755,7 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
   const bool relay_stream = ok && x.stream;
   std::array<char, 16384> piece;
   std::string collected;
+  std::string events;  // a stream's bytes not yet relayed: at most one incomplete event
   bool failed = false;
   bool client_write_failed = false;
   if (relay_stream) {
@@ -715,10 +775,32 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
     if (got > 0) {
       if (relay_stream) {
         if (ttft < 0) ttft = std::chrono::duration<double>(Clock::now() - started).count();
-        std::string chunk = fmt::format("{:x}\r\n", got);
-        chunk.append(piece.data(), got);
-        chunk += "\r\n";
-        client_write_failed = static_cast<bool>(co_await write_client(client, chunk, ms(config.idle_timeout_seconds)));
+        // Whole events are relayed as they complete; a usage chunk is read (and dropped if the
+        // router asked for it).
+        events.append(piece.data(), got);
+        std::string out;
+        size_t at = 0;
+        for (size_t end; (end = events.find("\n\n", at)) != std::string::npos; at = end + 2) {
+          const std::string_view event(events.data() + at, end + 2 - at);
+          if (event.starts_with("data: {") && event.find("\"usage\"") != std::string_view::npos) {
+            auto j = parse_json(event.substr(6));
+            int64_t prompt = 0, cached = 0;
+            if (j && read_usage(*j, prompt, cached)) {
+              x.prompt_tokens = prompt, x.cached_tokens = cached;
+              const bool usage_only = j->contains("choices") && (*j)["choices"].is_array() && (*j)["choices"].empty();
+              if (x.strip_usage && usage_only) continue;
+            }
+          }
+          out.append(event);
+        }
+        events.erase(0, at);
+        if (events.size() > (1u << 20)) out += std::exchange(events, {});  // not SSE: relayed as it is
+        if (!out.empty()) {
+          std::string chunk = fmt::format("{:x}\r\n", out.size());
+          chunk += out;
+          chunk += "\r\n";
+          client_write_failed = static_cast<bool>(co_await write_client(client, chunk, ms(config.idle_timeout_seconds)));
+        }
       } else if (collected.size() + got > (64u << 20)) {
         failed = true;
         result.error_kind = "protocol";
@@ -740,6 +822,7 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
   }
   if (relay_stream) {
     std::string tail;
+    if (!events.empty()) tail = fmt::format("{:x}\r\n{}\r\n", events.size(), events);  // an unfinished last event
     if (failed) {
       // The stream started: end it with an error event rather than retry or hang.
       with_metrics([](Metrics& m) { ++m.stream_errors; });
@@ -754,7 +837,7 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
                           {"type", "server_error"}}}}
               .dump() +
           "\n\ndata: [DONE]\n\n";
-      tail = fmt::format("{:x}\r\n{}\r\n", event.size(), event);
+      tail += fmt::format("{:x}\r\n{}\r\n", event.size(), event);
     }
     tail += "0\r\n\r\n";
     // The replica's share is done before the client sees the end, so the client's next request
@@ -774,6 +857,9 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
   }
   if (parser.keep_alive()) give_idle(backend, std::move(conn));
   result.body = std::move(collected);
+  if (ok) {
+    if (auto j = parse_json(result.body)) read_usage(*j, x.prompt_tokens, x.cached_tokens);
+  }
   double retry_after = 0;
   if (!result.retry_after.empty()) retry_after = std::atof(result.retry_after.c_str());
   const bool retryable = result.status == 502 || result.status == 503 || result.status == 504 ||

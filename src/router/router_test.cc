@@ -258,6 +258,45 @@ TEST(Router, AStaleIdleConnectionIsNotTheReplicasFailure) {
   EXPECT_NE(m.find("sluice_router_ejections_total{backend=\"" + closing.url().to_string() + "\"} 0"), std::string::npos);
 }
 
+// The router counts every answer's usage (the replicas' cached tokens): it asks a stream for its
+// usage chunk and takes it out again when the client had not asked; a client that asked gets it.
+TEST(Router, CountsUsageAndStripsTheUsageChunkItAskedFor) {
+  std::atomic<int> asked{0};
+  TestHttpServer replica([&](const ReceivedRequest& r, TestExchange& ex) -> net::awaitable<void> {
+    if (r.target == "/health") {
+      co_await ex.respond(200, "{}");
+      co_return;
+    }
+    const bool usage = r.body.find("\"include_usage\":true") != std::string::npos;
+    asked += usage;
+    const std::string u = R"("usage":{"prompt_tokens":10,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":4}})";
+    if (r.body.find("\"stream\":true") == std::string::npos) {
+      co_await ex.respond(200, "{\"choices\":[{\"text\":\"a\"}]," + u + "}");
+      co_return;
+    }
+    co_await ex.begin_chunked(200, "text/event-stream");
+    co_await ex.chunk("data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: {\"cho");  // an event cut in two
+    co_await ex.chunk("ices\":[{\"text\":\"b\"}]}\n\n");
+    if (usage) co_await ex.chunk("data: {\"choices\":[]," + u + "}\n\n");
+    co_await ex.chunk("data: [DONE]\n\n");
+    co_await ex.end_chunked();
+  });
+  Fixture f({&replica});
+  auto plain = f.post("/v1/completions", R"({"prompt":"x","stream":true})");
+  ASSERT_TRUE(plain) << plain.error().message;
+  EXPECT_EQ(plain->body, "data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: {\"choices\":[{\"text\":\"b\"}]}\n\ndata: [DONE]\n\n");
+  auto with = f.post("/v1/completions", R"({"prompt":"x","stream":true,"stream_options":{"include_usage":true}})");
+  ASSERT_TRUE(with);
+  EXPECT_NE(with->body.find("\"cached_tokens\":4"), std::string::npos) << with->body;
+  auto whole = f.post("/v1/completions", R"({"prompt":"x"})");
+  ASSERT_TRUE(whole);
+  EXPECT_EQ(asked.load(), 2);
+  const std::string m = f.router->metrics_text();
+  const std::string b = replica.url().to_string();
+  EXPECT_NE(m.find("sluice_router_prompt_tokens_total{backend=\"" + b + "\"} 30"), std::string::npos) << m;
+  EXPECT_NE(m.find("sluice_router_cached_tokens_total{backend=\"" + b + "\"} 12"), std::string::npos) << m;
+}
+
 TEST(Router, SessionKeysStickThroughTheProxyAndApiKeysAreChecked) {
   TestHttpServer a(named("a")), b(named("b")), c(named("c"));
   Fixture f({&a, &b, &c}, "session");

@@ -48,6 +48,9 @@ class CacheAware : public Policy {
     if (!r.session_key.empty()) {
       d = ring_.place(r.session_key, backends, c, cap);
       if (d.kind == DecisionKind::kSticky) {
+        const std::vector<uint64_t> hashes = index_.chunk_hashes(r.prompt);
+        d.prompt_chunks = static_cast<int32_t>(hashes.size());
+        d.predicted_chunks = index_.match(hashes, backends.size(), Clock::now())[d.backend];
         predict(r, d.backend);
         return d;
       }
@@ -71,6 +74,8 @@ class CacheAware : public Policy {
       if (matched[b] > best_matched) d.kind = DecisionKind::kSpill;
     }
     if (session_spilled) d.kind = DecisionKind::kSpill;
+    d.prompt_chunks = static_cast<int32_t>(hashes.size());
+    d.predicted_chunks = best_matched;
     index_.insert(hashes, d.backend, seconds(options_.predicted_ttl_seconds), Clock::now());
     return d;
   }
