@@ -7,9 +7,10 @@
 //                POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize, other /v1/*
 //                   -> session key (headers, then the body's `user`) + prompt text
 //                   -> policy (policy.h) picks a replica -> the request is relayed upstream;
-//                      a streamed answer is relayed piece by piece as it is read (nothing is
-//                      buffered beyond one read: a client that stops reading stops the read
-//                      upstream, and the replica's own backpressure takes over)
+//                      a streamed answer is relayed event by event as each completes
+//                      (nothing is buffered beyond one unfinished event: a client that stops
+//                      reading stops the read upstream, and the replica's own backpressure
+//                      takes over)
 //
 // Retries, only while nothing has been written to the client: a connect failure, a connection
 // closed before the answer, 502/503/504, or 429 with Retry-After at most max_retry_after_seconds;
@@ -30,6 +31,11 @@
 // does 404, a server without the route; a 5xx or no answer fails), and /metrics
 // scraped each metrics_interval_seconds for its waiting requests and KV usage (sluice's and
 // vLLM's names). Passive ejection on failures in a row.
+//
+// Usage: every answer's usage.prompt_tokens and cached_tokens are summed per replica (a stream
+// is asked for stream_options.include_usage; the usage chunk is taken out again when the client
+// had not asked), next to the cached chunks cache_aware predicted: the warm cache hit rate at the
+// router, reconciled with its own picture.
 //
 // Shutdown (SIGINT/SIGTERM, request_shutdown()): the listener closes, in-flight requests finish
 // for up to drain_seconds, then the threads stop.
