@@ -23,12 +23,6 @@ using tcp = net::ip::tcp;
 using Clock = std::chrono::steady_clock;
 constexpr auto kTuple = net::as_tuple(net::use_awaitable);
 
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
 // A body in an error message: the first line or so, enough to show a JSON error.
 std::string excerpt(std::string_view body) {
   constexpr size_t kMax = 300;
@@ -39,6 +33,12 @@ std::string excerpt(std::string_view body) {
 }
 
 }  // namespace
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
 
 std::string_view error_kind_name(ErrorKind kind) {
   switch (kind) {

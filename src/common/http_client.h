@@ -61,6 +61,9 @@ struct Header {
   std::string value;
 };
 
+// ASCII case-insensitive equality, as header names compare.
+bool iequals(std::string_view a, std::string_view b);
+
 // The value of the first header called `name` (case-insensitive), or "" if there is none.
 std::string_view find_header(const std::vector<Header>& headers, std::string_view name);
 

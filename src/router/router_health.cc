@@ -1,0 +1,61 @@
+// The router's active health checks and its scrapes of the replicas' /metrics (backend.h).
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+
+#include "router/router_impl.h"
+
+namespace sluice::router {
+
+net::awaitable<http::HttpResult<http::HttpResponse>> Router::Impl::get(int backend, std::string path) {
+  const BackendConfig& b = pool.config(backend);
+  http::HttpOptions o;
+  o.connect_timeout = ms(std::min(config.connect_timeout_seconds, config.health_timeout_seconds));
+  o.request_timeout = ms(config.health_timeout_seconds);
+  http::HttpConnection c(co_await net::this_coro::executor, b.url, o);
+  http::HttpRequest r;
+  r.target = b.url.target(path);
+  if (!b.api_key.empty()) r.headers.push_back({"Authorization", "Bearer " + b.api_key});
+  co_return co_await c.request(r);
+}
+
+net::awaitable<void> Router::Impl::health_loop(int backend) {
+  auto ex = co_await net::this_coro::executor;
+  while (!stopping) {
+    auto got = co_await get(backend, "/health");
+    // A server without the route (404) is alive all the same; a 5xx (draining) or no answer is not.
+    const bool passed = got.has_value() || (got.error().kind == http::ErrorKind::kStatus && got.error().status == 404);
+    pool.health_check(backend, passed);
+    net::steady_timer t(ex, ms(config.health_interval_seconds));
+    co_await t.async_wait(kTuple);
+  }
+}
+
+net::awaitable<void> Router::Impl::scrape_loop(int backend) {
+  auto ex = co_await net::this_coro::executor;
+  while (!stopping) {
+    if (auto got = co_await get(backend, "/metrics")) {
+      // sluice's names, then vLLM's.
+      double waiting = 0, kv = 0;
+      std::string_view text = got->body;
+      while (!text.empty()) {
+        const size_t nl = text.find('\n');
+        const std::string_view line = text.substr(0, nl);
+        text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+        if (line.starts_with("#")) continue;
+        const size_t space = line.rfind(' ');
+        if (space == std::string_view::npos) continue;
+        const std::string_view name = line.substr(0, line.find_first_of("{ "));
+        const double value = std::atof(std::string(line.substr(space + 1)).c_str());
+        if (name == "sluice_num_requests_waiting" || name == "vllm:num_requests_waiting") waiting += value;
+        if (name == "sluice_kv_cache_usage_ratio" || name == "vllm:gpu_cache_usage_perc" ||
+            name == "vllm:kv_cache_usage_perc") {
+          kv = std::max(kv, value);
+        }
+      }
+      pool.set_reported_load(backend, static_cast<int64_t>(waiting), kv);
+    }
+    net::steady_timer t(ex, ms(config.metrics_interval_seconds));
+    co_await t.async_wait(kTuple);
+  }
+}
+}  // namespace sluice::router

@@ -1,0 +1,191 @@
+// What the router's files share (router.cc: listening, connections, its own routes, starting and
+// stopping; router_proxy.cc: relaying a request to a replica; router_health.cc: health checks and
+// scrapes of the replicas' /metrics; router_metrics.cc: its own /metrics). Not part of its interface.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "common/http_client.h"
+#include "common/json.h"
+#include "common/mutex.h"
+#include "router/router.h"
+
+namespace sluice::router {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = net::ip::tcp;
+using Json = nlohmann::ordered_json;
+inline constexpr auto kTuple = net::as_tuple(net::use_awaitable);
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+inline std::chrono::milliseconds ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+// Histogram buckets of request seconds.
+constexpr std::array<double, 14> kBuckets = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
+
+struct Histogram {
+  std::array<int64_t, kBuckets.size()> counts{};
+  int64_t count = 0;
+  double sum = 0;
+  void observe(double s) {
+    for (size_t i = 0; i < kBuckets.size(); ++i) counts[i] += s <= kBuckets[i];
+    ++count;
+    sum += s;
+  }
+};
+
+struct Metrics {
+  std::map<std::tuple<std::string, std::string, int>, int64_t> requests;  // (backend, decision, status)
+  std::map<std::string, Histogram> e2e, ttft;                             // per backend
+  int64_t retries = 0;
+  int64_t client_disconnects = 0;
+  int64_t no_backend = 0;         // answered 503/429 without a replica
+  int64_t stream_errors = 0;      // streams ended by an upstream failure
+  std::map<std::pair<std::string, std::string>, int64_t> upstream_errors;  // (backend, kind)
+  // The warm cache hit rate as the replicas report it (usage) and as the router predicted it.
+  struct Usage {
+    int64_t prompt_tokens = 0, cached_tokens = 0, with_usage = 0;
+    int64_t prompt_chunks = 0, predicted_chunks = 0;
+  };
+  std::map<std::string, Usage> usage;  // per backend
+};
+
+// What a client asked for, as the router relays it.
+struct Exchange {
+  bhttp::request<bhttp::string_body>& req;
+  RouteRequest route;
+  bool stream = false;
+  bool keep_alive = true;  // the client's connection may serve another request after this one
+  bool fresh = false;      // connect anew rather than reuse an idle connection
+  std::string body;        // as sent upstream (a stream asks for usage)
+  bool strip_usage = false;  // the usage chunk was the router's request: not relayed
+  int64_t prompt_tokens = -1, cached_tokens = 0;  // from the answer's usage, when it had one
+};
+
+// Decrements a counter when it goes out of scope.
+struct CountGuard {
+  std::atomic<int64_t>& n;
+  explicit CountGuard(std::atomic<int64_t>& c) : n(c) { n.fetch_add(1); }
+  ~CountGuard() { n.fetch_sub(1); }
+};
+
+// The result of one attempt on one replica.
+struct Attempt {
+  enum Kind { kRelayed, kClientGone, kRetryable, kFailed } kind = kFailed;
+  int status = 0;                 // an upstream answer held back (kRetryable/kFailed with a body)
+  std::string body, content_type, retry_after;
+  std::string error_kind;         // "connect", "closed", "timeout", "protocol": no answer
+  bool keep_alive = true;         // the client connection may serve another request
+  bool released = false;          // the replica's in-flight count was already given back
+  bool stale = false;             // a reused idle connection the replica had closed: not its failure
+};
+
+// A relayed answer's outcome for the replica's health: 5xx is failure, 429 load.
+inline Outcome outcome_of(int status) {
+  if (status == 429) return Outcome::kOverloaded;
+  return status >= 500 ? Outcome::kFailure : Outcome::kSuccess;
+}
+
+struct Router::Impl {
+  explicit Impl(RouterConfig c)
+      : config(std::move(c)), pool(config.backends, config.health), idle(config.backends.size()) {}
+
+  RouterConfig config;
+  BackendPool pool;
+  std::unique_ptr<Policy> policy;
+  net::io_context ioc;
+  tcp::acceptor acceptor{ioc};
+  net::signal_set signals{ioc, SIGINT, SIGTERM};
+  std::vector<std::thread> threads;
+  std::thread drainer;  // request_shutdown(): stops the io_context once in-flight requests are done
+  std::atomic<bool> stopping{false};
+  std::atomic<int64_t> in_flight{0}, retries_in_flight{0};
+  uint16_t port = 0;
+
+  // Idle keep-alive connections to each replica, reused by later requests.
+  Mutex idle_mu;
+  std::vector<std::vector<std::unique_ptr<beast::tcp_stream>>> idle SLUICE_GUARDED_BY(idle_mu);
+
+  mutable Mutex metrics_mu;
+  Metrics metrics SLUICE_GUARDED_BY(metrics_mu);
+
+  Mutex rng_mu;
+  std::mt19937_64 rng SLUICE_GUARDED_BY(rng_mu){std::random_device{}()};
+
+  net::awaitable<void> accept_loop();
+  net::awaitable<void> serve(tcp::socket socket);
+  net::awaitable<bool> handle(beast::tcp_stream& client, beast::flat_buffer& buffer,
+                              bhttp::request<bhttp::string_body>& req);
+  net::awaitable<bool> proxy(beast::tcp_stream& client, beast::flat_buffer& buffer,
+                             bhttp::request<bhttp::string_body>& req);
+  net::awaitable<Attempt> attempt(int backend, beast::tcp_stream& client, beast::flat_buffer& buffer, Exchange& x,
+                                  double& ttft);
+  net::awaitable<Json> models();
+  // GET `path` of a replica on a connection of its own, with the health timeout.
+  net::awaitable<http::HttpResult<http::HttpResponse>> get(int backend, std::string path);
+  net::awaitable<void> health_loop(int backend);
+  net::awaitable<void> scrape_loop(int backend);
+
+  std::unique_ptr<beast::tcp_stream> take_idle(int backend) {
+    MutexLock lock(idle_mu);
+    if (idle[backend].empty()) return nullptr;
+    auto s = std::move(idle[backend].back());
+    idle[backend].pop_back();
+    return s;
+  }
+  void give_idle(int backend, std::unique_ptr<beast::tcp_stream> s) {
+    MutexLock lock(idle_mu);
+    if (idle[backend].size() < 64) idle[backend].push_back(std::move(s));
+  }
+  void count(const std::string& backend, DecisionKind kind, int status) {
+    MutexLock lock(metrics_mu);
+    ++metrics.requests[{backend, std::string(decision_kind_name(kind)), status}];
+  }
+  template <typename F>
+  void with_metrics(F f) {
+    MutexLock lock(metrics_mu);
+    f(metrics);
+  }
+  std::chrono::milliseconds jitter(int attempt) {
+    MutexLock lock(rng_mu);
+    return std::chrono::milliseconds(rng() % static_cast<uint64_t>(5 << std::min(attempt, 6)));
+  }
+};
+
+// An error body in OpenAI's shape.
+std::string error_body(std::string_view message, std::string_view type, std::string_view code = {});
+// "OK", "Bad Gateway", ...
+std::string_view reason(int status);
+// A whole answer with Content-Length; true when the connection may serve another request.
+// NOTE: g++ 12 destroys a braced temporary inside a co_await expression twice (see
+// http_client.h): callers build bodies and headers first, and pass headers by pointer.
+net::awaitable<bool> respond(beast::tcp_stream& client, int status, std::string body, bool keep_alive,
+                             std::string_view content_type = "application/json", const Headers* extra = nullptr);
+// The text a prompt starts with, for the prefix index: a completion's prompt (strings of a list
+// joined), a chat's messages as role and content in order.
+std::string prompt_text(const Json& body);
+// usage.prompt_tokens and usage.prompt_tokens_details.cached_tokens of an answer or a chunk.
+bool read_usage(const Json& j, int64_t& prompt, int64_t& cached);
+// The router's /metrics, in the Prometheus text format, every name prefixed sluice_router_.
+std::string metrics_of(const Router::Impl& s);
+
+}  // namespace sluice::router

@@ -1,0 +1,93 @@
+// The router's own /metrics.
+#include <fmt/format.h>
+
+#include "router/router_impl.h"
+
+namespace sluice::router {
+namespace {
+
+std::string label(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+
+}  // namespace
+
+std::string metrics_of(const Router::Impl& s) {
+  std::string out;
+  auto family = [&](std::string_view name, std::string_view type, std::string_view help) {
+    out += fmt::format("# HELP sluice_router_{} {}\n# TYPE sluice_router_{} {}\n", name, help, name, type);
+  };
+  const auto stats = s.pool.stats();
+  family("backend_up", "gauge", "1 while the replica passes its health checks.");
+  for (const auto& b : stats) out += fmt::format("sluice_router_backend_up{{backend=\"{}\"}} {}\n", label(b.name), b.up ? 1 : 0);
+  family("backend_ejected", "gauge", "1 while the replica is ejected for failures in a row.");
+  for (const auto& b : stats) out += fmt::format("sluice_router_backend_ejected{{backend=\"{}\"}} {}\n", label(b.name), b.ejected ? 1 : 0);
+  family("backend_in_flight", "gauge", "Requests the router has in flight at the replica.");
+  for (const auto& b : stats) out += fmt::format("sluice_router_backend_in_flight{{backend=\"{}\"}} {}\n", label(b.name), b.in_flight);
+  family("backend_waiting", "gauge", "Waiting requests the replica reported on its /metrics.");
+  for (const auto& b : stats) out += fmt::format("sluice_router_backend_waiting{{backend=\"{}\"}} {}\n", label(b.name), b.waiting);
+  family("backend_kv_usage_ratio", "gauge", "KV cache usage the replica reported, 0..1.");
+  for (const auto& b : stats) out += fmt::format("sluice_router_backend_kv_usage_ratio{{backend=\"{}\"}} {}\n", label(b.name), b.kv_usage);
+  family("ejections_total", "counter", "Times the replica was ejected for failures in a row.");
+  for (const auto& b : stats) out += fmt::format("sluice_router_ejections_total{{backend=\"{}\"}} {}\n", label(b.name), b.ejections);
+  family("health_check_failures_total", "counter", "Failed active health checks.");
+  for (const auto& b : stats) out += fmt::format("sluice_router_health_check_failures_total{{backend=\"{}\"}} {}\n", label(b.name), b.health_failures);
+  MutexLock lock(s.metrics_mu);
+  const Metrics& m = s.metrics;
+  family("requests_total", "counter", "Requests by replica, policy decision and status (499: the client went away).");
+  for (const auto& [k, n] : m.requests) {
+    out += fmt::format("sluice_router_requests_total{{backend=\"{}\",decision=\"{}\",status=\"{}\"}} {}\n",
+                       label(std::get<0>(k)), std::get<1>(k), std::get<2>(k), n);
+  }
+  family("upstream_errors_total", "counter", "Attempts that got no answer from the replica, by kind.");
+  for (const auto& [k, n] : m.upstream_errors) {
+    out += fmt::format("sluice_router_upstream_errors_total{{backend=\"{}\",kind=\"{}\"}} {}\n", label(k.first), k.second, n);
+  }
+  family("retries_total", "counter", "Requests sent again to another replica.");
+  out += fmt::format("sluice_router_retries_total {}\n", m.retries);
+  family("client_disconnects_total", "counter", "Requests cancelled upstream because the client went away.");
+  out += fmt::format("sluice_router_client_disconnects_total {}\n", m.client_disconnects);
+  family("unrouted_total", "counter", "Requests answered 503 or 429 by the router itself: no replica could take them.");
+  out += fmt::format("sluice_router_unrouted_total {}\n", m.no_backend);
+  family("stream_errors_total", "counter", "Streams ended with an error event because the replica failed mid-stream.");
+  out += fmt::format("sluice_router_stream_errors_total {}\n", m.stream_errors);
+  auto histograms = [&](std::string_view name, std::string_view help, const std::map<std::string, Histogram>& hs) {
+    family(name, "histogram", help);
+    for (const auto& [backend, h] : hs) {
+      for (size_t i = 0; i < kBuckets.size(); ++i) {
+        out += fmt::format("sluice_router_{}_bucket{{backend=\"{}\",le=\"{}\"}} {}\n", name, label(backend), kBuckets[i], h.counts[i]);
+      }
+      out += fmt::format("sluice_router_{}_bucket{{backend=\"{}\",le=\"+Inf\"}} {}\n", name, label(backend), h.count);
+      out += fmt::format("sluice_router_{}_sum{{backend=\"{}\"}} {}\n", name, label(backend), h.sum);
+      out += fmt::format("sluice_router_{}_count{{backend=\"{}\"}} {}\n", name, label(backend), h.count);
+    }
+  };
+  family("prompt_tokens_total", "counter", "Prompt tokens of answers with usage, per replica.");
+  for (const auto& [b, u] : m.usage) out += fmt::format("sluice_router_prompt_tokens_total{{backend=\"{}\"}} {}\n", label(b), u.prompt_tokens);
+  family("cached_tokens_total", "counter", "Of those, the tokens the replica served from its prefix cache (usage).");
+  for (const auto& [b, u] : m.usage) out += fmt::format("sluice_router_cached_tokens_total{{backend=\"{}\"}} {}\n", label(b), u.cached_tokens);
+  family("prompt_chunks_total", "counter", "cache_aware: the 64-byte chunks of those prompts.");
+  for (const auto& [b, u] : m.usage) out += fmt::format("sluice_router_prompt_chunks_total{{backend=\"{}\"}} {}\n", label(b), u.prompt_chunks);
+  family("predicted_cached_chunks_total", "counter",
+         "cache_aware: of those, the chunks the router believed the replica held (against cached/prompt tokens).");
+  for (const auto& [b, u] : m.usage) {
+    out += fmt::format("sluice_router_predicted_cached_chunks_total{{backend=\"{}\"}} {}\n", label(b), u.predicted_chunks);
+  }
+  histograms("request_duration_seconds", "From the request read to the last byte relayed, per replica.", m.e2e);
+  histograms("time_to_first_byte_seconds", "Streams: from the request sent upstream to its first body bytes.", m.ttft);
+  return out;
+}
+
+std::string Router::metrics_text() const { return metrics_of(*impl_); }
+
+}  // namespace sluice::router
