@@ -51,7 +51,7 @@ class CacheAware : public Policy {
         const std::vector<uint64_t> hashes = index_.chunk_hashes(r.prompt);
         d.prompt_chunks = static_cast<int32_t>(hashes.size());
         d.predicted_chunks = index_.match(hashes, backends.size(), Clock::now())[d.backend];
-        predict(r, d.backend);
+        index_.insert(hashes, d.backend, seconds(options_.predicted_ttl_seconds), Clock::now());
         return d;
       }
       session_spilled = true;  // its replica is full, down or already tried: priced like the rest
@@ -85,10 +85,6 @@ class CacheAware : public Policy {
   }
 
  private:
-  void predict(const RouteRequest& r, int backend) {
-    index_.insert(index_.chunk_hashes(r.prompt), backend, seconds(options_.predicted_ttl_seconds), Clock::now());
-  }
-
   SessionRing ring_;
   PolicyOptions options_;
   PrefixIndex index_;
