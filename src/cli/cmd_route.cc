@@ -11,6 +11,7 @@ namespace {
 struct RouteOptions {
   router::RouterConfig config;
   std::vector<std::string> backends;
+  std::vector<std::string> discover;
   std::string backends_file;
   std::string session_headers = "X-Session-ID,X-User-ID";
 };
@@ -47,13 +48,24 @@ int run_route(RouteOptions& o) {
     if (!b) return fail_usage(b.error().message());
     c.backends.push_back(*b);
   }
+  for (const std::string& text : o.discover) {
+    auto d = router::parse_discovery(text);
+    if (!d) return fail_usage(d.error().message());
+    c.discover.push_back(*d);
+  }
   c.session_headers = split(o.session_headers, ',');
   if (const char* key = std::getenv("SLUICE_API_KEY"); key && c.api_key.empty()) c.api_key = key;
+  if (const char* key = std::getenv("SLUICE_ADMIN_KEY"); key && c.admin_key.empty()) c.admin_key = key;
+  if (!c.admin_key.empty() && c.admin_key == c.api_key) {
+    return fail_usage("--admin-key must differ from --api-key: a client could change the replicas otherwise");
+  }
   auto r = router::Router::create(c);
   if (!r) return r.error().code() == StatusCode::kInvalid ? fail_usage(r.error().message()) : fail(r.error().message());
   (*r)->start();
-  std::cout << fmt::format("sluice route: listening on http://{}:{}, {} over {} replica{}", c.host, (*r)->port(),
-                           c.policy, c.backends.size(), c.backends.size() == 1 ? "" : "s")
+  std::string over = fmt::format("{} replica{}", c.backends.size(), c.backends.size() == 1 ? "" : "s");
+  for (const auto& d : c.discover) over += fmt::format(" + those {} lists", d.host);
+  std::cout << fmt::format("sluice route: listening on http://{}:{}, {} over {}{}", c.host, (*r)->port(), c.policy,
+                           over, c.admin_key.empty() ? "" : "; admin API on /admin")
             << std::endl;
   (*r)->run_until_shutdown();
   std::cout << "sluice route: stopped" << std::endl;
@@ -70,10 +82,23 @@ CommandFn add_route_command(CLI::App& app) {
   const char* replicas = "Replicas";
   cmd->add_option("--backend", o->backends,
                   "A replica's base URL, e.g. http://10.0.0.5:8000 (repeatable); ',key=KEY' after it: the API key "
-                  "sent to it (otherwise the client's Authorization is passed on)")
+                  "sent to it (otherwise the client's Authorization is passed on); ',weight=W': its share relative to "
+                  "the others (default 1, 0.01..100)")
       ->group(replicas);
   cmd->add_option("--backends-file", o->backends_file,
                   "A file of replicas, one per line as --backend ('#' starts a comment)")
+      ->group(replicas);
+  cmd->add_option("--discover", o->discover,
+                  "dns:NAME:PORT: every address NAME resolves to is a replica on PORT, looked up again every "
+                  "--discover-interval (a Kubernetes headless service lists its ready pods so); ',key=KEY' and "
+                  "',weight=W' as for --backend (repeatable)")
+      ->group(replicas);
+  cmd->add_option("--discover-interval", c.discover_interval_seconds,
+                  "Seconds between DNS lookups of --discover names (a failed lookup keeps the replicas as they were)")
+      ->capture_default_str()->check(CLI::Range(0.1, 3600.0))->group(replicas);
+  cmd->add_option("--admin-key", c.admin_key,
+                  "Turns on the admin API (/admin/replicas: list, add, remove, drain, weight) for 'Authorization: "
+                  "Bearer KEY' (also $SLUICE_ADMIN_KEY); off without it")
       ->group(replicas);
   const char* routing = "Routing";
   cmd->add_option("--policy", c.policy,
@@ -85,6 +110,13 @@ CommandFn add_route_command(CLI::App& app) {
   cmd->add_option("--session-headers", o->session_headers,
                   "Headers that carry the session key, first present wins (comma-separated); then the body's 'user'")
       ->capture_default_str()->group(routing);
+  cmd->add_option("--usage-group-header", c.usage_group_header,
+                  "Header naming a request's usage group: cached and prompt tokens are summed per group on /metrics "
+                  "(without it: 'session' if the request has a session key, else 'none')")
+      ->capture_default_str()->group(routing);
+  cmd->add_option("--max-usage-groups", c.max_usage_groups,
+                  "Distinct usage groups counted; later ones count as 'other'")
+      ->capture_default_str()->check(CLI::Range(1, 100000))->group(routing);
   cmd->add_option("--load-factor", c.policy_options.load_factor,
                   "Bounded load: no replica takes more than ceil(F x average) requests in flight (session, "
                   "cache_aware)")
@@ -122,15 +154,17 @@ CommandFn add_route_command(CLI::App& app) {
       ->capture_default_str()->group(server);
   cmd->add_option("--idle-timeout", c.idle_timeout_seconds, "Seconds a client connection may stay silent")
       ->capture_default_str()->check(CLI::PositiveNumber)->group(server);
-  cmd->add_option("--connect-timeout", c.connect_timeout_seconds, "Seconds to connect to a replica")
+  cmd->add_option("--connect-timeout", c.connect_timeout_seconds,
+                  "Seconds to resolve a replica's name and connect to it (also a --discover lookup's limit)")
       ->capture_default_str()->check(CLI::PositiveNumber)->group(server);
   cmd->add_option("--upstream-timeout", c.upstream_timeout_seconds, "Seconds one exchange with a replica may take")
       ->capture_default_str()->check(CLI::PositiveNumber)->group(server);
   cmd->add_option("--drain", c.drain_seconds, "Seconds in-flight requests may finish after SIGTERM")
       ->capture_default_str()->check(CLI::Range(0.0, 3600.0))->group(server);
   return [cmd, o]() -> int {
-    if (o->backends.empty() && o->backends_file.empty()) {
-      return fail_usage("sluice route needs replicas: --backend URL (repeatable) or --backends-file FILE");
+    if (o->backends.empty() && o->backends_file.empty() && o->discover.empty()) {
+      return fail_usage(
+          "sluice route needs replicas: --backend URL (repeatable), --backends-file FILE or --discover dns:NAME:PORT");
     }
     (void)cmd;
     return run_route(*o);

@@ -2,20 +2,59 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fmt/format.h>
 
 namespace sluice::router {
 
+std::string_view source_name(Source source) {
+  switch (source) {
+    case Source::kStatic: return "static";
+    case Source::kAdmin: return "admin";
+    case Source::kDns: return "dns";
+  }
+  return "unknown";
+}
+
+namespace {
+
+Status check_weight(double weight) {
+  if (!(weight >= kMinWeight && weight <= kMaxWeight)) {
+    return Status::error(fmt::format("a weight is between {} and {}, got {}", kMinWeight, kMaxWeight, weight),
+                         StatusCode::kInvalid);
+  }
+  return Status();
+}
+
+}  // namespace
+
+Result<std::string> backend_name(std::string_view url) {
+  auto parsed = http::parse_url(url);
+  if (!parsed) return Error(parsed.error());
+  return parsed->to_string();
+}
+
 Result<BackendConfig> parse_backend(std::string_view text) {
   BackendConfig c;
-  std::string_view url = text;
-  if (const size_t comma = text.find(','); comma != std::string_view::npos) {
-    url = text.substr(0, comma);
-    const std::string_view option = text.substr(comma + 1);
-    if (!option.starts_with("key=") || option.size() == 4) {
-      return Error(StatusCode::kInvalid, "backend '{}': after the URL only ',key=KEY' may follow, got '{}'", text,
-                   option);
+  const size_t comma = text.find(',');
+  const std::string_view url = text.substr(0, comma);
+  for (std::string_view rest = comma == std::string_view::npos ? "" : text.substr(comma + 1); !rest.empty();) {
+    const size_t next = rest.find(',');
+    const std::string_view option = rest.substr(0, next);
+    rest = next == std::string_view::npos ? "" : rest.substr(next + 1);
+    if (option.starts_with("key=") && option.size() > 4) {
+      c.api_key = std::string(option.substr(4));
+    } else if (option.starts_with("weight=")) {
+      const std::string value(option.substr(7));
+      char* end = nullptr;
+      c.weight = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end != '\0') {
+        return Error(StatusCode::kInvalid, "backend '{}': weight '{}' is not a number", text, value);
+      }
+      if (Status s = check_weight(c.weight); !s.is_ok()) return Error(StatusCode::kInvalid, "backend '{}': {}", text, s.message());
+    } else {
+      return Error(StatusCode::kInvalid, "backend '{}': after the URL only ',key=KEY' and ',weight=W' may follow, got '{}'",
+                   text, option);
     }
-    c.api_key = std::string(option.substr(4));
   }
   auto parsed = http::parse_url(url);
   if (!parsed) return Error(StatusCode::kInvalid, "backend '{}': {}", text, parsed.error().message());
@@ -24,8 +63,35 @@ Result<BackendConfig> parse_backend(std::string_view text) {
   return c;
 }
 
-BackendPool::BackendPool(std::vector<BackendConfig> backends, HealthConfig health)
-    : configs_(std::move(backends)), health_(health), states_(configs_.size()) {}
+BackendPool::BackendPool(std::vector<BackendConfig> backends, HealthConfig health) : health_(health) {
+  for (BackendConfig& c : backends) {
+    State s;
+    s.weight = c.weight;
+    s.config = std::make_shared<const BackendConfig>(std::move(c));
+    states_.push_back(std::move(s));
+  }
+}
+
+size_t BackendPool::size() const {
+  MutexLock lock(mu_);
+  return states_.size();
+}
+
+std::shared_ptr<const BackendConfig> BackendPool::config(int i) const {
+  MutexLock lock(mu_);
+  return states_[i].config;
+}
+
+uint64_t BackendPool::generation(int i) const {
+  MutexLock lock(mu_);
+  return states_[i].generation;
+}
+
+double BackendPool::ramp(const State& s, Clock::time_point now) const {
+  if (health_.slow_start_seconds <= 0 || s.up_since == Clock::time_point{}) return 1;
+  const double up = std::chrono::duration<double>(now - s.up_since).count();
+  return std::clamp(up / health_.slow_start_seconds, 0.1, 1.0);
+}
 
 std::vector<BackendView> BackendPool::snapshot() const {
   const auto now = Clock::now();
@@ -34,14 +100,81 @@ std::vector<BackendView> BackendPool::snapshot() const {
   views.reserve(states_.size());
   for (size_t i = 0; i < states_.size(); ++i) {
     const State& s = states_[i];
-    double ramp = 1;
-    if (health_.slow_start_seconds > 0 && s.up_since != Clock::time_point{}) {
-      const double up = std::chrono::duration<double>(now - s.up_since).count();
-      ramp = std::clamp(up / health_.slow_start_seconds, 0.1, 1.0);
-    }
-    views.push_back({static_cast<int>(i), available(s, now), s.in_flight, s.waiting, s.kv_usage, ramp});
+    views.push_back({static_cast<int>(i), available(s, now), s.in_flight, s.waiting, s.kv_usage, ramp(s, now), s.weight});
   }
   return views;
+}
+
+std::vector<Member> BackendPool::members() const {
+  MutexLock lock(mu_);
+  std::vector<Member> out;
+  for (size_t i = 0; i < states_.size(); ++i) {
+    if (states_[i].present) out.push_back({static_cast<int>(i), states_[i].config->name, states_[i].weight});
+  }
+  return out;
+}
+
+int BackendPool::find_locked(std::string_view name) const {
+  for (size_t i = 0; i < states_.size(); ++i) {
+    if (states_[i].present && states_[i].config->name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int BackendPool::find(std::string_view name) const {
+  MutexLock lock(mu_);
+  return find_locked(name);
+}
+
+Result<int> BackendPool::add(BackendConfig config, bool ramp_up) {
+  if (Status s = check_weight(config.weight); !s.is_ok()) return Error(s);
+  MutexLock lock(mu_);
+  if (find_locked(config.name) >= 0) return Error(StatusCode::kInvalid, "replica {} is there already", config.name);
+  // A free slot (removed, nothing in flight) is reused under a new generation.
+  size_t slot = states_.size();
+  for (size_t i = 0; i < states_.size(); ++i) {
+    if (!states_[i].present && states_[i].in_flight == 0) {
+      slot = i;
+      break;
+    }
+  }
+  State s;
+  s.weight = config.weight;
+  s.config = std::make_shared<const BackendConfig>(std::move(config));
+  if (ramp_up) s.up_since = Clock::now();
+  if (slot == states_.size()) {
+    states_.push_back(std::move(s));
+  } else {
+    s.generation = states_[slot].generation + 1;
+    states_[slot] = std::move(s);
+  }
+  return static_cast<int>(slot);
+}
+
+Status BackendPool::remove(std::string_view name) {
+  MutexLock lock(mu_);
+  const int i = find_locked(name);
+  if (i < 0) return Status::error(fmt::format("no replica {}", name), StatusCode::kInvalid);
+  states_[i].present = false;
+  ++states_[i].generation;
+  return Status();
+}
+
+Status BackendPool::drain(std::string_view name, bool draining) {
+  MutexLock lock(mu_);
+  const int i = find_locked(name);
+  if (i < 0) return Status::error(fmt::format("no replica {}", name), StatusCode::kInvalid);
+  states_[i].draining = draining;
+  return Status();
+}
+
+Status BackendPool::set_weight(std::string_view name, double weight) {
+  if (Status s = check_weight(weight); !s.is_ok()) return s;
+  MutexLock lock(mu_);
+  const int i = find_locked(name);
+  if (i < 0) return Status::error(fmt::format("no replica {}", name), StatusCode::kInvalid);
+  states_[i].weight = weight;
+  return Status();
 }
 
 void BackendPool::begin(int i) {
@@ -54,16 +187,20 @@ void BackendPool::end(int i, Outcome outcome) {
   MutexLock lock(mu_);
   State& s = states_[i];
   --s.in_flight;
+  if (!s.present) return;  // removed meanwhile: its health is nobody's concern now
   if (outcome == Outcome::kSuccess) {
     s.failures_in_a_row = 0;
     if (now >= s.ejected_until) s.ejections_in_a_row = 0;
     return;
   }
   if (outcome != Outcome::kFailure || ++s.failures_in_a_row < health_.eject_after) return;
-  // At most half the replicas ejected at once.
-  size_t ejected = 0;
-  for (const State& o : states_) ejected += now < o.ejected_until;
-  if (now < s.ejected_until || 2 * (ejected + 1) > states_.size()) return;
+  // At most half the replicas present ejected at once.
+  size_t ejected = 0, present = 0;
+  for (const State& o : states_) {
+    present += o.present;
+    ejected += o.present && now < o.ejected_until;
+  }
+  if (now < s.ejected_until || 2 * (ejected + 1) > present) return;
   const double seconds =
       std::min(health_.eject_max_seconds, health_.eject_base_seconds * std::pow(2.0, s.ejections_in_a_row));
   s.ejected_until = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
@@ -104,7 +241,9 @@ std::vector<BackendPool::Stats> BackendPool::stats() const {
   std::vector<Stats> out;
   for (size_t i = 0; i < states_.size(); ++i) {
     const State& s = states_[i];
-    out.push_back({configs_[i].name, s.up, now < s.ejected_until, s.in_flight, s.waiting, s.kv_usage, s.ejections,
+    if (!s.present) continue;
+    out.push_back({static_cast<int>(i), s.config->name, s.config->source, s.weight, ramp(s, now), s.up,
+                   now < s.ejected_until, s.draining, s.in_flight, s.waiting, s.kv_usage, s.ejections,
                    s.health_failures});
   }
   return out;

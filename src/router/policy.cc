@@ -23,7 +23,7 @@ std::vector<std::string> policy_names() {
   return {"cache_aware", "session", "least_load", "power_of_two", "round_robin", "random"};
 }
 
-Result<std::unique_ptr<Policy>> make_policy(std::string_view name, const std::vector<BackendConfig>& backends,
+Result<std::unique_ptr<Policy>> make_policy(std::string_view name, std::span<const Member> members,
                                             const PolicyOptions& options) {
   const uint64_t seed =
       options.seed ? options.seed : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
@@ -31,8 +31,8 @@ Result<std::unique_ptr<Policy>> make_policy(std::string_view name, const std::ve
   if (name == "random") return make_random(seed);
   if (name == "least_load") return make_least_load();
   if (name == "power_of_two") return make_power_of_two(seed);
-  if (name == "session") return make_session(backends, options);
-  if (name == "cache_aware") return make_cache_aware(backends, options);
+  if (name == "session") return make_session(members, options);
+  if (name == "cache_aware") return make_cache_aware(members, options);
   std::string known;
   for (const std::string& n : policy_names()) known += (known.empty() ? "" : ", ") + n;
   return Error(StatusCode::kInvalid, "unknown policy '{}' (known: {})", name, known);
@@ -46,11 +46,12 @@ std::vector<int> candidates(std::span<const BackendView> backends, std::span<con
   return out;
 }
 
-int64_t load_cap(std::span<const BackendView> backends, std::span<const int> candidates, double factor) {
+double load_cap(std::span<const BackendView> backends, std::span<const int> candidates, double factor) {
   if (candidates.empty()) return 0;
   int64_t total = 1;  // the new request
-  for (int i : candidates) total += backends[i].in_flight;
-  return static_cast<int64_t>(std::ceil(factor * static_cast<double>(total) / static_cast<double>(candidates.size())));
+  double weight = 0;
+  for (int i : candidates) total += backends[i].in_flight, weight += backends[i].weight;
+  return factor * static_cast<double>(total) / weight;
 }
 
 int least_loaded(std::span<const BackendView> backends, std::span<const int> candidates) {

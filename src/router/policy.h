@@ -10,8 +10,15 @@
 //                 (policies/cache_aware.cc); the default
 //
 // A policy chooses among the candidates: replicas available and not excluded (those a retry
-// already tried). It sees a snapshot of their load; what it learns (a prefix index) it keeps
-// itself, told by routed() where each request went.
+// already tried). It sees a snapshot of their load and weight; what it learns (a prefix index)
+// it keeps itself, told by routed() where each request went. Weights: round_robin and random
+// give each replica requests in proportion to its weight; the load-aware policies compare load
+// per unit of weight, and the bounded-load cap of a replica is proportional to its weight; the
+// session ring gives it points in proportion.
+//
+// The replicas present change while the router runs (admin API, DNS discovery): set_members()
+// is told every change, and a replica's index is never reused while a request or a policy could
+// still mean the old one by it (backend.h), except through forget(): a slot given to a new replica.
 //
 // Thread-safety: choose() and routed() may be called from many threads at once.
 #pragma once
@@ -56,6 +63,10 @@ class Policy {
                           std::span<const int> exclude) = 0;
   // The request was sent to `backend`; `succeeded` once it completed there.
   virtual void routed(const RouteRequest& /*request*/, int /*backend*/, bool /*succeeded*/) {}
+  // The replicas present now, with their weights (after an add, a removal or a new weight).
+  virtual void set_members(std::span<const Member> /*members*/) {}
+  // Slot `backend` now holds another replica: nothing learnt of the old one applies.
+  virtual void forget(int /*backend*/) {}
 };
 
 struct PolicyOptions {
@@ -70,7 +81,7 @@ struct PolicyOptions {
 };
 
 // The names above; anything else is an error listing them.
-Result<std::unique_ptr<Policy>> make_policy(std::string_view name, const std::vector<BackendConfig>& backends,
+Result<std::unique_ptr<Policy>> make_policy(std::string_view name, std::span<const Member> members,
                                             const PolicyOptions& options);
 std::vector<std::string> policy_names();
 
@@ -78,8 +89,10 @@ std::vector<std::string> policy_names();
 // The candidates' indices, ascending.
 std::vector<int> candidates(std::span<const BackendView> backends, std::span<const int> exclude);
 // The bounded-load cap (Mirrokni, Thorup and Zadimoghaddam, "Consistent hashing with bounded
-// loads", 2018): with the new request counted, ceil(factor x in-flight / candidates).
-int64_t load_cap(std::span<const BackendView> backends, std::span<const int> candidates, double factor);
+// loads", 2018), per unit of weight: with the new request counted, factor x in-flight / the
+// candidates' total weight; a replica's own cap is ceil(that x its weight x its ramp), at least 1
+// (BackendView::under_cap). With equal weights: ceil(factor x in-flight / candidates).
+double load_cap(std::span<const BackendView> backends, std::span<const int> candidates, double factor);
 // The least loaded candidate (ties: the lowest index), or -1.
 int least_loaded(std::span<const BackendView> backends, std::span<const int> candidates);
 // A 64-bit hash specified here (FNV-1a, then SplitMix64's finalizer), the same in every build,
@@ -91,7 +104,7 @@ std::unique_ptr<Policy> make_round_robin();
 std::unique_ptr<Policy> make_random(uint64_t seed);
 std::unique_ptr<Policy> make_least_load();
 std::unique_ptr<Policy> make_power_of_two(uint64_t seed);
-std::unique_ptr<Policy> make_session(const std::vector<BackendConfig>& backends, const PolicyOptions& options);
-std::unique_ptr<Policy> make_cache_aware(const std::vector<BackendConfig>& backends, const PolicyOptions& options);
+std::unique_ptr<Policy> make_session(std::span<const Member> members, const PolicyOptions& options);
+std::unique_ptr<Policy> make_cache_aware(std::span<const Member> members, const PolicyOptions& options);
 
 }  // namespace sluice::router

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "router/backend.h"
+#include "router/discovery.h"
 #include "router/policy.h"
 #include "router/prefix_index.h"
 
@@ -18,6 +19,12 @@ std::vector<BackendConfig> backends(int n) {
   return out;
 }
 
+std::vector<Member> members(int n) {
+  std::vector<Member> out;
+  for (const BackendConfig& b : backends(n)) out.push_back({static_cast<int>(out.size()), b.name, b.weight});
+  return out;
+}
+
 std::vector<BackendView> views(int n) {
   std::vector<BackendView> v;
   for (int i = 0; i < n; ++i) v.push_back({i, true, 0, 0, 0});
@@ -26,7 +33,7 @@ std::vector<BackendView> views(int n) {
 
 std::unique_ptr<Policy> policy(std::string_view name, int n, PolicyOptions o = {}) {
   o.seed = 7;
-  auto p = make_policy(name, backends(n), o);
+  auto p = make_policy(name, members(n), o);
   EXPECT_TRUE(p) << name;
   return std::move(*p);
 }
@@ -38,10 +45,19 @@ TEST(Backend, ParsesUrlAndKeyAndRefusesTheRest) {
   EXPECT_EQ(b->api_key, "secret");
   EXPECT_EQ(b->name, "http://127.0.0.1:9000");
   EXPECT_FALSE(parse_backend("https://x"));
-  auto bad = parse_backend("http://x:1,weight=2");
+  auto weighted = parse_backend("http://x:1,weight=2.5,key=k");
+  ASSERT_TRUE(weighted);
+  EXPECT_EQ(weighted->weight, 2.5);
+  EXPECT_EQ(weighted->api_key, "k");
+  auto bad = parse_backend("http://x:1,colour=2");
   ASSERT_FALSE(bad);
-  EXPECT_NE(bad.error().message().find("only ',key=KEY'"), std::string::npos) << bad.error().message();
-  auto unknown = make_policy("nearest", backends(2), {});
+  EXPECT_NE(bad.error().message().find("only ',key=KEY' and ',weight=W'"), std::string::npos) << bad.error().message();
+  for (const char* w : {"http://x:1,weight=0", "http://x:1,weight=-1", "http://x:1,weight=two", "http://x:1,weight=1e9",
+                        "http://x:1,weight="}) {
+    EXPECT_FALSE(parse_backend(w)) << w;
+  }
+  EXPECT_EQ(*backend_name("http://127.0.0.1:9000/"), "http://127.0.0.1:9000");
+  auto unknown = make_policy("nearest", members(2), {});
   ASSERT_FALSE(unknown);
   EXPECT_NE(unknown.error().message().find("known: cache_aware, session"), std::string::npos);
 }
@@ -236,6 +252,151 @@ TEST(Policies, CacheAwareFollowsThePrefixAndSpreadsASharedOne) {
   const Decision s1 = q->choose({"alice", "other text entirely, long enough to make some chunks......"}, views(4), {});
   EXPECT_EQ(s1.kind, DecisionKind::kSticky);
   EXPECT_EQ(policy("session", 4)->choose({"alice", ""}, views(4), {}).backend, s1.backend);
+}
+
+// Slots: a removed replica leaves routing at once, keeps its slot while requests are in flight
+// there, and the slot is reused under a new generation afterwards.
+TEST(Backend, MembershipChangesKeepSlotsUntilTheirRequestsEnd) {
+  BackendPool pool(backends(2), HealthConfig{});
+  EXPECT_EQ(pool.size(), 2u);
+  auto added = pool.add(*parse_backend("http://10.0.0.9:8000"), /*ramp=*/true);
+  ASSERT_TRUE(added);
+  EXPECT_EQ(*added, 2);
+  EXPECT_LT(pool.snapshot()[2].ramp, 0.2);  // a new replica ramps up like one back up
+  EXPECT_FALSE(pool.add(*parse_backend("http://10.0.0.9:8000"), false)) << "present already";
+  BackendConfig heavy = *parse_backend("http://10.0.0.8:8000");
+  heavy.weight = 0;
+  EXPECT_FALSE(pool.add(heavy, false)) << "weight out of range";
+
+  const uint64_t g1 = pool.generation(1);
+  pool.begin(1);
+  ASSERT_TRUE(pool.remove("http://10.0.0.2:8000").is_ok());
+  EXPECT_FALSE(pool.remove("http://10.0.0.2:8000").is_ok()) << "already gone";
+  EXPECT_NE(pool.generation(1), g1);
+  EXPECT_FALSE(pool.snapshot()[1].available);
+  EXPECT_EQ(pool.find("http://10.0.0.2:8000"), -1);
+  EXPECT_EQ(pool.members().size(), 2u);
+  EXPECT_EQ(pool.stats().size(), 2u);
+  // Its request still in flight: a new replica gets a new slot, not this one.
+  auto third = pool.add(*parse_backend("http://10.0.0.7:8000"), false);
+  ASSERT_TRUE(third);
+  EXPECT_EQ(*third, 3);
+  pool.end(1, Outcome::kFailure);  // a removed replica's failure ejects nobody
+  const uint64_t g2 = pool.generation(1);
+  auto reused = pool.add(*parse_backend("http://10.0.0.6:8000"), false);
+  ASSERT_TRUE(reused);
+  EXPECT_EQ(*reused, 1);
+  EXPECT_NE(pool.generation(1), g2);
+  EXPECT_EQ(pool.config(1)->name, "http://10.0.0.6:8000");
+  EXPECT_TRUE(pool.snapshot()[1].available);
+
+  // Draining: listed, checked, not available; and back.
+  ASSERT_TRUE(pool.drain("http://10.0.0.1:8000", true).is_ok());
+  EXPECT_FALSE(pool.snapshot()[0].available);
+  EXPECT_TRUE(pool.stats()[0].draining);
+  ASSERT_TRUE(pool.drain("http://10.0.0.1:8000", false).is_ok());
+  EXPECT_TRUE(pool.snapshot()[0].available);
+  ASSERT_TRUE(pool.set_weight("http://10.0.0.1:8000", 3).is_ok());
+  EXPECT_EQ(pool.snapshot()[0].weight, 3);
+  EXPECT_FALSE(pool.set_weight("http://10.0.0.1:8000", 1000).is_ok());
+  EXPECT_FALSE(pool.drain("http://10.9.9.9:1", true).is_ok());
+}
+
+TEST(Policies, WeightsSetEachReplicasShare) {
+  std::vector<BackendView> v = views(3);
+  v[0].weight = 2;
+  // Smooth weighted round robin: 2:1:1, interleaved.
+  auto rr = policy("round_robin", 3);
+  std::vector<int> seen;
+  for (int i = 0; i < 8; ++i) seen.push_back(rr->choose({}, v, {}).backend);
+  EXPECT_EQ(seen, (std::vector<int>{0, 1, 2, 0, 0, 1, 2, 0}));
+  std::map<int, int> drawn;
+  auto random = policy("random", 3);
+  for (int i = 0; i < 4000; ++i) ++drawn[random->choose({}, v, {}).backend];
+  EXPECT_NEAR(drawn[0], 2000, 150);
+  EXPECT_NEAR(drawn[1], 1000, 120);
+  // Load per unit of weight: 3 in flight at weight 2 is lighter than 2 at weight 1.
+  v[0].in_flight = 3, v[1].in_flight = 2, v[2].in_flight = 2;
+  EXPECT_EQ(policy("least_load", 3)->choose({}, v, {}).backend, 0);
+  // The bounded-load cap in proportion: 1.25 x (7 + 1) / 4 units = 2.5 per unit of weight.
+  const std::vector<int> all = {0, 1, 2};
+  const double cap = load_cap(v, all, 1.25);
+  EXPECT_DOUBLE_EQ(cap, 2.5);
+  EXPECT_TRUE(v[0].under_cap(cap));   // 3 < ceil(5)
+  EXPECT_TRUE(v[1].under_cap(cap));   // 2 < ceil(2.5) = 3...
+  v[1].in_flight = 3;
+  EXPECT_FALSE(v[1].under_cap(cap));  // ...3 is not
+}
+
+// A replica of weight 2 holds about twice the sessions; a replica added moves only the keys that
+// now map to it, and removing it again gives every key its old replica back.
+TEST(Policies, SessionRingFollowsWeightsAndMembership) {
+  std::vector<Member> m = members(4);
+  m[0].weight = 2;
+  PolicyOptions o;
+  auto p = *make_policy("session", m, o);
+  std::vector<BackendView> v = views(5);
+  v[0].weight = 2;
+  v[4].available = false;  // not yet a member
+  std::map<int, int> per_replica;
+  std::map<std::string, int> before;
+  for (int i = 0; i < 2000; ++i) {
+    const std::string key = fmt::format("user-{}", i);
+    before[key] = p->choose({key, ""}, v, {}).backend;
+    ++per_replica[before[key]];
+  }
+  EXPECT_NEAR(per_replica[0] / 800.0, 1.0, 0.2) << per_replica[0];  // 2 / 5 of 2000
+  EXPECT_NEAR(per_replica[1] / 400.0, 1.0, 0.25) << per_replica[1];
+  m.push_back({4, "http://10.0.0.5:8000", 1});
+  p->set_members(m);
+  v[4].available = true;
+  int moved = 0;
+  for (const auto& [key, was] : before) {
+    const int now = p->choose({key, ""}, v, {}).backend;
+    if (now != was) {
+      ++moved;
+      EXPECT_EQ(now, 4) << key << " moved between old replicas";
+    }
+  }
+  EXPECT_NEAR(moved / 333.0, 1.0, 0.3) << moved;  // 1 / 6 of 2000
+  m.pop_back();
+  p->set_members(m);
+  for (const auto& [key, was] : before) EXPECT_EQ(p->choose({key, ""}, v, {}).backend, was) << key;
+}
+
+TEST(Discovery, ParsesItsSpecAndReconcilesRounds) {
+  auto d = parse_discovery("dns:sluice-replicas.default.svc.cluster.local:8000,key=k,weight=2");
+  ASSERT_TRUE(d) << d.error().message();
+  EXPECT_EQ(d->host, "sluice-replicas.default.svc.cluster.local");
+  EXPECT_EQ(d->port, 8000);
+  EXPECT_EQ(d->api_key, "k");
+  EXPECT_EQ(d->weight, 2);
+  for (const char* bad : {"srv:x:1", "dns:x", "dns::80", "dns:x:0", "dns:x:70000", "dns:x:80a", "dns:x/y:80",
+                          "dns:x:80,colour=red"}) {
+    EXPECT_FALSE(parse_discovery(bad)) << bad;
+  }
+  EXPECT_EQ(discovered_url("10.1.2.3", false, 8000), "http://10.1.2.3:8000");
+  EXPECT_EQ(discovered_url("fd00::5", true, 8000), "http://[fd00::5]:8000");
+  ASSERT_TRUE(parse_backend(discovered_url("fd00::5", true, 8000)));
+  const std::set<std::string> known = {"http://a:1", "http://b:1"};
+  const std::vector<std::string> resolved = {"http://c:1", "http://b:1", "http://c:1"};
+  const MembershipChange c = reconcile(known, resolved);
+  EXPECT_EQ(c.add, (std::vector<std::string>{"http://c:1"}));
+  EXPECT_EQ(c.remove, (std::vector<std::string>{"http://a:1"}));
+  EXPECT_TRUE(reconcile(known, std::vector<std::string>{"http://b:1", "http://a:1"}).add.empty());
+}
+
+TEST(PrefixIndex, ForgetDropsOneReplicasPrefixes) {
+  PrefixIndex index(4, 1000);
+  const auto now = Clock::now();
+  const auto h = index.chunk_hashes("aaaabbbb");
+  index.insert(h, 0, std::chrono::seconds(10), now);
+  index.insert(h, 1, std::chrono::seconds(10), now);
+  index.insert(index.chunk_hashes("cccc"), 1, std::chrono::seconds(10), now);
+  EXPECT_EQ(index.num_entries(), 5u);
+  index.forget(1);
+  EXPECT_EQ(index.num_entries(), 2u);
+  EXPECT_EQ(index.match(h, 2, now), (std::vector<int32_t>{2, 0}));
 }
 
 TEST(Policies, StableHashIsSpecified) {

@@ -71,6 +71,20 @@ void PrefixIndex::insert(const std::vector<uint64_t>& hashes, int backend, Clock
   evict();
 }
 
+void PrefixIndex::forget(int backend) {
+  MutexLock lock(mu_);
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    Entry& e = it->second;
+    num_holders_ -= std::erase_if(e.holders, [&](const Holder& h) { return h.backend == backend; });
+    if (e.holders.empty()) {
+      lru_.erase(e.lru);
+      it = entries_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 void PrefixIndex::evict() {
   while (num_holders_ > max_entries_ && !lru_.empty()) {
     auto it = entries_.find(lru_.back());

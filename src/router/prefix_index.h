@@ -33,6 +33,8 @@ class PrefixIndex {
   std::vector<int32_t> match(const std::vector<uint64_t>& hashes, size_t num_backends, Clock::time_point now);
   // `backend` holds every prefix in `hashes` until now + ttl (an existing later expiry is kept).
   void insert(const std::vector<uint64_t>& hashes, int backend, Clock::duration ttl, Clock::time_point now);
+  // Nothing is believed of `backend` any more (its slot holds another replica now).
+  void forget(int backend);
   size_t num_entries() const;
   size_t chunk_bytes() const { return chunk_bytes_; }
 

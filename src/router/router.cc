@@ -16,10 +16,12 @@ namespace sluice::router {
 std::string_view reason(int status) {
   switch (status) {
     case 200: return "OK";
+    case 201: return "Created";
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
+    case 409: return "Conflict";
     case 413: return "Payload Too Large";
     case 429: return "Too Many Requests";
     case 500: return "Internal Server Error";
@@ -143,6 +145,7 @@ net::awaitable<bool> Router::Impl::handle(beast::tcp_stream& client, beast::flat
   if (path == "/metrics") {
     co_return co_await respond(client, 200, metrics_of(*this), keep, "text/plain; version=0.0.4");
   }
+  if (path == "/admin" || path.starts_with("/admin/")) co_return co_await admin(client, req, path);
   if (path == "/v1/models" && req.method() == bhttp::verb::get) {
     Json list = co_await models();
     if (list["data"].empty()) {
@@ -176,7 +179,9 @@ net::awaitable<Json> Router::Impl::models() {
 }
 
 Result<std::unique_ptr<Router>> Router::create(RouterConfig config) {
-  if (config.backends.empty()) return Error(StatusCode::kInvalid, "no backend: give --backend URL (or --backends-file FILE)");
+  if (config.backends.empty() && config.discover.empty()) {
+    return Error(StatusCode::kInvalid, "no backend: give --backend URL (or --backends-file FILE, or --discover dns:NAME:PORT)");
+  }
   for (size_t i = 0; i < config.backends.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
       if (config.backends[i].name == config.backends[j].name) {
@@ -189,7 +194,7 @@ Result<std::unique_ptr<Router>> Router::create(RouterConfig config) {
     return Error(StatusCode::kInvalid, "the load factor must be >= 1, got {}", config.policy_options.load_factor);
   }
   auto impl = std::make_unique<Impl>(std::move(config));
-  auto policy = make_policy(impl->config.policy, impl->config.backends, impl->config.policy_options);
+  auto policy = make_policy(impl->config.policy, impl->pool.members(), impl->config.policy_options);
   if (!policy) return Error(policy.error());
   impl->policy = std::move(*policy);
   beast::error_code ec;
@@ -222,12 +227,8 @@ const BackendPool& Router::backends() const { return impl_->pool; }
 void Router::start() {
   Impl& s = *impl_;
   net::co_spawn(s.ioc, s.accept_loop(), net::detached);
-  for (size_t b = 0; b < s.pool.size(); ++b) {
-    net::co_spawn(net::make_strand(s.ioc), s.health_loop(static_cast<int>(b)), net::detached);
-    if (s.config.metrics_interval_seconds > 0) {
-      net::co_spawn(net::make_strand(s.ioc), s.scrape_loop(static_cast<int>(b)), net::detached);
-    }
-  }
+  for (size_t b = 0; b < s.pool.size(); ++b) s.start_checks(static_cast<int>(b));
+  for (const DiscoveryConfig& d : s.config.discover) net::co_spawn(net::make_strand(s.ioc), s.discovery_loop(d), net::detached);
   s.signals.async_wait([this](const beast::error_code& ec, int) {
     if (!ec) request_shutdown();
   });

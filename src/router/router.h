@@ -37,6 +37,20 @@
 // had not asked), next to the cached chunks cache_aware predicted: the warm cache hit rate at the
 // router, reconciled with its own picture.
 //
+// Usage groups: the same sums per group of requests, the group being the value of the
+// usage_group_header (default X-Session-Group: a tenant, an application, a cohort), else
+// "session" for requests with a session key and "none" for the rest; past max_usage_groups
+// distinct values, "other". So operators see whose traffic finds the cache warm.
+//
+// Membership (backend.h) changes while the router runs: DNS discovery (discovery.h) and the
+// admin API (router_admin.cc, only with an admin_key):
+//   GET  /admin/replicas              every replica: health, load, weight, usage and hit rate
+//   POST /admin/replicas              {"url": U, "key"?: K, "weight"?: W}: add one (201)
+//   POST /admin/replicas/remove       {"url": U}: no new requests, gone once in flight ones end
+//   POST /admin/replicas/drain        {"url": U, "drain"?: true|false}: no new requests, still listed
+//   POST /admin/replicas/weight       {"url": U, "weight": W}
+// A change made there lives as long as the router: a restarted router starts from its flags.
+//
 // Shutdown (SIGINT/SIGTERM, request_shutdown()): the listener closes, in-flight requests finish
 // for up to drain_seconds, then the threads stop.
 //
@@ -50,6 +64,7 @@
 
 #include "common/status.h"
 #include "router/backend.h"
+#include "router/discovery.h"
 #include "router/policy.h"
 
 namespace sluice::router {
@@ -59,14 +74,19 @@ struct RouterConfig {
   uint16_t port = 8080;                 // 0: any free port (see Router::port)
   int threads = 2;
   std::vector<BackendConfig> backends;
+  std::vector<DiscoveryConfig> discover;  // DNS names whose addresses are replicas
+  double discover_interval_seconds = 10;
   std::string policy = "cache_aware";
   PolicyOptions policy_options;
   HealthConfig health;
   std::string api_key;                  // non-empty: clients must send it (Authorization: Bearer)
+  std::string admin_key;                // non-empty: the admin API is on, for this bearer token
+  std::string usage_group_header = "X-Session-Group";
+  size_t max_usage_groups = 100;
   std::vector<std::string> session_headers{"X-Session-ID", "X-User-ID"};
   size_t max_body_bytes = 8 << 20;      // larger request bodies get 413
   double idle_timeout_seconds = 60;     // a client silent this long (between or inside requests) is closed
-  double connect_timeout_seconds = 5;   // to a replica
+  double connect_timeout_seconds = 5;   // to a replica, its name resolved too; also a DNS discovery lookup
   double upstream_timeout_seconds = 600;  // a whole exchange with a replica
   int max_attempts = 3;                 // replicas tried for one request
   double retry_budget = 0.2;            // retries of answers in flight per request in flight

@@ -1,13 +1,24 @@
 // The router's active health checks and its scrapes of the replicas' /metrics (backend.h).
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
 
+#include "router/resolve.h"
 #include "router/router_impl.h"
 
 namespace sluice::router {
 
 net::awaitable<http::HttpResult<http::HttpResponse>> Router::Impl::get(int backend, std::string path) {
-  const BackendConfig& b = pool.config(backend);
+  const std::shared_ptr<const BackendConfig> config_of = pool.config(backend);
+  const BackendConfig& b = *config_of;
+  // A name is looked up under the time limit first: the client's own lookup has none, and a
+  // resolver that hangs must fail the check rather than stall it.
+  auto resolved = co_await resolve(b.url.host, b.url.port, ms(config.connect_timeout_seconds));
+  if (!resolved) {
+    co_return std::unexpected(http::HttpError{http::ErrorKind::kConnect, 0, resolved.error().message(), {}});
+  }
   http::HttpOptions o;
   o.connect_timeout = ms(std::min(config.connect_timeout_seconds, config.health_timeout_seconds));
   o.request_timeout = ms(config.health_timeout_seconds);
@@ -18,22 +29,32 @@ net::awaitable<http::HttpResult<http::HttpResponse>> Router::Impl::get(int backe
   co_return co_await c.request(r);
 }
 
-net::awaitable<void> Router::Impl::health_loop(int backend) {
+void Router::Impl::start_checks(int backend) {
+  const uint64_t generation = pool.generation(backend);
+  net::co_spawn(net::make_strand(ioc), health_loop(backend, generation), net::detached);
+  if (config.metrics_interval_seconds > 0) {
+    net::co_spawn(net::make_strand(ioc), scrape_loop(backend, generation), net::detached);
+  }
+}
+
+net::awaitable<void> Router::Impl::health_loop(int backend, uint64_t generation) {
   auto ex = co_await net::this_coro::executor;
-  while (!stopping) {
+  while (!stopping && pool.generation(backend) == generation) {
     auto got = co_await get(backend, "/health");
     // A server without the route (404) is alive all the same; a 5xx (draining) or no answer is not.
     const bool passed = got.has_value() || (got.error().kind == http::ErrorKind::kStatus && got.error().status == 404);
+    if (pool.generation(backend) != generation) break;
     pool.health_check(backend, passed);
     net::steady_timer t(ex, ms(config.health_interval_seconds));
     co_await t.async_wait(kTuple);
   }
 }
 
-net::awaitable<void> Router::Impl::scrape_loop(int backend) {
+net::awaitable<void> Router::Impl::scrape_loop(int backend, uint64_t generation) {
   auto ex = co_await net::this_coro::executor;
-  while (!stopping) {
-    if (auto got = co_await get(backend, "/metrics")) {
+  while (!stopping && pool.generation(backend) == generation) {
+    auto got = co_await get(backend, "/metrics");
+    if (got && pool.generation(backend) == generation) {
       // sluice's names, then vLLM's.
       double waiting = 0, kv = 0;
       std::string_view text = got->body;

@@ -1,6 +1,8 @@
 // What the router's files share (router.cc: listening, connections, its own routes, starting and
 // stopping; router_proxy.cc: relaying a request to a replica; router_health.cc: health checks and
-// scrapes of the replicas' /metrics; router_metrics.cc: its own /metrics). Not part of its interface.
+// scrapes of the replicas' /metrics; router_admin.cc: the admin API and changes of membership;
+// router_discovery.cc: DNS discovery; router_metrics.cc: its own /metrics). Not part of its
+// interface.
 #pragma once
 
 #include <array>
@@ -67,12 +69,15 @@ struct Metrics {
     int64_t prompt_chunks = 0, predicted_chunks = 0;
   };
   std::map<std::string, Usage> usage;  // per backend
+  std::map<std::string, Usage> group_usage;  // per usage group (router.h)
+  std::map<std::string, std::pair<int64_t, int64_t>> resolutions;  // per discovered name: (ok, failed)
 };
 
 // What a client asked for, as the router relays it.
 struct Exchange {
   bhttp::request<bhttp::string_body>& req;
   RouteRequest route;
+  std::string group;       // the usage group (router.h)
   bool stream = false;
   bool keep_alive = true;  // the client's connection may serve another request after this one
   bool fresh = false;      // connect anew rather than reuse an idle connection
@@ -109,6 +114,13 @@ struct Router::Impl {
   explicit Impl(RouterConfig c)
       : config(std::move(c)), pool(config.backends, config.health), idle(config.backends.size()) {}
 
+  // Membership changes, one at a time (the admin API, DNS discovery): the pool, idle
+  // connections, the policy's ring and the slot's health checks move together.
+  Result<int> add_backend(BackendConfig backend, bool ramp);
+  Status remove_backend(std::string_view name);
+  Status set_weight(std::string_view name, double weight);
+  Mutex membership_mu;
+
   RouterConfig config;
   BackendPool pool;
   std::unique_ptr<Policy> policy;
@@ -121,9 +133,13 @@ struct Router::Impl {
   std::atomic<int64_t> in_flight{0}, retries_in_flight{0};
   uint16_t port = 0;
 
-  // Idle keep-alive connections to each replica, reused by later requests.
+  // Idle keep-alive connections to each slot's replica, reused by later requests.
+  struct IdleConnection {
+    uint64_t generation;
+    std::unique_ptr<beast::tcp_stream> stream;
+  };
   Mutex idle_mu;
-  std::vector<std::vector<std::unique_ptr<beast::tcp_stream>>> idle SLUICE_GUARDED_BY(idle_mu);
+  std::vector<std::vector<IdleConnection>> idle SLUICE_GUARDED_BY(idle_mu);
 
   mutable Mutex metrics_mu;
   Metrics metrics SLUICE_GUARDED_BY(metrics_mu);
@@ -139,22 +155,39 @@ struct Router::Impl {
                              bhttp::request<bhttp::string_body>& req);
   net::awaitable<Attempt> attempt(int backend, beast::tcp_stream& client, beast::flat_buffer& buffer, Exchange& x,
                                   double& ttft);
+  net::awaitable<bool> admin(beast::tcp_stream& client, bhttp::request<bhttp::string_body>& req, std::string_view path);
   net::awaitable<Json> models();
   // GET `path` of a replica on a connection of its own, with the health timeout.
   net::awaitable<http::HttpResult<http::HttpResponse>> get(int backend, std::string path);
-  net::awaitable<void> health_loop(int backend);
-  net::awaitable<void> scrape_loop(int backend);
+  // Both stop once the slot's generation moves on (its replica removed).
+  net::awaitable<void> health_loop(int backend, uint64_t generation);
+  net::awaitable<void> scrape_loop(int backend, uint64_t generation);
+  void start_checks(int backend);
+  net::awaitable<void> discovery_loop(DiscoveryConfig discovery);
+  // The usage group of a request (router.h), bounded to config.max_usage_groups names.
+  std::string usage_group(std::string_view header_value, bool has_session);
 
-  std::unique_ptr<beast::tcp_stream> take_idle(int backend) {
+  // A connection is kept with the generation of the slot it was opened for: one to a replica
+  // since removed is never handed to the slot's next replica.
+  std::unique_ptr<beast::tcp_stream> take_idle(int backend, uint64_t generation) {
     MutexLock lock(idle_mu);
-    if (idle[backend].empty()) return nullptr;
-    auto s = std::move(idle[backend].back());
-    idle[backend].pop_back();
-    return s;
+    auto& conns = idle[backend];
+    while (!conns.empty()) {
+      IdleConnection c = std::move(conns.back());
+      conns.pop_back();
+      if (c.generation == generation) return std::move(c.stream);
+    }
+    return nullptr;
   }
-  void give_idle(int backend, std::unique_ptr<beast::tcp_stream> s) {
+  void give_idle(int backend, uint64_t generation, std::unique_ptr<beast::tcp_stream> s) {
     MutexLock lock(idle_mu);
-    if (idle[backend].size() < 64) idle[backend].push_back(std::move(s));
+    if (idle[backend].size() < 64) idle[backend].push_back({generation, std::move(s)});
+  }
+  // A new slot, or one whose replica is gone.
+  void clear_idle(int backend) {
+    MutexLock lock(idle_mu);
+    if (static_cast<size_t>(backend) >= idle.size()) idle.resize(backend + 1);
+    idle[backend].clear();
   }
   void count(const std::string& backend, DecisionKind kind, int status) {
     MutexLock lock(metrics_mu);

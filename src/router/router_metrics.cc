@@ -32,6 +32,10 @@ std::string metrics_of(const Router::Impl& s) {
   for (const auto& b : stats) out += fmt::format("sluice_router_backend_up{{backend=\"{}\"}} {}\n", label(b.name), b.up ? 1 : 0);
   family("backend_ejected", "gauge", "1 while the replica is ejected for failures in a row.");
   for (const auto& b : stats) out += fmt::format("sluice_router_backend_ejected{{backend=\"{}\"}} {}\n", label(b.name), b.ejected ? 1 : 0);
+  family("backend_draining", "gauge", "1 while the replica is draining (admin API): no new requests.");
+  for (const auto& b : stats) out += fmt::format("sluice_router_backend_draining{{backend=\"{}\"}} {}\n", label(b.name), b.draining ? 1 : 0);
+  family("backend_weight", "gauge", "The replica's weight: its share relative to the others.");
+  for (const auto& b : stats) out += fmt::format("sluice_router_backend_weight{{backend=\"{}\",source=\"{}\"}} {}\n", label(b.name), source_name(b.source), b.weight);
   family("backend_in_flight", "gauge", "Requests the router has in flight at the replica.");
   for (const auto& b : stats) out += fmt::format("sluice_router_backend_in_flight{{backend=\"{}\"}} {}\n", label(b.name), b.in_flight);
   family("backend_waiting", "gauge", "Waiting requests the replica reported on its /metrics.");
@@ -72,16 +76,30 @@ std::string metrics_of(const Router::Impl& s) {
       out += fmt::format("sluice_router_{}_count{{backend=\"{}\"}} {}\n", name, label(backend), h.count);
     }
   };
-  family("prompt_tokens_total", "counter", "Prompt tokens of answers with usage, per replica.");
-  for (const auto& [b, u] : m.usage) out += fmt::format("sluice_router_prompt_tokens_total{{backend=\"{}\"}} {}\n", label(b), u.prompt_tokens);
-  family("cached_tokens_total", "counter", "Of those, the tokens the replica served from its prefix cache (usage).");
-  for (const auto& [b, u] : m.usage) out += fmt::format("sluice_router_cached_tokens_total{{backend=\"{}\"}} {}\n", label(b), u.cached_tokens);
-  family("prompt_chunks_total", "counter", "cache_aware: the 64-byte chunks of those prompts.");
-  for (const auto& [b, u] : m.usage) out += fmt::format("sluice_router_prompt_chunks_total{{backend=\"{}\"}} {}\n", label(b), u.prompt_chunks);
-  family("predicted_cached_chunks_total", "counter",
-         "cache_aware: of those, the chunks the router believed the replica held (against cached/prompt tokens).");
-  for (const auto& [b, u] : m.usage) {
-    out += fmt::format("sluice_router_predicted_cached_chunks_total{{backend=\"{}\"}} {}\n", label(b), u.predicted_chunks);
+  // The usage sums, per replica (label backend) and per usage group (label group, names prefixed group_).
+  auto usage = [&](std::string_view prefix, std::string_view key, std::string_view per,
+                   const std::map<std::string, Metrics::Usage>& sums) {
+    const std::pair<std::string_view, std::string_view> families[] = {
+        {"prompt_tokens_total", "Prompt tokens of answers with usage"},
+        {"cached_tokens_total", "Of those, the tokens served from the replicas' prefix caches (usage)"},
+        {"prompt_chunks_total", "cache_aware: the 64-byte chunks of those prompts"},
+        {"predicted_cached_chunks_total",
+         "cache_aware: of those, the chunks the router believed the replica held (against cached/prompt tokens)"}};
+    for (size_t f = 0; f < std::size(families); ++f) {
+      const std::string name = fmt::format("{}{}", prefix, families[f].first);
+      family(name, "counter", fmt::format("{}, per {}.", families[f].second, per));
+      for (const auto& [k, u] : sums) {
+        const int64_t values[] = {u.prompt_tokens, u.cached_tokens, u.prompt_chunks, u.predicted_chunks};
+        out += fmt::format("sluice_router_{}{{{}=\"{}\"}} {}\n", name, key, label(k), values[f]);
+      }
+    }
+  };
+  usage("", "backend", "replica", m.usage);
+  usage("group_", "group", "usage group (the X-Session-Group header; else session or none)", m.group_usage);
+  family("discovery_lookups_total", "counter", "DNS discovery lookups by name and result (a failed one leaves the replicas as they were).");
+  for (const auto& [spec, r] : m.resolutions) {
+    out += fmt::format("sluice_router_discovery_lookups_total{{name=\"{}\",result=\"ok\"}} {}\n", label(spec), r.first);
+    out += fmt::format("sluice_router_discovery_lookups_total{{name=\"{}\",result=\"error\"}} {}\n", label(spec), r.second);
   }
   histograms("request_duration_seconds", "From the request read to the last byte relayed, per replica.", m.e2e);
   histograms("time_to_first_byte_seconds", "Streams: from the request sent upstream to its first body bytes.", m.ttft);

@@ -8,6 +8,7 @@
 #include <boost/asio/this_coro.hpp>
 #include <fmt/format.h>
 
+#include "router/resolve.h"
 #include "router/router_impl.h"
 
 namespace sluice::router {
@@ -97,7 +98,8 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
     session = body["user"].get<std::string>();
   }
   const std::string prompt = prompt_text(body);
-  Exchange x{req, RouteRequest{session, prompt}, false, keep};
+  Exchange x{req, RouteRequest{session, prompt}, usage_group(req[config.usage_group_header], !session.empty()), false,
+             keep};
   x.stream = body.is_object() && body.contains("stream") && body["stream"].is_boolean() && body["stream"].get<bool>();
   x.body = req.body();
   if (x.stream) {
@@ -138,8 +140,8 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
       break;
     }
     tried.push_back(d.backend);
-    const std::string& name = pool.config(d.backend).name;
     pool.begin(d.backend);
+    const std::string name = pool.config(d.backend)->name;
     double ttft = -1;
     last = co_await attempt(d.backend, client, buffer, x, ttft);
     if (a > 0) retries_in_flight.fetch_sub(1);
@@ -166,12 +168,13 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
       const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
       if (relayed && x.prompt_tokens >= 0) {
         with_metrics([&](Metrics& m) {
-          Metrics::Usage& u = m.usage[name];
-          u.prompt_tokens += x.prompt_tokens;
-          u.cached_tokens += x.cached_tokens;
-          ++u.with_usage;
-          u.prompt_chunks += d.prompt_chunks;
-          u.predicted_chunks += d.predicted_chunks;
+          for (Metrics::Usage* u : {&m.usage[name], &m.group_usage[x.group]}) {
+            u->prompt_tokens += x.prompt_tokens;
+            u->cached_tokens += x.cached_tokens;
+            ++u->with_usage;
+            u->prompt_chunks += d.prompt_chunks;
+            u->predicted_chunks += d.predicted_chunks;
+          }
         });
       }
       count(name, d.kind, last.kind == Attempt::kClientGone ? 499 : last.status);
@@ -213,7 +216,10 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
 
 net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& client, beast::flat_buffer& buffer,
                                               Exchange& x, double& ttft) {
-  const BackendConfig& b = pool.config(backend);
+  // The replica as it was when chosen: the admin API or discovery may remove it meanwhile.
+  const std::shared_ptr<const BackendConfig> config_of = pool.config(backend);
+  const BackendConfig& b = *config_of;
+  const uint64_t generation = pool.generation(backend);
   const auto started = Clock::now();
   auto ex = co_await net::this_coro::executor;
   Attempt result;
@@ -245,19 +251,18 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
   const auto deadline = started + ms(config.upstream_timeout_seconds);
   bool reused = false;
   for (int tries = 0;; ++tries) {
-    conn = tries == 0 && !x.fresh ? take_idle(backend) : nullptr;  // a second try: a fresh connection
+    conn = tries == 0 && !x.fresh ? take_idle(backend, generation) : nullptr;  // a second try: a fresh connection
     reused = conn != nullptr;
     if (!conn) {
       conn = std::make_unique<beast::tcp_stream>(ex);
-      tcp::resolver resolver(ex);
-      auto [rec, endpoints] = co_await resolver.async_resolve(b.url.host, std::to_string(b.url.port), kTuple);
-      if (rec) {
+      auto endpoints = co_await resolve(b.url.host, b.url.port, ms(config.connect_timeout_seconds));
+      if (!endpoints) {
         result.error_kind = "connect";
         result.kind = Attempt::kRetryable;
         co_return result;
       }
       conn->expires_after(ms(config.connect_timeout_seconds));
-      auto [cec, endpoint] = co_await conn->async_connect(endpoints, kTuple);
+      auto [cec, endpoint] = co_await conn->async_connect(*endpoints, kTuple);
       if (cec) {
         result.error_kind = cec == beast::error::timeout ? "timeout" : "connect";
         result.kind = Attempt::kRetryable;
@@ -341,12 +346,18 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
   std::string events;  // a stream's bytes not yet relayed: at most one incomplete event
   bool failed = false;
   bool client_write_failed = false;
+  // An HTTP/1.0 client knows no chunked encoding: its stream ends when the connection closes.
+  const bool chunked = x.req.version() >= 11;
+  auto frame = [chunked](std::string_view bytes) {
+    return chunked ? fmt::format("{:x}\r\n{}\r\n", bytes.size(), bytes) : std::string(bytes);
+  };
   if (relay_stream) {
     std::string h = fmt::format(
-        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n{}"
+        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nCache-Control: no-cache\r\n{}{}"
         "X-Sluice-Replica: {}\r\n\r\n",
         result.status, reason(result.status), result.content_type.empty() ? "text/event-stream" : result.content_type,
-        x.keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n", b.name);
+        chunked ? "Transfer-Encoding: chunked\r\n" : "",
+        x.keep_alive && chunked ? "Connection: keep-alive\r\n" : "Connection: close\r\n", b.name);
     client_write_failed = static_cast<bool>(co_await write_client(client, h, ms(config.idle_timeout_seconds)));
   }
   while (!parser.is_done() && !client_write_failed) {
@@ -379,9 +390,7 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
         events.erase(0, at);
         if (events.size() > (1u << 20)) out += std::exchange(events, {});  // not SSE: relayed as it is
         if (!out.empty()) {
-          std::string chunk = fmt::format("{:x}\r\n", out.size());
-          chunk += out;
-          chunk += "\r\n";
+          const std::string chunk = frame(out);
           client_write_failed = static_cast<bool>(co_await write_client(client, chunk, ms(config.idle_timeout_seconds)));
         }
       } else if (collected.size() + got > (64u << 20)) {
@@ -405,7 +414,7 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
   }
   if (relay_stream) {
     std::string tail;
-    if (!events.empty()) tail = fmt::format("{:x}\r\n{}\r\n", events.size(), events);  // an unfinished last event
+    if (!events.empty()) tail = frame(events);  // an unfinished last event
     if (failed) {
       // The stream started: end it with an error event rather than retry or hang.
       with_metrics([](Metrics& m) { ++m.stream_errors; });
@@ -420,17 +429,17 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
                           {"type", "server_error"}}}}
               .dump() +
           "\n\ndata: [DONE]\n\n";
-      tail += fmt::format("{:x}\r\n{}\r\n", event.size(), event);
+      tail += frame(event);
     }
-    tail += "0\r\n\r\n";
+    if (chunked) tail += "0\r\n\r\n";
     // The replica's share is done before the client sees the end, so the client's next request
     // finds the load as it is (a session would spill from its own replica otherwise).
     pool.end(backend, failed ? Outcome::kFailure : Outcome::kSuccess);
     result.released = true;
     const beast::error_code ec = co_await write_client(client, tail, ms(config.idle_timeout_seconds));
     result.kind = ec ? Attempt::kClientGone : Attempt::kRelayed;
-    result.keep_alive = !failed;
-    if (!failed && parser.keep_alive()) give_idle(backend, std::move(conn));
+    result.keep_alive = !failed && chunked;
+    if (!failed && parser.keep_alive()) give_idle(backend, generation, std::move(conn));
     co_return result;
   }
   if (failed) {
@@ -438,7 +447,7 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
     result.kind = Attempt::kRetryable;
     co_return result;
   }
-  if (parser.keep_alive()) give_idle(backend, std::move(conn));
+  if (parser.keep_alive()) give_idle(backend, generation, std::move(conn));
   result.body = std::move(collected);
   if (ok) {
     if (auto j = parse_json(result.body)) read_usage(*j, x.prompt_tokens, x.cached_tokens);

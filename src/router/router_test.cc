@@ -3,14 +3,20 @@
 #include "router/router.h"
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <thread>
+#include <tuple>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "common/http_test_server.h"
@@ -50,13 +56,14 @@ TestHttpServer::Handler named(std::string name, std::atomic<int>* served = nullp
 
 struct Fixture {
   explicit Fixture(std::vector<TestHttpServer*> replicas, std::string policy = "round_robin",
-                   std::vector<http::Url> extra = {}) {
+                   std::vector<http::Url> extra = {}, std::function<void(RouterConfig&)> tweak = {}) {
     RouterConfig c;
     c.port = 0;
     c.policy = policy;
     c.health_interval_seconds = 0.05;
     c.metrics_interval_seconds = 0;
     c.drain_seconds = 1;
+    if (tweak) tweak(c);
     for (TestHttpServer* s : replicas) extra.push_back(s->url());
     for (const http::Url& u : extra) c.backends.push_back(*parse_backend(u.to_string()));
     config = c;
@@ -332,6 +339,207 @@ TEST(Router, SessionKeysStickThroughTheProxyAndApiKeysAreChecked) {
   with_key.headers.push_back({"Authorization", "Bearer sesame"});
   EXPECT_TRUE(http::fetch(url, with_key));
   EXPECT_FALSE(Router::create(RouterConfig{}));  // no backend
+}
+
+http::HttpResult<http::HttpResponse> admin(const Fixture& f, std::string method, std::string target, std::string body = "",
+                                           std::string key = "adm") {
+  http::HttpRequest r{.method = std::move(method), .target = std::move(target), .body = std::move(body)};
+  if (!key.empty()) r.headers.push_back({"Authorization", "Bearer " + key});
+  return http::fetch(f.url, r);
+}
+
+// The replicas that answer `n` requests in a row (each answer names its replica).
+std::map<std::string, int> answers(Fixture& f, int n) {
+  std::map<std::string, int> out;
+  for (int i = 0; i < n; ++i) {
+    auto r = f.post("/v1/completions", R"({"prompt":"x"})");
+    EXPECT_TRUE(r) << r.error().message;
+    if (r) ++out[r->body];
+  }
+  return out;
+}
+
+TEST(Router, AdminApiAddsDrainsWeighsAndRemovesReplicas) {
+  TestHttpServer a(named("a")), b(named("b")), c(named("c"));
+  {
+    Fixture off({&a});
+    auto r = admin(off, "GET", "/admin/replicas");
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().status, 404);
+    EXPECT_NE(r.error().body.find("--admin-key"), std::string::npos);
+  }
+  Fixture f({&a}, "round_robin", {}, [](RouterConfig& rc) { rc.admin_key = "adm"; });
+  const std::string A = a.url().to_string(), B = b.url().to_string(), C = c.url().to_string();
+  auto no_key = admin(f, "GET", "/admin/replicas", "", "");
+  ASSERT_FALSE(no_key);
+  EXPECT_EQ(no_key.error().status, 401);
+
+  // Add: answers come from both, 1:1.
+  auto added = admin(f, "POST", "/admin/replicas", R"({"url":")" + B + R"(/"})");
+  ASSERT_TRUE(added) << added.error().message << added.error().body;
+  EXPECT_EQ(added->status, 201);
+  EXPECT_EQ((*parse_json(added->body))["source"], "admin");
+  EXPECT_EQ(answers(f, 4), (std::map<std::string, int>{{R"({"replica":"a"})", 2}, {R"({"replica":"b"})", 2}}));
+  // Bad requests: each says what is wrong.
+  struct Bad {
+    std::string method, target, body;
+    int status;
+    std::string says;
+  };
+  for (const Bad& bad : std::vector<Bad>{
+           {"POST", "/admin/replicas", R"({"url":")" + B + R"("})", 409, "there already"},
+           {"POST", "/admin/replicas", R"({"url":"https://x:1"})", 400, "https"},
+           {"POST", "/admin/replicas", R"({"url":")" + C + R"(","weight":-1})", 400, "weight"},
+           {"POST", "/admin/replicas", R"({"url":")" + C + R"(","key":7})", 400, "key"},
+           {"POST", "/admin/replicas", "{", 400, "not JSON"},
+           {"POST", "/admin/replicas", "[]", 400, "\\\"url\\\""},
+           {"POST", "/admin/replicas/remove", R"({"url":"http://10.9.9.9:1"})", 404, "no replica"},
+           {"POST", "/admin/replicas/drain", R"({"url":")" + A + R"(","drain":"yes"})", 400, "drain"},
+           {"POST", "/admin/replicas/weight", R"({"url":")" + A + R"("})", 400, "weight"},
+           {"POST", "/admin/replicas/weight", R"({"url":")" + A + R"(","weight":1000})", 400, "between"},
+           {"GET", "/admin/replicas/remove", "", 405, "takes POST"},
+           {"GET", "/admin/nothing", "", 404, "no admin route"},
+       }) {
+    auto r = admin(f, bad.method, bad.target, bad.body);
+    ASSERT_FALSE(r) << bad.target << " " << bad.body;
+    EXPECT_EQ(r.error().status, bad.status) << bad.target << " " << bad.body << ": " << r.error().body;
+    EXPECT_NE(r.error().body.find(bad.says), std::string::npos) << r.error().body;
+  }
+
+  // Drain: a gets nothing new but stays listed; then back.
+  ASSERT_TRUE(admin(f, "POST", "/admin/replicas/drain", R"({"url":")" + A + R"("})"));
+  EXPECT_EQ(answers(f, 3), (std::map<std::string, int>{{R"({"replica":"b"})", 3}}));
+  auto listed = admin(f, "GET", "/admin/replicas");
+  ASSERT_TRUE(listed);
+  auto list = *parse_json(listed->body);
+  ASSERT_EQ(list["replicas"].size(), 2u) << listed->body;
+  EXPECT_EQ(list["replicas"][0]["state"], "draining");
+  EXPECT_EQ(list["replicas"][1]["requests"], 5);
+  ASSERT_TRUE(admin(f, "POST", "/admin/replicas/drain", R"({"url":")" + A + R"(","drain":false})"));
+  // Weight 3: three of every four.
+  ASSERT_TRUE(admin(f, "POST", "/admin/replicas/weight", R"({"url":")" + A + R"(","weight":3})"));
+  EXPECT_EQ(answers(f, 8), (std::map<std::string, int>{{R"({"replica":"a"})", 6}, {R"({"replica":"b"})", 2}}));
+  EXPECT_NE(f.router->metrics_text().find("sluice_router_backend_weight{backend=\"" + A + "\",source=\"static\"} 3"),
+            std::string::npos);
+
+  // Remove b, add c: c takes b's slot, and none of b's idle connections (answers say c, never b).
+  auto removed = admin(f, "POST", "/admin/replicas/remove", R"({"url":")" + B + R"("})");
+  ASSERT_TRUE(removed) << removed.error().body;
+  EXPECT_EQ((*parse_json(removed->body))["removed"], true);
+  EXPECT_EQ(f.router->metrics_text().find(B), std::string::npos) << "b's series went with it";
+  ASSERT_TRUE(admin(f, "POST", "/admin/replicas/weight", R"({"url":")" + A + R"(","weight":1})"));
+  ASSERT_TRUE(admin(f, "POST", "/admin/replicas", R"({"url":")" + C + R"("})"));
+  EXPECT_EQ(answers(f, 4), (std::map<std::string, int>{{R"({"replica":"a"})", 2}, {R"({"replica":"c"})", 2}}));
+  EXPECT_EQ(f.router->backends().size(), 2u);
+}
+
+// A replica removed while it answers a request: the request completes there, nothing new goes there.
+TEST(Router, ARemovedReplicaFinishesItsRequestsInFlight) {
+  std::atomic<int> started{0};
+  TestHttpServer slow([&](const ReceivedRequest& r, TestExchange& ex) -> net::awaitable<void> {
+    if (r.target == "/health") {
+      co_await ex.respond(200, "{}");
+      co_return;
+    }
+    ++started;
+    net::steady_timer t(co_await net::this_coro::executor, 300ms);
+    co_await t.async_wait(net::use_awaitable);
+    co_await ex.respond(200, R"({"replica":"slow"})");
+  });
+  TestHttpServer other(named("other"));
+  Fixture f({&slow, &other}, "round_robin", {}, [](RouterConfig& rc) { rc.admin_key = "adm"; });
+  http::HttpResult<http::HttpResponse> first = std::unexpected(http::HttpError{});
+  std::thread client([&] { first = f.post("/v1/completions", R"({"prompt":"x"})"); });
+  while (started.load() == 0) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(admin(f, "POST", "/admin/replicas/remove", R"({"url":")" + slow.url().to_string() + R"("})"));
+  EXPECT_EQ(answers(f, 3), (std::map<std::string, int>{{R"({"replica":"other"})", 3}}));
+  client.join();
+  ASSERT_TRUE(first) << first.error().message;
+  EXPECT_EQ(first->body, R"({"replica":"slow"})");
+  EXPECT_EQ(started.load(), 1);
+}
+
+// --discover dns:localhost:PORT: the replica is found by name; a name that does not resolve
+// leaves the pool as it is, counted as a failed lookup.
+TEST(Router, DiscoversReplicasByDns) {
+  TestHttpServer a(named("a"));
+  Fixture f({}, "round_robin", {}, [&](RouterConfig& rc) {
+    rc.discover.push_back(*parse_discovery("dns:localhost:" + std::to_string(a.port())));
+    rc.discover.push_back(*parse_discovery("dns:no-such-replica.invalid:8000"));
+    rc.discover_interval_seconds = 0.1;
+    rc.connect_timeout_seconds = 0.5;
+  });
+  std::string m;
+  for (int i = 0; i < 400; ++i) {
+    m = f.router->metrics_text();
+    if (m.find("name=\"dns:no-such-replica.invalid:8000\",result=\"error\"} ") != std::string::npos &&
+        m.find("sluice_router_backend_up{backend=\"" + a.url().to_string() + "\"} 1") != std::string::npos) {
+      break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_NE(m.find("sluice_router_backend_weight{backend=\"" + a.url().to_string() + "\",source=\"dns\"} 1"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("name=\"dns:no-such-replica.invalid:8000\",result=\"error\"} "), std::string::npos) << m;
+  EXPECT_EQ(m.find("name=\"dns:no-such-replica.invalid:8000\",result=\"ok\"} 1"), std::string::npos) << m;
+  // localhost may also list ::1, where nothing listens: a retry (or its health checks) takes care of it.
+  for (int i = 0; i < 4; ++i) {
+    auto r = f.post("/v1/completions", R"({"prompt":"x"})");
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(r->body, R"({"replica":"a"})");
+  }
+  RouterConfig only_discovery;
+  only_discovery.port = 0;
+  only_discovery.discover.push_back(*parse_discovery("dns:localhost:1"));
+  EXPECT_TRUE(Router::create(only_discovery)) << "discovery alone is enough to start";
+}
+
+// Usage per group: the X-Session-Group header, else session or none; past the bound, other.
+TEST(Router, CountsUsagePerGroup) {
+  TestHttpServer replica([&](const ReceivedRequest& r, TestExchange& ex) -> net::awaitable<void> {
+    if (r.target == "/health") {
+      co_await ex.respond(200, "{}");
+      co_return;
+    }
+    co_await ex.respond(200, R"({"usage":{"prompt_tokens":10,"prompt_tokens_details":{"cached_tokens":3}}})");
+  });
+  Fixture f({&replica}, "round_robin", {}, [](RouterConfig& rc) { rc.max_usage_groups = 3; });
+  const std::vector<std::vector<http::Header>> requests = {
+      {{"X-Session-Group", "team-a"}}, {{"X-Session-Group", "team-a"}}, {{"X-Session-ID", "s1"}}, {},
+      {{"X-Session-Group", "team-b"}}, {{"X-Session-Group", "team-c"}}};
+  for (const auto& headers : requests) ASSERT_TRUE(f.post("/v1/completions", R"({"prompt":"x"})", headers));
+  const std::string m = f.router->metrics_text();
+  for (const auto& [group, prompt, cached] : std::vector<std::tuple<std::string, int, int>>{
+           {"team-a", 20, 6}, {"session", 10, 3}, {"none", 10, 3}, {"other", 20, 6}}) {
+    EXPECT_NE(m.find(fmt::format("sluice_router_group_prompt_tokens_total{{group=\"{}\"}} {}", group, prompt)),
+              std::string::npos)
+        << group << "\n" << m;
+    EXPECT_NE(m.find(fmt::format("sluice_router_group_cached_tokens_total{{group=\"{}\"}} {}", group, cached)),
+              std::string::npos)
+        << group;
+  }
+}
+
+// An HTTP/1.0 client knows no chunked encoding: its stream comes as plain bytes, ended by close.
+TEST(Router, StreamsToAnHttp10ClientWithoutChunks) {
+  TestHttpServer a(named("a"));
+  Fixture f({&a});
+  net::io_context io;
+  net::ip::tcp::socket s(io);
+  s.connect({net::ip::make_address("127.0.0.1"), f.url.port});
+  const std::string body = R"({"prompt":"hi","stream":true})";
+  const std::string req = fmt::format("POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
+                                      "Content-Length: {}\r\n\r\n{}",
+                                      body.size(), body);
+  net::write(s, net::buffer(req));
+  std::string got;
+  boost::system::error_code ec;
+  net::read(s, net::dynamic_buffer(got), ec);  // to the end: the router closes
+  EXPECT_EQ(ec, net::error::eof);
+  EXPECT_EQ(got.find("chunked"), std::string::npos) << got;
+  EXPECT_NE(got.find("Connection: close"), std::string::npos) << got;
+  EXPECT_TRUE(got.ends_with("\r\n\r\ndata: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: [DONE]\n\n")) << got;
 }
 
 }  // namespace

@@ -124,14 +124,18 @@ test("a replica killed mid-load: nothing hangs, its sessions move and come back"
       const r = await fetch(`${front.url}/v1/completions`, {
         method: "POST",
         headers: { "Content-Type": "application/json", "X-Session-ID": `session-${i % 8}` },
-        body: JSON.stringify({ prompt: "hello", max_tokens: 60, ignore_eos: true, stream }),
+        body: JSON.stringify({ prompt: "hello", max_tokens: 200, ignore_eos: true, stream }),
         signal: AbortSignal.timeout(120000),  // a hang, not a slow build
       });
       const body = await r.text();
       return { stream, status: r.status, body };
     })());
   }
-  await new Promise((r) => setTimeout(r, 150));
+  // Killed while it has requests running (a fixed wait could miss them on a fast machine).
+  await waitFor("the victim to run requests", async () => {
+    const m = await (await fetch(`${victimUrl}/metrics`)).text();
+    return /sluice_num_requests_running\{[^}]*\} [1-9]/.test(m);
+  });
   victim.proc.kill("SIGKILL");
   const results = await Promise.all(requests);
   for (const { stream, status, body } of results) {

@@ -9,7 +9,8 @@
 //      (policies/session.cc) if it is under the load cap (kSticky).
 //   2. Otherwise every candidate under the bounded-load cap, ceil(1.25 x average in flight), is
 //      priced: cost = the prompt's chunks it would have to compute (those past its longest
-//      indexed prefix) + load_weight (8 chunks) x its load (in flight + reported waiting). The
+//      indexed prefix) + load_weight (8 chunks) x its load (in flight + reported waiting, per
+//      unit of weight). The
 //      cheapest wins (ties: the lowest index): kCacheHit if it holds part of the prompt,
 //      kBalanced if none does. A prefix every request shares (one system prompt) therefore
 //      draws traffic only until its replica's load outweighs the chunks, and the cap bounds it
@@ -35,18 +36,18 @@ Clock::duration seconds(double s) {
 
 class CacheAware : public Policy {
  public:
-  CacheAware(const std::vector<BackendConfig>& backends, const PolicyOptions& options)
-      : ring_(backends, options.virtual_nodes), options_(options), index_(options.chunk_bytes, options.index_entries) {}
+  CacheAware(std::span<const Member> members, const PolicyOptions& options)
+      : ring_(members, options.virtual_nodes), options_(options), index_(options.chunk_bytes, options.index_entries) {}
   std::string_view name() const override { return "cache_aware"; }
 
   Decision choose(const RouteRequest& r, std::span<const BackendView> backends, std::span<const int> exclude) override {
     const std::vector<int> c = candidates(backends, exclude);
     if (c.empty()) return {};
-    const int64_t cap = load_cap(backends, c, options_.load_factor);
+    const double cap = load_cap(backends, c, options_.load_factor);
     Decision d;
     bool session_spilled = false;
     if (!r.session_key.empty()) {
-      d = ring_.place(r.session_key, backends, c, cap);
+      d = ring_.get()->place(r.session_key, backends, c, cap);
       if (d.kind == DecisionKind::kSticky) {
         const std::vector<uint64_t> hashes = index_.chunk_hashes(r.prompt);
         d.prompt_chunks = static_cast<int32_t>(hashes.size());
@@ -83,17 +84,19 @@ class CacheAware : public Policy {
   void routed(const RouteRequest& r, int backend, bool succeeded) override {
     if (succeeded) index_.insert(index_.chunk_hashes(r.prompt), backend, seconds(options_.entry_ttl_seconds), Clock::now());
   }
+  void set_members(std::span<const Member> members) override { ring_.set(members); }
+  void forget(int backend) override { index_.forget(backend); }
 
  private:
-  SessionRing ring_;
+  SharedSessionRing ring_;
   PolicyOptions options_;
   PrefixIndex index_;
 };
 
 }  // namespace
 
-std::unique_ptr<Policy> make_cache_aware(const std::vector<BackendConfig>& backends, const PolicyOptions& options) {
-  return std::make_unique<CacheAware>(backends, options);
+std::unique_ptr<Policy> make_cache_aware(std::span<const Member> members, const PolicyOptions& options) {
+  return std::make_unique<CacheAware>(members, options);
 }
 
 }  // namespace sluice::router

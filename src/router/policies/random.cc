@@ -1,4 +1,4 @@
-// random: one available replica uniformly at random.
+// random: one available replica at random, with probability in proportion to its weight.
 #include <random>
 
 #include "common/mutex.h"
@@ -14,8 +14,18 @@ class RandomPolicy : public Policy {
   Decision choose(const RouteRequest&, std::span<const BackendView> backends, std::span<const int> exclude) override {
     const std::vector<int> c = candidates(backends, exclude);
     if (c.empty()) return {};
-    MutexLock lock(mu_);
-    return {c[rng_() % c.size()], DecisionKind::kBalanced};
+    double total = 0;
+    for (int i : c) total += backends[i].weight;
+    double u;
+    {
+      MutexLock lock(mu_);
+      u = std::uniform_real_distribution<double>(0, total)(rng_);
+    }
+    for (int i : c) {
+      if (u < backends[i].weight) return {i, DecisionKind::kBalanced};
+      u -= backends[i].weight;
+    }
+    return {c.back(), DecisionKind::kBalanced};
   }
 
  private:

@@ -1,0 +1,202 @@
+// The admin API (router.h lists its routes) and the changes of membership it and DNS discovery
+// make (backend.h: slots and generations).
+#include <fmt/format.h>
+
+#include "router/router_impl.h"
+
+namespace sluice::router {
+
+Result<int> Router::Impl::add_backend(BackendConfig backend, bool ramp) {
+  MutexLock lock(membership_mu);
+  auto slot = pool.add(std::move(backend), ramp);
+  if (!slot) return slot;
+  clear_idle(*slot);
+  policy->forget(*slot);  // a reused slot: what was learnt of its last replica is void
+  policy->set_members(pool.members());
+  start_checks(*slot);
+  return slot;
+}
+
+Status Router::Impl::remove_backend(std::string_view name) {
+  MutexLock lock(membership_mu);
+  const int slot = pool.find(name);
+  if (Status s = pool.remove(name); !s.is_ok()) return s;
+  clear_idle(slot);
+  policy->set_members(pool.members());
+  // Its series go with it: a pool that follows DNS through pod restarts would otherwise keep
+  // the metrics of every address it ever saw.
+  with_metrics([&](Metrics& m) {
+    std::erase_if(m.requests, [&](const auto& e) { return std::get<0>(e.first) == name; });
+    std::erase_if(m.upstream_errors, [&](const auto& e) { return e.first.first == name; });
+    m.e2e.erase(std::string(name));
+    m.ttft.erase(std::string(name));
+    m.usage.erase(std::string(name));
+  });
+  return Status();
+}
+
+Status Router::Impl::set_weight(std::string_view name, double weight) {
+  MutexLock lock(membership_mu);
+  if (Status s = pool.set_weight(name, weight); !s.is_ok()) return s;
+  policy->set_members(pool.members());
+  return Status();
+}
+
+std::string Router::Impl::usage_group(std::string_view header_value, bool has_session) {
+  if (header_value.empty()) return has_session ? "session" : "none";
+  std::string group(header_value.substr(0, 128));
+  MutexLock lock(metrics_mu);
+  if (metrics.group_usage.contains(group) || metrics.group_usage.size() < config.max_usage_groups) return group;
+  return "other";
+}
+
+namespace {
+
+Json replica_json(const BackendPool::Stats& b, const Metrics& m) {
+  Json r = Json::object();
+  r["url"] = b.name;
+  r["source"] = source_name(b.source);
+  r["state"] = b.draining ? "draining" : !b.up ? "down" : b.ejected ? "ejected" : "up";
+  r["up"] = b.up;
+  r["ejected"] = b.ejected;
+  r["draining"] = b.draining;
+  r["weight"] = b.weight;
+  r["ramp"] = b.ramp;
+  r["in_flight"] = b.in_flight;
+  r["waiting"] = b.waiting;
+  r["kv_usage"] = b.kv_usage;
+  r["ejections"] = b.ejections;
+  r["health_check_failures"] = b.health_failures;
+  int64_t requests = 0;
+  for (const auto& [k, n] : m.requests) {
+    if (std::get<0>(k) == b.name) requests += n;
+  }
+  r["requests"] = requests;
+  const auto u = m.usage.find(b.name);
+  const Metrics::Usage usage = u == m.usage.end() ? Metrics::Usage{} : u->second;
+  r["prompt_tokens"] = usage.prompt_tokens;
+  r["cached_tokens"] = usage.cached_tokens;
+  r["hit_rate"] = usage.prompt_tokens > 0
+                      ? Json(static_cast<double>(usage.cached_tokens) / static_cast<double>(usage.prompt_tokens))
+                      : Json(nullptr);
+  r["predicted_hit_rate"] =
+      usage.prompt_chunks > 0
+          ? Json(static_cast<double>(usage.predicted_chunks) / static_cast<double>(usage.prompt_chunks))
+          : Json(nullptr);
+  return r;
+}
+
+// The "url" of an admin request's body, as the pool names it.
+Result<std::string> url_of(const Json& body) {
+  if (!body.is_object() || !body.contains("url") || !body["url"].is_string()) {
+    return Error(StatusCode::kInvalid, "the body must be a JSON object with \"url\": the replica's base URL");
+  }
+  auto name = backend_name(body["url"].get<std::string>());
+  if (!name) return Error(StatusCode::kInvalid, "\"url\": {}", name.error().message());
+  return name;
+}
+
+}  // namespace
+
+net::awaitable<bool> Router::Impl::admin(beast::tcp_stream& client, bhttp::request<bhttp::string_body>& req,
+                                         std::string_view path) {
+  const bool keep = req.keep_alive() && !stopping;
+  if (config.admin_key.empty()) {
+    co_return co_await respond(
+        client, 404, error_body("the admin API is off: start sluice route with --admin-key", "invalid_request_error"),
+        keep);
+  }
+  if (req[bhttp::field::authorization] != "Bearer " + config.admin_key) {
+    co_return co_await respond(client, 401, error_body("the admin API needs Authorization: Bearer ADMIN_KEY",
+                                                       "invalid_request_error", "invalid_api_key"),
+                               keep);
+  }
+  const bool get = req.method() == bhttp::verb::get, post = req.method() == bhttp::verb::post;
+  if (path == "/admin/replicas" && get) {
+    Json list = Json::array();
+    {
+      const auto stats = pool.stats();
+      MutexLock lock(metrics_mu);
+      for (const auto& b : stats) list.push_back(replica_json(b, metrics));
+    }
+    Json out = {{"policy", std::string(policy->name())}, {"replicas", list}};
+    co_return co_await respond(client, 200, out.dump(), keep);
+  }
+  static constexpr std::string_view kOps[] = {"/admin/replicas", "/admin/replicas/remove", "/admin/replicas/drain",
+                                              "/admin/replicas/weight"};
+  if (std::find(std::begin(kOps), std::end(kOps), path) == std::end(kOps)) {
+    co_return co_await respond(client, 404, error_body(fmt::format("no admin route {}", path), "invalid_request_error"),
+                               keep);
+  }
+  if (!post) {
+    Headers allow;
+    allow.emplace_back("Allow", path == "/admin/replicas" ? "GET, POST" : "POST");
+    co_return co_await respond(client, 405, error_body(fmt::format("{} takes POST", path), "invalid_request_error"),
+                               keep, "application/json", &allow);
+  }
+  auto parsed = parse_json(req.body());
+  if (!parsed) {
+    co_return co_await respond(
+        client, 400, error_body(fmt::format("the body is not JSON: {}", parsed.error().message), "invalid_request_error"),
+        keep);
+  }
+  const Json body = std::move(*parsed);
+  auto name = url_of(body);
+  if (!name) co_return co_await respond(client, 400, error_body(name.error().message(), "invalid_request_error"), keep);
+  auto bad = [&](std::string message) { return error_body(message, "invalid_request_error"); };
+  std::string answer;
+  int status = 200;
+  if (path == "/admin/replicas") {
+    // {"url", "key"?, "weight"?}: parsed as a --backend flag would be.
+    std::string spec = *name;
+    if (body.contains("key")) {
+      if (!body["key"].is_string() || body["key"].get<std::string>().find(',') != std::string::npos) {
+        co_return co_await respond(client, 400, bad("\"key\" must be a string without commas"), keep);
+      }
+      if (!body["key"].get<std::string>().empty()) spec += ",key=" + body["key"].get<std::string>();
+    }
+    if (body.contains("weight")) {
+      if (!body["weight"].is_number()) co_return co_await respond(client, 400, bad("\"weight\" must be a number"), keep);
+      spec += fmt::format(",weight={}", body["weight"].get<double>());
+    }
+    auto backend = parse_backend(spec);
+    if (!backend) co_return co_await respond(client, 400, bad(backend.error().message()), keep);
+    backend->source = Source::kAdmin;
+    if (pool.find(*name) >= 0) {
+      co_return co_await respond(client, 409, bad(fmt::format("replica {} is there already", *name)), keep);
+    }
+    auto slot = add_backend(std::move(*backend), /*ramp=*/true);
+    if (!slot) co_return co_await respond(client, 409, bad(slot.error().message()), keep);
+    status = 201;
+  } else {
+    if (pool.find(*name) < 0) {
+      co_return co_await respond(client, 404, bad(fmt::format("no replica {}", *name)), keep);
+    }
+    Status s;
+    if (path == "/admin/replicas/remove") {
+      s = remove_backend(*name);
+    } else if (path == "/admin/replicas/drain") {
+      if (body.contains("drain") && !body["drain"].is_boolean()) {
+        co_return co_await respond(client, 400, bad("\"drain\" must be true or false"), keep);
+      }
+      s = pool.drain(*name, !body.contains("drain") || body["drain"].get<bool>());
+    } else {
+      if (!body.contains("weight") || !body["weight"].is_number()) {
+        co_return co_await respond(client, 400, bad("\"weight\" must be a number"), keep);
+      }
+      s = set_weight(*name, body["weight"].get<double>());
+    }
+    if (!s.is_ok()) co_return co_await respond(client, 400, bad(s.message()), keep);
+  }
+  // The replica as it is now (gone after a removal: its last listing is not kept).
+  Json out = {{"url", *name}};
+  for (const auto& b : pool.stats()) {
+    if (b.name != *name) continue;
+    MutexLock lock(metrics_mu);
+    out = replica_json(b, metrics);
+  }
+  if (path == "/admin/replicas/remove") out["removed"] = true;
+  co_return co_await respond(client, status, out.dump(), keep);
+}
+
+}  // namespace sluice::router
