@@ -16,6 +16,7 @@ packages=(
   libpcre2-dev        # BPE pre-tokenizer regexes (Unicode properties)
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-jinja2      # oracle for chat templates (src/chat conformance test, testdata/render.py)
+  python3-yaml        # reads the Kubernetes manifests in tests/deploy
   curl                # HTTP peer in the server tests
   prometheus          # promtool checks the /metrics exposition in the server tests
 )
