@@ -120,6 +120,8 @@ struct Router::Impl {
   Status remove_backend(std::string_view name);
   Status set_weight(std::string_view name, double weight);
   Mutex membership_mu;
+  // Held from the snapshot of the replicas' load to the chosen one's begin() (router_proxy.cc).
+  Mutex route_mu;
 
   RouterConfig config;
   BackendPool pool;

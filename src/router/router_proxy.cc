@@ -134,13 +134,19 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
       net::steady_timer t(co_await net::this_coro::executor, jitter(a));
       co_await t.async_wait(kTuple);
     }
-    const Decision d = policy->choose(x.route, pool.snapshot(), tried);
+    // The load seen, the choice and its count are one step: two requests deciding at once would
+    // both see room under a replica's cap and both take it.
+    Decision d;
+    {
+      MutexLock lock(route_mu);
+      d = policy->choose(x.route, pool.snapshot(), tried);
+      if (d.backend >= 0) pool.begin(d.backend);
+    }
     if (d.backend < 0) {
       if (a > 0) retries_in_flight.fetch_sub(1);
       break;
     }
     tried.push_back(d.backend);
-    pool.begin(d.backend);
     const std::string name = pool.config(d.backend)->name;
     double ttft = -1;
     last = co_await attempt(d.backend, client, buffer, x, ttft);

@@ -3,7 +3,8 @@
 //   SLUICE_BIN=build/release/src/cli/sluice node --test tests/clients/router.test.mjs
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { spawn, execFile } from "node:child_process";
+import { promisify } from "node:util";
 import OpenAI from "openai";
 
 const BIN = process.env.SLUICE_BIN;
@@ -26,15 +27,19 @@ function start(args, pattern) {
       }
     });
     p.stderr.on("data", (d) => (err += d));
-    p.on("exit", () => procs.delete(p));
+    p.on("exit", (code) => {
+      procs.delete(p);
+      clearTimeout(timer);
+      reject(new Error(`${args[0]} exited (${code}): ${err}`));  // ignored once it had started
+    });
   });
 }
 
 const replica = (port = 0) =>
   start(["serve", "--model", "demo", "--port", String(port), "--threads", "1"], /listening on (http:\/\/[\d.]+:\d+)/);
-const router = (backends, extra = []) =>
+const router = (backends, extra = [], policy = "session") =>
   start(
-    ["route", "--port", "0", "--policy", "session", "--health-interval", "0.2", "--health-rise", "1",
+    ["route", "--port", "0", "--policy", policy, "--health-interval", "0.2", "--health-rise", "1",
       ...backends.flatMap((b) => ["--backend", b]), ...extra],
     /listening on (http:\/\/[\d.]+:\d+)/,
   );
@@ -92,6 +97,11 @@ test("every request of a session lands on one replica, and a second router agree
   const other = await router(urls);
   for (let s = 0; s < 24; s++) assert.equal(await replicaOf(other.url, `session-${s}`), first[s]);
   other.proc.kill("SIGTERM");
+  // A router restarted (the same flags, no state kept) gives every session its replica again.
+  front.proc.kill("SIGTERM");
+  await new Promise((r) => front.proc.on("exit", r));
+  front = await router(urls);
+  for (let s = 0; s < 24; s++) assert.equal(await replicaOf(front.url, `session-${s}`), first[s]);
 });
 
 test("a client that goes away cancels its request on the replica", async () => {
@@ -111,6 +121,50 @@ test("a client that goes away cancels its request on the replica", async () => {
     const m = await (await fetch(`${target}/metrics`)).text();
     return /finished_reason="abort"} [1-9]/.test(m) && /sluice_num_requests_running\{[^}]*\} 0/.test(m);
   });
+});
+
+// One system prompt shared by all traffic (vLLM production-stack #957: everything went to one
+// replica): cache_aware spreads it, no replica above the bounded-load cap, while most prompt
+// tokens still come from the replicas' caches.
+test("a prefix every request shares spreads under the load cap and stays cached", async () => {
+  const shared = await router(urls, ["--metrics-interval", "0.2"], "cache_aware");
+  const concurrency = 6;
+  let maxInFlight = 0, capExceeded = "";
+  let running = true;
+  const watch = (async () => {
+    while (running) {
+      const m = await (await fetch(`${shared.url}/metrics`)).text();
+      const inFlight = [...m.matchAll(/^sluice_router_backend_in_flight\{[^}]*\} (\d+)$/gm)].map((x) => Number(x[1]));
+      const total = inFlight.reduce((a, b) => a + b, 0);
+      const max = Math.max(...inFlight);
+      maxInFlight = Math.max(maxInFlight, max);
+      // The cap with every request in flight counted: ceil(1.25 x total / replicas).
+      if (max > Math.max(1, Math.ceil((1.25 * total) / inFlight.length))) capExceeded = `${inFlight} in flight`;
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  })();
+  await promisify(execFile)(BIN, [
+    "bench", "--url", shared.url, "--workload", "shared-prefix", "--prefixes", "1", "--questions", "30",
+    "--prefix-tokens", "200", "--prompt-tokens", "12", "--output-tokens", "8", "--prompt-format", "text",
+    "-c", String(concurrency), "--seed", "3", "--no-progress",
+  ], { timeout: 240000 });
+  running = false;
+  await watch;
+  const m = await (await fetch(`${shared.url}/metrics`)).text();
+  const perReplica = {};
+  for (const [, backend, n] of m.matchAll(/^sluice_router_requests_total\{backend="([^"]+)",[^}]*status="200"\} (\d+)$/gm)) {
+    perReplica[backend] = (perReplica[backend] ?? 0) + Number(n);
+  }
+  const counts = Object.values(perReplica);
+  const total = counts.reduce((a, b) => a + b, 0);
+  assert.equal(total, 30, m);
+  assert.ok(counts.length >= 2 && Math.max(...counts) <= 0.7 * total, `spread: ${JSON.stringify(perReplica)}`);
+  assert.equal(capExceeded, "", "no replica above the bounded-load cap");
+  assert.ok(maxInFlight >= 2, "the load did reach the replicas concurrently");
+  const sum = (name) => [...m.matchAll(new RegExp(`^${name}\\{[^}]*\\} (\\d+)$`, "gm"))].reduce((a, x) => a + Number(x[1]), 0);
+  const hitRate = sum("sluice_router_cached_tokens_total") / sum("sluice_router_prompt_tokens_total");
+  assert.ok(hitRate > 0.6, `hit rate ${hitRate}: ${JSON.stringify(perReplica)}`);
+  shared.proc.kill("SIGTERM");
 });
 
 test("a replica killed mid-load: nothing hangs, its sessions move and come back", async () => {
