@@ -137,10 +137,11 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
     // The load seen, the choice and its count are one step: two requests deciding at once would
     // both see room under a replica's cap and both take it.
     Decision d;
+    uint64_t generation = 0;
     {
       MutexLock lock(route_mu);
       d = policy->choose(x.route, pool.snapshot(), tried);
-      if (d.backend >= 0) pool.begin(d.backend);
+      if (d.backend >= 0) pool.begin(d.backend), generation = pool.generation(d.backend);
     }
     if (d.backend < 0) {
       if (a > 0) retries_in_flight.fetch_sub(1);
@@ -167,14 +168,20 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
     if (relayed) outcome = outcome_of(last.status);
     if (overload) outcome = Outcome::kOverloaded;
     if (last.kind == Attempt::kClientGone) outcome = Outcome::kCancelled;
+    // A replica removed meanwhile (admin API, discovery) is not learnt about or counted: its
+    // slot may hold another replica by now, and its series are gone.
+    const bool present = pool.generation(d.backend) == generation;
     if (!last.released) pool.end(d.backend, outcome);
-    policy->routed(x.route, d.backend, relayed && last.status / 100 == 2);
-    if (!last.error_kind.empty()) with_metrics([&](Metrics& m) { ++m.upstream_errors[{name, last.error_kind}]; });
+    if (present) policy->routed(x.route, d.backend, relayed && last.status / 100 == 2);
+    if (!last.error_kind.empty() && present) {
+      with_metrics([&](Metrics& m) { ++m.upstream_errors[{name, last.error_kind}]; });
+    }
     if (relayed || last.kind == Attempt::kClientGone) {
       const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
       if (relayed && x.prompt_tokens >= 0) {
         with_metrics([&](Metrics& m) {
-          for (Metrics::Usage* u : {&m.usage[name], &m.group_usage[x.group]}) {
+          for (Metrics::Usage* u : {present ? &m.usage[name] : nullptr, &m.group_usage[x.group]}) {
+            if (!u) continue;
             u->prompt_tokens += x.prompt_tokens;
             u->cached_tokens += x.cached_tokens;
             ++u->with_usage;
@@ -183,15 +190,15 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
           }
         });
       }
-      count(name, d.kind, last.kind == Attempt::kClientGone ? 499 : last.status);
+      if (present) count(name, d.kind, last.kind == Attempt::kClientGone ? 499 : last.status);
       with_metrics([&](Metrics& m) {
         if (last.kind == Attempt::kClientGone) ++m.client_disconnects;
-        if (relayed) m.e2e[name].observe(seconds);
-        if (ttft >= 0) m.ttft[name].observe(ttft);
+        if (relayed && present) m.e2e[name].observe(seconds);
+        if (ttft >= 0 && present) m.ttft[name].observe(ttft);
       });
       co_return relayed && last.keep_alive && keep;
     }
-    count(name, d.kind, last.status ? last.status : (last.error_kind == "timeout" ? 504 : 502));
+    if (present) count(name, d.kind, last.status ? last.status : (last.error_kind == "timeout" ? 504 : 502));
     if (last.kind == Attempt::kFailed) break;
   }
   // Nothing was relayed: answer from here.

@@ -87,6 +87,18 @@ struct Fixture {
   http::Url url;
 };
 
+// The router's metrics once they hold `want` (an answer is counted just after its client has
+// it), or as they are after 5 s.
+std::string metrics_with(const Fixture& f, const std::string& want) {
+  std::string m;
+  for (int i = 0; i < 500; ++i) {
+    m = f.router->metrics_text();
+    if (m.find(want) != std::string::npos) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  return m;
+}
+
 // A port nothing listens on.
 http::Url dead_url() {
   net::io_context io;
@@ -298,8 +310,8 @@ TEST(Router, CountsUsageAndStripsTheUsageChunkItAskedFor) {
   auto whole = f.post("/v1/completions", R"({"prompt":"x"})");
   ASSERT_TRUE(whole);
   EXPECT_EQ(asked.load(), 2);
-  const std::string m = f.router->metrics_text();
   const std::string b = replica.url().to_string();
+  const std::string m = metrics_with(f, "sluice_router_prompt_tokens_total{backend=\"" + b + "\"} 30");
   EXPECT_NE(m.find("sluice_router_prompt_tokens_total{backend=\"" + b + "\"} 30"), std::string::npos) << m;
   EXPECT_NE(m.find("sluice_router_cached_tokens_total{backend=\"" + b + "\"} 12"), std::string::npos) << m;
 }
@@ -457,6 +469,8 @@ TEST(Router, ARemovedReplicaFinishesItsRequestsInFlight) {
   ASSERT_TRUE(first) << first.error().message;
   EXPECT_EQ(first->body, R"({"replica":"slow"})");
   EXPECT_EQ(started.load(), 1);
+  // Its series went with it and are not made again by the request that ended after.
+  EXPECT_EQ(f.router->metrics_text().find(slow.url().to_string()), std::string::npos) << f.router->metrics_text();
 }
 
 // --discover dns:localhost:PORT: the replica is found by name; a name that does not resolve
@@ -509,7 +523,7 @@ TEST(Router, CountsUsagePerGroup) {
       {{"X-Session-Group", "team-a"}}, {{"X-Session-Group", "team-a"}}, {{"X-Session-ID", "s1"}}, {},
       {{"X-Session-Group", "team-b"}}, {{"X-Session-Group", "team-c"}}};
   for (const auto& headers : requests) ASSERT_TRUE(f.post("/v1/completions", R"({"prompt":"x"})", headers));
-  const std::string m = f.router->metrics_text();
+  const std::string m = metrics_with(f, "sluice_router_group_prompt_tokens_total{group=\"other\"} 20");
   for (const auto& [group, prompt, cached] : std::vector<std::tuple<std::string, int, int>>{
            {"team-a", 20, 6}, {"session", 10, 3}, {"none", 10, 3}, {"other", 20, 6}}) {
     EXPECT_NE(m.find(fmt::format("sluice_router_group_prompt_tokens_total{{group=\"{}\"}} {}", group, prompt)),
