@@ -156,7 +156,7 @@ test("one session sending half the traffic stays under the bounded-load cap", as
     const r = await fetch(`${front.url}/v1/completions`, {
       method: "POST",
       headers: { "Content-Type": "application/json", "X-Session-ID": i % 2 === 0 ? "hot" : `cold-${i}` },
-      body: JSON.stringify({ prompt: "hello", max_tokens: 150, ignore_eos: true }),
+      body: JSON.stringify({ prompt: "hello", max_tokens: 100, ignore_eos: true }),
     });
     assert.equal(r.status, 200, await r.text());
     if (i % 2 === 0) replicasOfHot.add(r.headers.get("x-sluice-replica"));
@@ -177,7 +177,7 @@ test("a prefix every request shares spreads under the load cap and stays cached"
   const stop = watchInFlight(shared.url);
   await promisify(execFile)(BIN, [
     "bench", "--url", shared.url, "--workload", "shared-prefix", "--prefixes", "1", "--questions", "30",
-    "--prefix-tokens", "200", "--prompt-tokens", "12", "--output-tokens", "100", "--prompt-format", "text",
+    "--prefix-tokens", "120", "--prompt-tokens", "12", "--output-tokens", "60", "--prompt-format", "text",
     "-c", "30", "--seed", "3", "--no-progress",
   ], { timeout: 240000 });
   const { peak, total: inFlight, cap } = await stop();
