@@ -1,7 +1,9 @@
 #include "router/backend.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+
 #include <fmt/format.h>
 
 namespace sluice::router {
@@ -37,17 +39,16 @@ Result<BackendConfig> parse_backend(std::string_view text) {
   BackendConfig c;
   const size_t comma = text.find(',');
   const std::string_view url = text.substr(0, comma);
-  for (std::string_view rest = comma == std::string_view::npos ? "" : text.substr(comma + 1); !rest.empty();) {
+  for (std::string_view rest = comma == std::string_view::npos ? "" : text.substr(comma + 1);
+       comma != std::string_view::npos;) {
     const size_t next = rest.find(',');
     const std::string_view option = rest.substr(0, next);
-    rest = next == std::string_view::npos ? "" : rest.substr(next + 1);
     if (option.starts_with("key=") && option.size() > 4) {
       c.api_key = std::string(option.substr(4));
     } else if (option.starts_with("weight=")) {
-      const std::string value(option.substr(7));
-      char* end = nullptr;
-      c.weight = std::strtod(value.c_str(), &end);
-      if (value.empty() || *end != '\0') {
+      const std::string_view value = option.substr(7);
+      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), c.weight);
+      if (value.empty() || ec != std::errc() || end != value.data() + value.size()) {
         return Error(StatusCode::kInvalid, "backend '{}': weight '{}' is not a number", text, value);
       }
       if (Status s = check_weight(c.weight); !s.is_ok()) return Error(StatusCode::kInvalid, "backend '{}': {}", text, s.message());
@@ -55,6 +56,8 @@ Result<BackendConfig> parse_backend(std::string_view text) {
       return Error(StatusCode::kInvalid, "backend '{}': after the URL only ',key=KEY' and ',weight=W' may follow, got '{}'",
                    text, option);
     }
+    if (next == std::string_view::npos) break;
+    rest = rest.substr(next + 1);
   }
   auto parsed = http::parse_url(url);
   if (!parsed) return Error(StatusCode::kInvalid, "backend '{}': {}", text, parsed.error().message());
@@ -177,9 +180,10 @@ Status BackendPool::set_weight(std::string_view name, double weight) {
   return Status();
 }
 
-void BackendPool::begin(int i) {
+uint64_t BackendPool::begin(int i) {
   MutexLock lock(mu_);
   ++states_[i].in_flight;
+  return states_[i].generation;
 }
 
 void BackendPool::end(int i, Outcome outcome) {
@@ -209,9 +213,10 @@ void BackendPool::end(int i, Outcome outcome) {
   s.failures_in_a_row = 0;
 }
 
-void BackendPool::health_check(int i, bool passed) {
+void BackendPool::health_check(int i, bool passed, std::optional<uint64_t> generation) {
   MutexLock lock(mu_);
   State& s = states_[i];
+  if (generation && *generation != s.generation) return;
   if (passed) {
     s.checks_in_a_row = std::max(0, s.checks_in_a_row) + 1;
     if (!s.up && s.checks_in_a_row >= health_.rise) {
@@ -229,8 +234,9 @@ void BackendPool::health_check(int i, bool passed) {
   }
 }
 
-void BackendPool::set_reported_load(int i, int64_t waiting, double kv_usage) {
+void BackendPool::set_reported_load(int i, int64_t waiting, double kv_usage, std::optional<uint64_t> generation) {
   MutexLock lock(mu_);
+  if (generation && *generation != states_[i].generation) return;
   states_[i].waiting = waiting;
   states_[i].kv_usage = kv_usage;
 }

@@ -9,9 +9,10 @@
 // reports on its /metrics.
 //
 // Membership changes while the router runs (the admin API, DNS discovery): add() puts a replica
-// in a slot, remove() takes it out of routing at once (its requests in flight finish on their
-// own connections) and frees the slot once nothing is in flight there, drain() keeps it listed
-// and checked but sends it nothing new. Slots are indices: a policy, a health loop or a request
+// in a slot (up at once, as a static one: a wrong address is found by its failures and health
+// checks), remove() takes it out of routing and out of every listing at once (its requests in
+// flight finish on their own connections) and frees the slot once nothing is in flight there,
+// drain() keeps it listed and checked but sends it nothing new. Slots are indices: a policy, a health loop or a request
 // holds an index, so a freed slot is reused only under a new generation (a health loop of the
 // old one sees the change and stops), and the number of slots stays bounded by the most replicas
 // ever present at once plus those still finishing requests.
@@ -27,6 +28,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -118,12 +120,16 @@ class BackendPool {
   Status drain(std::string_view name, bool draining);
   Status set_weight(std::string_view name, double weight);
 
-  void begin(int i);
+  // A request goes to replica i: counted in flight. Returns the slot's generation, read under the
+  // same lock, for the request to tell later whether its replica is still there.
+  uint64_t begin(int i);
   // A request to replica i ended. Failures in a row may eject it.
   void end(int i, Outcome outcome);
   // The result of one active health check.
-  void health_check(int i, bool passed);
-  void set_reported_load(int i, int64_t waiting, double kv_usage);
+  // The result of one active health check, or of a /metrics scrape; dropped when `generation` (of
+  // the replica the check was for) is no longer the slot's.
+  void health_check(int i, bool passed, std::optional<uint64_t> generation = {});
+  void set_reported_load(int i, int64_t waiting, double kv_usage, std::optional<uint64_t> generation = {});
 
   // Of the replicas present, in slot order.
   struct Stats {

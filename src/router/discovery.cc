@@ -11,7 +11,6 @@ namespace sluice::router {
 
 Result<DiscoveryConfig> parse_discovery(std::string_view text) {
   DiscoveryConfig d;
-  d.spec = std::string(text);
   const size_t comma = text.find(',');
   std::string_view target = text.substr(0, comma);
   if (!target.starts_with("dns:")) {
@@ -30,6 +29,7 @@ Result<DiscoveryConfig> parse_discovery(std::string_view text) {
     return Error(StatusCode::kInvalid, "--discover '{}': port '{}' is not a number in 1..65535", text, port);
   }
   d.port = static_cast<uint16_t>(value);
+  d.spec = fmt::format("dns:{}:{}", d.host, d.port);  // never the options: a key must not reach /metrics
   if (d.host.find_first_of("/[]@ ") != std::string::npos) {
     return Error(StatusCode::kInvalid, "--discover '{}': '{}' is not a DNS name", text, d.host);
   }

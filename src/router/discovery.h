@@ -26,7 +26,7 @@ struct DiscoveryConfig {
   uint16_t port = 0;    // of every replica it lists
   std::string api_key;  // sent to each of them, as a backend's ",key="
   double weight = 1;
-  std::string spec;     // as given, for messages and metrics
+  std::string spec;     // "dns:NAME:PORT", for messages and metrics (without the options)
 };
 
 // Parses "dns:NAME:PORT[,key=KEY][,weight=W]".

@@ -53,7 +53,8 @@ TEST(Backend, ParsesUrlAndKeyAndRefusesTheRest) {
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().message().find("only ',key=KEY' and ',weight=W'"), std::string::npos) << bad.error().message();
   for (const char* w : {"http://x:1,weight=0", "http://x:1,weight=-1", "http://x:1,weight=two", "http://x:1,weight=1e9",
-                        "http://x:1,weight="}) {
+                        "http://x:1,weight=", "http://x:1,weight= 2", "http://x:1,weight=0x2", "http://x:1,",
+                        "http://x:1,key=k,"}) {
     EXPECT_FALSE(parse_backend(w)) << w;
   }
   EXPECT_EQ(*backend_name("http://127.0.0.1:9000/"), "http://127.0.0.1:9000");
@@ -371,6 +372,7 @@ TEST(Discovery, ParsesItsSpecAndReconcilesRounds) {
   EXPECT_EQ(d->port, 8000);
   EXPECT_EQ(d->api_key, "k");
   EXPECT_EQ(d->weight, 2);
+  EXPECT_EQ(d->spec, "dns:sluice-replicas.default.svc.cluster.local:8000") << "no key in metrics labels";
   for (const char* bad : {"srv:x:1", "dns:x", "dns::80", "dns:x:0", "dns:x:70000", "dns:x:80a", "dns:x/y:80",
                           "dns:x:80,colour=red"}) {
     EXPECT_FALSE(parse_discovery(bad)) << bad;

@@ -46,6 +46,9 @@ net::awaitable<Result<std::vector<tcp::endpoint>>> resolve(std::string host, uin
   }
   lookup->done = true;
   if (!lookup->replied) {
+    // Still queued on Asio's one resolver thread (behind a lookup that hangs): dropped, so the
+    // queue does not grow with every attempt. Already running: it cannot be stopped.
+    lookup->resolver.cancel();
     co_return Error(StatusCode::kUnavailable, "resolving '{}' took longer than {} ms", host, limit.count());
   }
   if (lookup->ec) co_return Error(StatusCode::kUnavailable, "cannot resolve '{}': {}", host, lookup->ec.message());

@@ -134,7 +134,7 @@ net::awaitable<bool> Router::Impl::handle(beast::tcp_stream& client, beast::flat
     Json health = Json::object();
     health["status"] = ok ? "ok" : (stopping ? "draining" : "no replica available");
     health["replicas_available"] = up;
-    health["replicas"] = pool.size();
+    health["replicas"] = pool.members().size();
     co_return co_await respond(client, ok ? 200 : 503, health.dump(), keep);
   }
   if (path == "/version") {
@@ -190,6 +190,9 @@ Result<std::unique_ptr<Router>> Router::create(RouterConfig config) {
     }
   }
   if (config.threads < 1) return Error(StatusCode::kInvalid, "threads must be >= 1, got {}", config.threads);
+  if (!config.admin_key.empty() && config.admin_key == config.api_key) {
+    return Error(StatusCode::kInvalid, "the admin key must differ from the API key: a client could change the replicas otherwise");
+  }
   if (!(config.policy_options.load_factor >= 1.0)) {
     return Error(StatusCode::kInvalid, "the load factor must be >= 1, got {}", config.policy_options.load_factor);
   }

@@ -46,7 +46,8 @@
 // admin API (router_admin.cc, only with an admin_key):
 //   GET  /admin/replicas              every replica: health, load, weight, usage and hit rate
 //   POST /admin/replicas              {"url": U, "key"?: K, "weight"?: W}: add one (201)
-//   POST /admin/replicas/remove       {"url": U}: no new requests, gone once in flight ones end
+//   POST /admin/replicas/remove       {"url": U}: gone from routing and listings at once; its
+//                                     requests in flight end on their own connections
 //   POST /admin/replicas/drain        {"url": U, "drain"?: true|false}: no new requests, still listed
 //   POST /admin/replicas/weight       {"url": U, "weight": W}
 // A change made there lives as long as the router: a restarted router starts from its flags.

@@ -1,5 +1,8 @@
 // The admin API (router.h lists its routes) and the changes of membership it and DNS discovery
 // make (backend.h: slots and generations).
+#include <algorithm>
+#include <initializer_list>
+
 #include <fmt/format.h>
 
 #include "router/router_impl.h"
@@ -8,18 +11,27 @@ namespace sluice::router {
 
 Result<int> Router::Impl::add_backend(BackendConfig backend, bool ramp) {
   MutexLock lock(membership_mu);
-  auto slot = pool.add(std::move(backend), ramp);
-  if (!slot) return slot;
-  clear_idle(*slot);
-  policy->forget(*slot);  // a reused slot: what was learnt of its last replica is void
-  policy->set_members(pool.members());
+  Result<int> slot;
+  {
+    // No routing decision sees the slot before its idle connections and what the policy knew
+    // of its last replica are cleared (a request that used the old replica learns nothing after).
+    MutexLock routing(route_mu);
+    slot = pool.add(std::move(backend), ramp);
+    if (!slot) return slot;
+    clear_idle(*slot);
+    if (pool.generation(*slot) != 0) policy->forget(*slot);  // a reused slot
+    policy->set_members(pool.members());
+  }
   start_checks(*slot);
   return slot;
 }
 
-Status Router::Impl::remove_backend(std::string_view name) {
+Status Router::Impl::remove_backend(std::string_view name, std::optional<Source> only) {
   MutexLock lock(membership_mu);
   const int slot = pool.find(name);
+  if (slot >= 0 && only && pool.config(slot)->source != *only) {
+    return Status::error(fmt::format("{} was not added by {}", name, source_name(*only)), StatusCode::kInvalid);
+  }
   if (Status s = pool.remove(name); !s.is_ok()) return s;
   clear_idle(slot);
   policy->set_members(pool.members());
@@ -86,6 +98,21 @@ Json replica_json(const BackendPool::Stats& b, const Metrics& m) {
   return r;
 }
 
+// Compares in time that depends on the lengths only, not on where the first difference is.
+bool same_secret(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+// A body field no route takes: a typo ("weigth") must not pass as a request without it.
+std::string unknown_field(const Json& body, std::initializer_list<std::string_view> known) {
+  for (const auto& [k, v] : body.items()) {
+    if (std::find(known.begin(), known.end(), k) == known.end()) return k;
+  }
+  return {};
+}
+
 // The "url" of an admin request's body, as the pool names it.
 Result<std::string> url_of(const Json& body) {
   if (!body.is_object() || !body.contains("url") || !body["url"].is_string()) {
@@ -106,7 +133,7 @@ net::awaitable<bool> Router::Impl::admin(beast::tcp_stream& client, bhttp::reque
         client, 404, error_body("the admin API is off: start sluice route with --admin-key", "invalid_request_error"),
         keep);
   }
-  if (req[bhttp::field::authorization] != "Bearer " + config.admin_key) {
+  if (!same_secret(req[bhttp::field::authorization], "Bearer " + config.admin_key)) {
     co_return co_await respond(client, 401, error_body("the admin API needs Authorization: Bearer ADMIN_KEY",
                                                        "invalid_request_error", "invalid_api_key"),
                                keep);
@@ -144,6 +171,13 @@ net::awaitable<bool> Router::Impl::admin(beast::tcp_stream& client, bhttp::reque
   auto name = url_of(body);
   if (!name) co_return co_await respond(client, 400, error_body(name.error().message(), "invalid_request_error"), keep);
   auto bad = [&](std::string message) { return error_body(message, "invalid_request_error"); };
+  const std::string unknown = path == "/admin/replicas"         ? unknown_field(body, {"url", "key", "weight"})
+                              : path == "/admin/replicas/drain"  ? unknown_field(body, {"url", "drain"})
+                              : path == "/admin/replicas/weight" ? unknown_field(body, {"url", "weight"})
+                                                                 : unknown_field(body, {"url"});
+  if (!unknown.empty()) {
+    co_return co_await respond(client, 400, bad(fmt::format("unknown field \"{}\" for {}", unknown, path)), keep);
+  }
   std::string answer;
   int status = 200;
   if (path == "/admin/replicas") {

@@ -30,8 +30,7 @@ net::awaitable<void> Router::Impl::discovery_loop(DiscoveryConfig d) {
       for (const std::string& url : change.remove) {
         known.erase(url);
         // Removed by the admin API already, or since added again by it: not ours to remove.
-        const int slot = pool.find(url);
-        if (slot < 0 || pool.config(slot)->source != Source::kDns || !remove_backend(url).is_ok()) continue;
+        if (!remove_backend(url, Source::kDns).is_ok()) continue;
         fmt::print(stderr, "sluice route: {} no longer lists {}: removed\n", d.host, url);
       }
       for (const std::string& url : change.add) {

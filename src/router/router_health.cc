@@ -19,10 +19,15 @@ net::awaitable<http::HttpResult<http::HttpResponse>> Router::Impl::get(int backe
   if (!resolved) {
     co_return std::unexpected(http::HttpError{http::ErrorKind::kConnect, 0, resolved.error().message(), {}});
   }
+  // The client is handed the address found, so it does not look the name up again without a
+  // limit (its Host header is then the address: these routes are the replica's own, not a
+  // virtual host's).
+  http::Url url = b.url;
+  url.host = resolved->front().address().to_string();
   http::HttpOptions o;
   o.connect_timeout = ms(std::min(config.connect_timeout_seconds, config.health_timeout_seconds));
   o.request_timeout = ms(config.health_timeout_seconds);
-  http::HttpConnection c(co_await net::this_coro::executor, b.url, o);
+  http::HttpConnection c(co_await net::this_coro::executor, url, o);
   http::HttpRequest r;
   r.target = b.url.target(path);
   if (!b.api_key.empty()) r.headers.push_back({"Authorization", "Bearer " + b.api_key});
@@ -44,7 +49,7 @@ net::awaitable<void> Router::Impl::health_loop(int backend, uint64_t generation)
     // A server without the route (404) is alive all the same; a 5xx (draining) or no answer is not.
     const bool passed = got.has_value() || (got.error().kind == http::ErrorKind::kStatus && got.error().status == 404);
     if (pool.generation(backend) != generation) break;
-    pool.health_check(backend, passed);
+    pool.health_check(backend, passed, generation);
     net::steady_timer t(ex, ms(config.health_interval_seconds));
     co_await t.async_wait(kTuple);
   }
@@ -73,7 +78,7 @@ net::awaitable<void> Router::Impl::scrape_loop(int backend, uint64_t generation)
           kv = std::max(kv, value);
         }
       }
-      pool.set_reported_load(backend, static_cast<int64_t>(waiting), kv);
+      pool.set_reported_load(backend, static_cast<int64_t>(waiting), kv, generation);
     }
     net::steady_timer t(ex, ms(config.metrics_interval_seconds));
     co_await t.async_wait(kTuple);

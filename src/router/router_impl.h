@@ -8,6 +8,7 @@
 #include <array>
 #include <atomic>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -117,10 +118,12 @@ struct Router::Impl {
   // Membership changes, one at a time (the admin API, DNS discovery): the pool, idle
   // connections, the policy's ring and the slot's health checks move together.
   Result<int> add_backend(BackendConfig backend, bool ramp);
-  Status remove_backend(std::string_view name);
+  // `only`: remove it only if it came from there (discovery never removes what the admin API added).
+  Status remove_backend(std::string_view name, std::optional<Source> only = {});
   Status set_weight(std::string_view name, double weight);
   Mutex membership_mu;
-  // Held from the snapshot of the replicas' load to the chosen one's begin() (router_proxy.cc).
+  // Held from the snapshot of the replicas' load to the chosen one's begin() (router_proxy.cc),
+  // and while a slot is given to a new replica (add_backend).
   Mutex route_mu;
 
   RouterConfig config;
@@ -173,6 +176,7 @@ struct Router::Impl {
   // since removed is never handed to the slot's next replica.
   std::unique_ptr<beast::tcp_stream> take_idle(int backend, uint64_t generation) {
     MutexLock lock(idle_mu);
+    if (static_cast<size_t>(backend) >= idle.size()) return nullptr;
     auto& conns = idle[backend];
     while (!conns.empty()) {
       IdleConnection c = std::move(conns.back());
@@ -183,6 +187,7 @@ struct Router::Impl {
   }
   void give_idle(int backend, uint64_t generation, std::unique_ptr<beast::tcp_stream> s) {
     MutexLock lock(idle_mu);
+    if (static_cast<size_t>(backend) >= idle.size()) idle.resize(backend + 1);
     if (idle[backend].size() < 64) idle[backend].push_back({generation, std::move(s)});
   }
   // A new slot, or one whose replica is gone.

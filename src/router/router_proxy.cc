@@ -141,7 +141,7 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
     {
       MutexLock lock(route_mu);
       d = policy->choose(x.route, pool.snapshot(), tried);
-      if (d.backend >= 0) pool.begin(d.backend), generation = pool.generation(d.backend);
+      if (d.backend >= 0) generation = pool.begin(d.backend);
     }
     if (d.backend < 0) {
       if (a > 0) retries_in_flight.fetch_sub(1);
@@ -172,7 +172,12 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
     // slot may hold another replica by now, and its series are gone.
     const bool present = pool.generation(d.backend) == generation;
     if (!last.released) pool.end(d.backend, outcome);
-    if (present) policy->routed(x.route, d.backend, relayed && last.status / 100 == 2);
+    {
+      // Under route_mu, which a slot's reuse holds too (add_backend): learnt before the reuse
+      // (and forgotten by it) or not at all.
+      MutexLock lock(route_mu);
+      if (pool.generation(d.backend) == generation) policy->routed(x.route, d.backend, relayed && last.status / 100 == 2);
+    }
     if (!last.error_kind.empty() && present) {
       with_metrics([&](Metrics& m) { ++m.upstream_errors[{name, last.error_kind}]; });
     }

@@ -404,6 +404,7 @@ TEST(Router, AdminApiAddsDrainsWeighsAndRemovesReplicas) {
            {"POST", "/admin/replicas", R"({"url":")" + C + R"(","weight":-1})", 400, "weight"},
            {"POST", "/admin/replicas", R"({"url":")" + C + R"(","key":7})", 400, "key"},
            {"POST", "/admin/replicas", "{", 400, "not JSON"},
+           {"POST", "/admin/replicas", R"({"url":")" + C + R"(","weigth":2})", 400, "unknown field \\\"weigth\\\""},
            {"POST", "/admin/replicas", "[]", 400, "\\\"url\\\""},
            {"POST", "/admin/replicas/remove", R"({"url":"http://10.9.9.9:1"})", 404, "no replica"},
            {"POST", "/admin/replicas/drain", R"({"url":")" + A + R"(","drain":"yes"})", 400, "drain"},
