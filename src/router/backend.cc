@@ -248,7 +248,7 @@ std::vector<BackendPool::Stats> BackendPool::stats() const {
   for (size_t i = 0; i < states_.size(); ++i) {
     const State& s = states_[i];
     if (!s.present) continue;
-    out.push_back({static_cast<int>(i), s.config->name, s.config->source, s.weight, ramp(s, now), s.up,
+    out.push_back({s.config->name, s.config->source, s.weight, ramp(s, now), s.up,
                    now < s.ejected_until, s.draining, s.in_flight, s.waiting, s.kv_usage, s.ejections,
                    s.health_failures});
   }

@@ -133,7 +133,6 @@ class BackendPool {
 
   // Of the replicas present, in slot order.
   struct Stats {
-    int index = 0;
     std::string name;
     Source source = Source::kStatic;
     double weight = 1;

@@ -196,9 +196,7 @@ net::awaitable<bool> Router::Impl::admin(beast::tcp_stream& client, bhttp::reque
     auto backend = parse_backend(spec);
     if (!backend) co_return co_await respond(client, 400, bad(backend.error().message()), keep);
     backend->source = Source::kAdmin;
-    if (pool.find(*name) >= 0) {
-      co_return co_await respond(client, 409, bad(fmt::format("replica {} is there already", *name)), keep);
-    }
+    // The weight was checked above: the pool refuses only a replica that is there already.
     auto slot = add_backend(std::move(*backend), /*ramp=*/true);
     if (!slot) co_return co_await respond(client, 409, bad(slot.error().message()), keep);
     status = 201;
