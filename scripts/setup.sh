@@ -14,6 +14,9 @@ packages=(
   nlohmann-json3-dev  # JSON (sluice generate --json, the HTTP API)
   libboost1.81-dev    # Asio/Beast: the HTTP server (sluice serve) and client (sluice bench)
   libpcre2-dev        # BPE pre-tokenizer regexes (Unicode properties)
+  libyaml-cpp-dev     # eval suites and promptfoo configs (sluice eval)
+  libsqlite3-dev      # the eval run store and request cache (sluice eval)
+  chromium            # headless browser: renders the eval HTML report in its test
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-jinja2      # oracle for chat templates (src/chat conformance test, testdata/render.py)
   python3-yaml        # reads the Kubernetes manifests in tests/deploy

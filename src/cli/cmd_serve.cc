@@ -42,11 +42,13 @@ struct Fnv {
 };
 
 // system_fingerprint: the model (its metadata, tensor layout, and the first and last 4 KiB of
-// every tensor: weights that differ anywhere in training differ there) and everything in the
-// engine configuration, so a client that records it sees any change of either.
-std::string system_fingerprint(const gguf::File& f, const EngineConfig& c) {
+// every tensor: weights that differ anywhere in training differ there), the chat template in
+// use and everything in the engine configuration, so a client that records it (sluice eval
+// --if-changed) sees any change of them.
+std::string system_fingerprint(const gguf::File& f, const EngineConfig& c, std::string_view chat_template) {
   Fnv h;
   h.add(SLUICE_VERSION);
+  h.add(chat_template);
   h.add(f.file_size());
   for (const auto& [key, value] : f.metadata()) {
     h.add(key);
@@ -117,7 +119,7 @@ int run(ServeOptions& o) {
 
   server::ApiConfig api_config;
   api_config.model_name = o.served_model_name.empty() ? default_model_name(o.model) : o.served_model_name;
-  api_config.system_fingerprint = system_fingerprint(model.file(), *config);
+  api_config.system_fingerprint = system_fingerprint(model.file(), *config, template_source);
   api_config.created = static_cast<int64_t>(std::time(nullptr));
   server::OpenAiApi api(**engine, tok, std::move(*chat_template), api_config);
 

@@ -47,6 +47,8 @@ struct Engine::Computation {
   int32_t num_output = 0;
   std::string stop_matched;
   std::vector<TokenOutput> history_tokens;  // for late subscribers (coalescable only)
+  std::vector<TokenOutput> history_prompt;  // prompt logprobs, for late subscribers (coalescable only)
+  int32_t num_prompt_scored = 0;            // prompt logprobs published (a recompute repeats them)
   std::string history_text;
   std::vector<Subscriber> subs;
   double scheduled_time = -1;
@@ -74,6 +76,7 @@ std::string coalesce_key(const Request& r) {
   put(s.presence_penalty), put(s.frequency_penalty), put(s.top_logprobs);
   put(r.sampling.temperature > 0 ? *r.seed : uint64_t{0});
   put(r.max_tokens), put(r.ignore_eos), put(r.logprobs), put(r.min_tokens), put(r.include_stop_str_in_output);
+  put(r.prompt_logprobs);
   put_ints(r.stop_token_ids);
   put_ints(r.prediction_tokens);  // not the output, but its usage figures
   put(r.speculative);
@@ -355,7 +358,7 @@ void Engine::handle_submit(Subscriber sub, Request request) {
       Computation& c = *computations_.at(it->second);
       sub.coalesced = true;
       if (!c.history_tokens.empty()) sub.first_token_time = now();
-      sub.stream->push(c.history_tokens, c.history_text, nullptr);
+      sub.stream->push(c.history_tokens, c.history_text, nullptr, c.history_prompt);
       request_to_seq_[sub.stream->id] = c.id;
       c.subs.push_back(std::move(sub));
       MutexLock lock(metrics_mu_);
@@ -370,14 +373,14 @@ void Engine::handle_submit(Subscriber sub, Request request) {
   c->max_new = max_new;
   request_to_seq_[sub.stream->id] = id;
   c->subs.push_back(std::move(sub));
-  if (max_new == 0) {  // nothing to compute
+  if (max_new == 0 && !c->request.prompt_logprobs) {  // nothing to compute
     computations_.emplace(id, std::move(c));
     finish(*computations_.at(id), FinishReason::kLength);
     return;
   }
   c->coalesce_key = std::move(key);
   if (!c->coalesce_key.empty()) by_coalesce_key_.emplace(c->coalesce_key, id);
-  scheduler_.add(id, c->request.prompt_tokens, c->request.priority);
+  scheduler_.add(id, c->request.prompt_tokens, c->request.priority, c->request.prompt_logprobs);
   std::vector<int32_t> suppressed;
   if (c->request.min_tokens > 0) {
     suppressed = c->request.stop_token_ids;
@@ -541,6 +544,7 @@ void Engine::step() {
   scheduler_.update(out, result->sampled);
   count_drafts(out, result->sampled);
   if (config_.on_step) config_.on_step(out);
+  publish_prompt_scores(result->prompt);
   for (size_t i = 0; i < result->sampled.size(); ++i) {
     // A sequence that finished at one of its tokens (a stop, say) drops the accepted ones after
     // it: they count neither as output nor as accepted drafts of the request.
@@ -560,7 +564,34 @@ void Engine::step() {
   metrics_.seqs_per_step.observe(static_cast<double>(out.seqs.size()));
 }
 
+void Engine::publish_prompt_scores(std::span<const PromptScore> scores) {
+  for (size_t i = 0; i < scores.size();) {
+    auto it = computations_.find(scores[i].seq_id);
+    if (it == computations_.end()) {
+      ++i;
+      continue;
+    }
+    Computation& c = *it->second;
+    std::vector<TokenOutput> fresh;
+    for (; i < scores.size() && scores[i].seq_id == c.id; ++i) {
+      // Positions from 1, in order; a recompute after preemption scores them again (the same
+      // numbers: batch invariance), and what was published already is skipped.
+      if (scores[i].position != c.num_prompt_scored + 1) continue;
+      ++c.num_prompt_scored;
+      const SampleResult& r = scores[i].score;
+      fresh.push_back({r.token_id, r.logprob, r.top});
+    }
+    if (fresh.empty()) continue;
+    for (Subscriber& sub : c.subs) sub.stream->push({}, {}, nullptr, fresh);
+    if (!c.coalesce_key.empty()) c.history_prompt.insert(c.history_prompt.end(), fresh.begin(), fresh.end());
+  }
+}
+
 void Engine::process_sample(Computation& c, const SampleResult& sample) {
+  if (c.max_new == 0) {  // only the prompt's logprobs were asked for
+    finish(c, FinishReason::kLength);
+    return;
+  }
   ++c.num_output;
   TokenOutput token{sample.token_id, 0, {}};
   if (c.request.logprobs) {

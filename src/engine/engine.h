@@ -160,6 +160,7 @@ class Engine {
   void step();
   void propose_drafts();
   void count_drafts(const ScheduleOutput& out, std::span<const SampledToken> sampled);
+  void publish_prompt_scores(std::span<const PromptScore> scores);
   void process_sample(Computation& c, const SampleResult& sample);
   void publish(Computation& c, std::vector<TokenOutput> tokens, std::string text);
   void finish(Computation& c, FinishReason reason, std::string error = {});

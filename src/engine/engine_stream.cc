@@ -61,9 +61,11 @@ StreamOutput RequestHandle::wait() {
   StreamOutput all;
   for (;;) {
     StreamOutput o = next();
+    all.prompt_logprobs.insert(all.prompt_logprobs.end(), o.prompt_logprobs.begin(), o.prompt_logprobs.end());
     all.tokens.insert(all.tokens.end(), o.tokens.begin(), o.tokens.end());
     all.text += o.text;
     if (o.finished) {
+      o.prompt_logprobs = std::move(all.prompt_logprobs);
       o.tokens = std::move(all.tokens);
       o.text = std::move(all.text);
       return o;

@@ -27,12 +27,14 @@ struct StreamState {
   std::function<void()> notify SLUICE_GUARDED_BY(mu);  // RequestHandle::on_output
 
   // Engine thread: appends output and wakes the reader.
-  void push(const std::vector<TokenOutput>& tokens, const std::string& text, const StreamOutput* final) {
+  void push(const std::vector<TokenOutput>& tokens, const std::string& text, const StreamOutput* final,
+            const std::vector<TokenOutput>& prompt_logprobs = {}) {
     std::function<void()> callback;
     {
       MutexLock lock(mu);
       callback = notify;
       if (final) notify = nullptr;  // nothing follows; drop what the callback holds
+      pending.prompt_logprobs.insert(pending.prompt_logprobs.end(), prompt_logprobs.begin(), prompt_logprobs.end());
       pending.tokens.insert(pending.tokens.end(), tokens.begin(), tokens.end());
       pending.text += text;
       if (final) {
@@ -42,6 +44,7 @@ struct StreamState {
         pending.error = final->error;
         pending.metrics = final->metrics;
         final_copy = pending;
+        final_copy.prompt_logprobs.clear();
         final_copy.tokens.clear();
         final_copy.text.clear();
         finished = true;

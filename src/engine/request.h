@@ -25,6 +25,13 @@ struct Request {
   int32_t min_tokens = 0;
   bool ignore_eos = false;
   bool logprobs = false;                 // report each token's logprob (and sampling.top_logprobs)
+  // Report the logprob of every prompt token after the first (and sampling.top_logprobs
+  // alternatives): the model's distribution at temperature 1 without penalties, the numbers
+  // generation reports for the same tokens. The prompt is then computed in full (its prefix is
+  // not taken from the cache, whose blocks have no logits), and max_tokens may be 0: the
+  // request ends with kLength once the prompt is scored (OpenAI's echo + logprobs +
+  // max_tokens 0, how likelihood evaluations score a text).
+  bool prompt_logprobs = false;
   int32_t priority = 0;                  // lower values are served first (as vLLM)
   std::string session;                   // optional session key (routing, metrics)
   // Speculative decoding (engine/spec/): the tokens the client expects the output to be
@@ -61,6 +68,9 @@ struct RequestMetrics {
 // Output since the previous read. Token and text deltas need not line up: text is held back
 // until it is valid UTF-8 and cannot be the start of a stop string.
 struct StreamOutput {
+  // With Request::prompt_logprobs: prompt tokens 1..n-1 in order (the first has no context),
+  // all of them before the first output token.
+  std::vector<TokenOutput> prompt_logprobs;
   std::vector<TokenOutput> tokens;
   std::string text;
   bool finished = false;

@@ -38,14 +38,32 @@ Result<RunnerOutput> Runner::run(const ScheduleOutput& out) {
     std::vector<SampleResult> samples;
   };
   std::vector<Verify> verify;
+  RunnerOutput result;
+  std::vector<int64_t> score_rows;  // [prompt scores] the row of each
+  std::vector<int32_t> score_top;   // [prompt scores] its top_logprobs
   int64_t num_rows = 0;
   for (const ScheduledSeq& s : out.seqs) {
     const int32_t row = b.add_sequence(s.block_table);
     const auto n = static_cast<int32_t>(s.token_ids.size());
     SLUICE_CHECK(s.num_draft == 0 || (s.sample && s.num_draft < n)) << "sequence " << s.seq_id << ": bad drafts";
-    // Logits at the last known token and at every draft token.
+    // Logits at the last known token and at every draft token; before them, at the prompt
+    // tokens that score the next one (never the same rows: a scored token has a prompt token
+    // after it, so it is not the last known one).
     const int32_t first_logits = n - 1 - s.num_draft;
-    for (int32_t i = 0; i < n; ++i) b.add_token(row, s.token_ids[i], s.start + i, s.sample && i >= first_logits);
+    const auto num_scored = static_cast<int32_t>(s.score_targets.size());
+    SLUICE_CHECK(num_scored <= n && (!s.sample || num_scored <= first_logits))
+        << "sequence " << s.seq_id << ": bad prompt scores";
+    for (int32_t i = 0; i < n; ++i) {
+      b.add_token(row, s.token_ids[i], s.start + i, i < num_scored || (s.sample && i >= first_logits));
+    }
+    if (num_scored > 0) {
+      const int32_t top = samplers_.contains(s.seq_id) ? samplers_.at(s.seq_id).params().top_logprobs : 0;
+      for (int32_t i = 0; i < num_scored; ++i) {
+        result.prompt.push_back({s.seq_id, s.start + i + 1, {s.score_targets[i], 0, {}}});
+        score_rows.push_back(num_rows++);
+        score_top.push_back(top);
+      }
+    }
     if (s.sample) {
       auto it = samplers_.find(s.seq_id);
       SLUICE_CHECK(it != samplers_.end()) << "sequence " << s.seq_id << " has no sampler";
@@ -77,7 +95,15 @@ Result<RunnerOutput> Runner::run(const ScheduleOutput& out) {
       }
     }
   });
-  RunnerOutput result;
+  // Prompt scores, each row on its own (a TokenScorer per chunk of rows).
+  pool_.parallel_for(static_cast<int64_t>(result.prompt.size()), [&](int64_t begin, int64_t end) {
+    TokenScorer scorer;
+    for (int64_t i = begin; i < end; ++i) {
+      const auto row = static_cast<size_t>(score_rows[i]);
+      PromptScore& p = result.prompt[i];
+      p.score = scorer.score(std::span<const float>(logits_).subspan(row * vocab, vocab), p.score.token_id, score_top[i]);
+    }
+  });
   for (Verify& v : verify) {
     for (SampleResult& r : v.samples) {
       result.sampled.push_back({v.seq_id, r.token_id});

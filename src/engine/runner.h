@@ -23,9 +23,18 @@
 
 namespace sluice {
 
+// A prompt token's logprob (ScheduledSeq::score_targets), under the model's distribution at
+// temperature 1 without penalties (TokenScorer).
+struct PromptScore {
+  SeqId seq_id = 0;
+  int32_t position = 0;                // of the scored token, >= 1
+  SampleResult score;                  // token_id is the prompt token
+};
+
 struct RunnerOutput {
   std::vector<SampledToken> sampled;   // [num_sampled] in ScheduleOutput order
   std::vector<SampleResult> samples;   // [num_sampled] logprobs of each
+  std::vector<PromptScore> prompt;     // in ScheduleOutput order, then position order
 };
 
 class Runner {

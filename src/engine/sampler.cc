@@ -223,6 +223,24 @@ SampleResult uniform_fallback(size_t vocab, int32_t num_top, std::span<const int
 
 }  // namespace
 
+SampleResult TokenScorer::score(std::span<const float> logits, int32_t token_id, int32_t top_logprobs) {
+  SLUICE_CHECK(!logits.empty()) << "score() needs at least one logit";
+  const auto n = static_cast<int64_t>(logits.size());
+  std::vector<float>& z = z_;
+  z.resize(logits.size());
+  const float max = kernels::clean_max(logits.data(), n, z.data());
+  const LogSoftmax ls = compute_log_softmax(z, max, p_);
+  if (ls.max == -kInf) {
+    SampleResult r = uniform_fallback(logits.size(), top_logprobs, {});
+    r.token_id = token_id;
+    return r;
+  }
+  SampleResult result{token_id, -kInf, {}};
+  if (token_id >= 0 && token_id < n) result.logprob = ls.logprob(z[token_id]);
+  if (top_logprobs > 0) result.top = top_n(z, top_logprobs, ls);
+  return result;
+}
+
 Status SamplingParams::validate() const {
   // Written as !(in range) so that NaN fails too.
   auto fail = [](std::string message) { return Status::error(std::move(message)); };

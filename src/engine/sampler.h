@@ -76,6 +76,20 @@ struct SampleResult {
                                   // descending, ties by id
 };
 
+// Scores given tokens rather than sampling them (prompt logprobs): score() is the
+// log-probability of `token_id` under `logits` (log_softmax at temperature 1, no penalties) and
+// the `top_logprobs` most likely tokens, exactly what a Sampler without penalties reports for a
+// token it sampled, bit for bit (the same functions compute both). NaN logits count as -inf; if
+// none is usable, the distribution is uniform. One scorer per thread (it keeps scratch).
+class TokenScorer {
+ public:
+  // REQUIRES: !logits.empty(), top_logprobs in [0, 20].
+  SampleResult score(std::span<const float> logits, int32_t token_id, int32_t top_logprobs);
+
+ private:
+  std::vector<float> z_, p_;
+};
+
 // xoshiro256** (Blackman & Vigna), its state filled by four successive splitmix64 outputs
 // of the seed. next_double() = (next() >> 11) * 2^-53, uniform in [0, 1).
 class Xoshiro256 {

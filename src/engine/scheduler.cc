@@ -10,11 +10,12 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCache& cache) : config_(co
   SLUICE_CHECK(config.max_num_seqs > 0 && config.max_batch_tokens > 0 && config.block_size == cache.block_size());
 }
 
-void Scheduler::add(SeqId seq_id, std::vector<int32_t> prompt, int32_t priority) {
+void Scheduler::add(SeqId seq_id, std::vector<int32_t> prompt, int32_t priority, bool score_prompt) {
   SLUICE_CHECK(!prompt.empty());
   Seq s;
   s.id = seq_id;
   s.priority = priority;
+  s.score_prompt = score_prompt;
   s.arrival = next_arrival_++;
   s.num_prompt = static_cast<int32_t>(prompt.size());
   s.tokens = std::move(prompt);
@@ -103,6 +104,11 @@ void Scheduler::emit(Seq& s, int32_t num_new, ScheduleOutput& out, int32_t& budg
   ss.token_ids.assign(s.tokens.begin() + s.num_computed, s.tokens.begin() + s.num_computed + num_new);
   ss.block_table = s.blocks;
   ss.sample = s.num_computed + num_new == static_cast<int32_t>(s.tokens.size());
+  if (s.score_prompt) {
+    // Positions start..start+k-1 score the prompt tokens after them.
+    const int32_t k = std::clamp(s.num_prompt - 1 - s.num_computed, 0, num_new);
+    ss.score_targets.assign(s.tokens.begin() + s.num_computed + 1, s.tokens.begin() + s.num_computed + 1 + k);
+  }
   out.seqs.push_back(std::move(ss));
   out.num_tokens += num_new;
   budget -= num_new;
@@ -165,9 +171,10 @@ Scheduler::Candidate Scheduler::pick_waiting(const std::vector<BlockId>& pending
     const Seq& s = seqs_.at(it->second);
     if (best.seq && s.priority != priority) break;  // only within the first priority class
     const auto num_tokens = static_cast<int32_t>(s.tokens.size());
-    std::vector<int32_t> hit = cache_.match(s.tokens, num_tokens - 1);
+    // A prompt to score is computed in full: neither a cached prefix nor one being computed helps.
+    std::vector<int32_t> hit = s.score_prompt ? std::vector<int32_t>() : cache_.match(s.tokens, num_tokens - 1);
     const auto num_hit = static_cast<int32_t>(hit.size()) * bs;
-    if (num_hit + bs <= num_tokens - 1 && !pending.empty()) {
+    if (!s.score_prompt && num_hit + bs <= num_tokens - 1 && !pending.empty()) {
       const BlockId next{hit.empty() ? -1 : hit.back(), std::span(s.tokens).subspan(num_hit, bs)};
       if (is_being_computed(next, pending)) continue;  // share that prefix when it is done
     }
@@ -251,6 +258,7 @@ void Scheduler::update(const ScheduleOutput& out, std::span<const SampledToken> 
     SLUICE_CHECK(s.running && s.num_computed == ss.start) << "sequence " << ss.seq_id << " changed within a step";
     const auto num_known = static_cast<int32_t>(ss.token_ids.size()) - ss.num_draft;
     s.num_computed += num_known;
+    if (s.num_computed >= s.num_prompt) s.score_prompt = false;  // scored: a recompute may use the cache
     if (ss.sample) {
       SLUICE_CHECK(s.num_computed == static_cast<int32_t>(s.tokens.size())) << "sequence " << ss.seq_id << " sampled early";
       const auto it = first.find(ss.seq_id);

@@ -86,6 +86,9 @@ struct ScheduledSeq {
   std::vector<int32_t> block_table;   // [blocks held] physical blocks, in position order
   bool sample = false;                // the chunk ends at the last known token: sample the next
   int32_t num_draft = 0;              // the last num_draft token_ids are draft tokens (sample is true)
+  // Prompt scoring (add(..., score_prompt)): the logits of token_ids[i] give the logprob of
+  // score_targets[i], the prompt token after it, for i < score_targets.size().
+  std::vector<int32_t> score_targets;
 };
 
 struct ScheduleOutput {
@@ -107,8 +110,11 @@ class Scheduler {
  public:
   Scheduler(const SchedulerConfig& config, KvCache& cache);
 
-  // Queues a new sequence. REQUIRES: an unused id, a non-empty prompt.
-  void add(SeqId seq_id, std::vector<int32_t> prompt, int32_t priority);
+  // Queues a new sequence. REQUIRES: an unused id, a non-empty prompt. `score_prompt`: every
+  // prompt token is computed with its logits wanted (ScheduledSeq::score_targets), so no prefix
+  // of the prompt is taken from the cache until all of it was computed once; a sequence
+  // preempted before that recomputes, and scores, the prompt from its start.
+  void add(SeqId seq_id, std::vector<int32_t> prompt, int32_t priority, bool score_prompt = false);
 
   ScheduleOutput schedule();
 
@@ -162,6 +168,7 @@ class Scheduler {
     int32_t num_cached = -1;      // prompt tokens from the cache at first admission (-1: not yet)
     int32_t num_bypassed = 0;     // times a later sequence of its priority was admitted first
     bool running = false;
+    bool score_prompt = false;    // until the prompt was computed once
     std::vector<int32_t> draft;   // for the next step (set_draft)
   };
   // Priority order: lower priority value first, then earlier arrival.

@@ -61,6 +61,8 @@ struct Generation::Choice {
   std::string error;
   RequestMetrics metrics;
   int64_t text_offset = 0;           // completions logprobs: bytes of text before the next token
+  std::vector<TokenOutput> prompt_scores;  // echo with logprobs: prompt tokens 1..n-1
+  bool echoed = false;               // streaming echo: the prompt's chunk was sent
 };
 
 Generation::Generation(Kind kind, const Tokenizer& tokenizer, const ApiConfig& config)
@@ -81,6 +83,11 @@ void Generation::cancel() {
   }
 }
 
+std::string Generation::token_name(int32_t id) const {
+  if (tokens_as_ids_) return fmt::format("token_id:{}", id);
+  return utf8_sanitize(tokenizer_.token_to_piece(id, /*render_special=*/true));
+}
+
 Json Generation::logprobs_json(Choice& c, const std::vector<TokenOutput>& tokens) const {
   auto piece = [&](int32_t id) { return tokenizer_.token_to_piece(id, /*render_special=*/true); };
   if (kind_ == Kind::kChat) {
@@ -90,10 +97,10 @@ Json Generation::logprobs_json(Choice& c, const std::vector<TokenOutput>& tokens
       Json top = Json::array();
       for (const TokenLogprob& alt : t.top) {
         const std::string ap = piece(alt.token_id);
-        top.push_back({{"token", utf8_sanitize(ap)}, {"logprob", alt.logprob},
+        top.push_back({{"token", token_name(alt.token_id)}, {"logprob", alt.logprob},
                        {"bytes", std::vector<uint8_t>(ap.begin(), ap.end())}});
       }
-      content.push_back({{"token", utf8_sanitize(p)}, {"logprob", t.logprob},
+      content.push_back({{"token", token_name(t.token_id)}, {"logprob", t.logprob},
                          {"bytes", std::vector<uint8_t>(p.begin(), p.end())}, {"top_logprobs", top}});
     }
     return {{"content", content}};
@@ -102,16 +109,52 @@ Json Generation::logprobs_json(Choice& c, const std::vector<TokenOutput>& tokens
   Json lp = {{"tokens", Json::array()}, {"token_logprobs", Json::array()}, {"top_logprobs", Json::array()},
              {"text_offset", Json::array()}};
   for (const TokenOutput& t : tokens) {
-    const std::string p = piece(t.token_id);
-    lp["tokens"].push_back(utf8_sanitize(p));
+    lp["tokens"].push_back(token_name(t.token_id));
     lp["token_logprobs"].push_back(t.logprob);
     Json top = Json::object();
-    for (const TokenLogprob& alt : t.top) top[utf8_sanitize(piece(alt.token_id))] = alt.logprob;
+    for (const TokenLogprob& alt : t.top) top[token_name(alt.token_id)] = alt.logprob;
     lp["top_logprobs"].push_back(top);
     lp["text_offset"].push_back(c.text_offset);
-    c.text_offset += static_cast<int64_t>(p.size());
+    c.text_offset += static_cast<int64_t>(piece(t.token_id).size());
   }
   return lp;
+}
+
+Json Generation::prompt_logprobs_json(Choice& c) const {
+  const std::vector<int32_t>& prompt = echo_prompts_[c.prompt_index];
+  Json lp = {{"tokens", Json::array()}, {"token_logprobs", Json::array()}, {"top_logprobs", Json::array()},
+             {"text_offset", Json::array()}};
+  int64_t offset = 0;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    const TokenOutput* scored = i > 0 && i - 1 < c.prompt_scores.size() ? &c.prompt_scores[i - 1] : nullptr;
+    lp["tokens"].push_back(token_name(prompt[i]));
+    lp["token_logprobs"].push_back(scored ? Json(scored->logprob) : Json(nullptr));
+    Json top = scored ? Json::object() : Json(nullptr);
+    if (scored) {
+      for (const TokenLogprob& alt : scored->top) top[token_name(alt.token_id)] = alt.logprob;
+    }
+    lp["top_logprobs"].push_back(std::move(top));
+    lp["text_offset"].push_back(offset);
+    // The bytes the token adds to the decoded prompt (Tokenizer::decode: control tokens add
+    // none, and the space an SPM vocabulary puts in front of the text is dropped).
+    std::string piece = tokenizer_.token_to_piece(prompt[i]);
+    const bool at_start = i == 0 || (i == 1 && prompt[0] == tokenizer_.bos_id());
+    if (at_start && tokenizer_.strips_leading_space() && piece.starts_with(' ')) piece.erase(0, 1);
+    offset += static_cast<int64_t>(piece.size());
+  }
+  c.text_offset = static_cast<int64_t>(echo_texts_[c.prompt_index].size());  // the completion's follow the echo
+  return lp;
+}
+
+void Generation::emit_echo(Choice& c, bool finished, std::string& events) {
+  if (!echo_ || c.echoed) return;
+  const bool scored = c.prompt_scores.size() + 1 >= echo_prompts_[c.prompt_index].size();
+  if (logprobs_ && !scored && !finished) return;
+  c.echoed = true;
+  Json choice = {{"index", c.index}, {"text", utf8_sanitize(echo_texts_[c.prompt_index])}};
+  choice["logprobs"] = logprobs_ ? prompt_logprobs_json(c) : Json(nullptr);
+  choice["finish_reason"] = nullptr;
+  events += chunk(Json::array({std::move(choice)}));
 }
 
 std::string Generation::chunk(Json choices) const {
@@ -193,7 +236,11 @@ bool Generation::poll(std::string& events) {
     while (!c.finished) {
       std::optional<StreamOutput> out = c.handle->try_next();
       if (!out) break;
+      if (echo_ && logprobs_) {
+        c.prompt_scores.insert(c.prompt_scores.end(), out->prompt_logprobs.begin(), out->prompt_logprobs.end());
+      }
       if (stream_) {
+        emit_echo(c, out->finished, events);
         emit_text(c, *out, events);
       } else {
         c.text += out->text;
@@ -238,10 +285,19 @@ ApiResult<std::string> Generation::response() {
   for (const auto& cp : choices_) {
     Choice& c = *cp;
     Json choice = {{"index", c.index}};
-    const std::string text = utf8_sanitize(c.text);
+    const std::string text = utf8_sanitize(echo_ ? echo_texts_[c.prompt_index] + c.text : c.text);
     if (kind_ == Kind::kChat) choice["message"] = {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}};
     else choice["text"] = text;
-    choice["logprobs"] = logprobs_ ? logprobs_json(c, c.tokens) : Json(nullptr);
+    if (logprobs_ && echo_) {
+      Json lp = prompt_logprobs_json(c);
+      const Json more = logprobs_json(c, c.tokens);
+      for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+        for (const Json& v : more[key]) lp[key].push_back(v);
+      }
+      choice["logprobs"] = std::move(lp);
+    } else {
+      choice["logprobs"] = logprobs_ ? logprobs_json(c, c.tokens) : Json(nullptr);
+    }
     choice["finish_reason"] = finish_reason_json(c.reason);
     choices.push_back(std::move(choice));
   }
@@ -336,7 +392,8 @@ ApiResult<std::string> OpenAiApi::render_chat(const Json& messages, const Json& 
 }
 
 ApiResult<std::unique_ptr<Generation>> OpenAiApi::submit(Generation::Kind kind, const GenerationParams& params,
-                                                         std::vector<std::vector<int32_t>> prompts) const {
+                                                         std::vector<std::vector<int32_t>> prompts,
+                                                         std::vector<std::string> echo_texts) const {
   const int32_t limit = engine_.max_sequence_tokens();
   const int64_t choices = static_cast<int64_t>(prompts.size()) * params.n;
   if (choices > engine_.config().max_queued_requests) {
@@ -374,7 +431,13 @@ ApiResult<std::unique_ptr<Generation>> OpenAiApi::submit(Generation::Kind kind, 
   g->stream_ = params.stream;
   g->include_usage_ = params.include_usage;
   g->logprobs_ = params.logprobs;
+  g->echo_ = params.echo;
+  g->tokens_as_ids_ = params.tokens_as_ids;
   for (size_t p = 0; p < prompts.size(); ++p) {
+    if (params.echo) {
+      g->echo_texts_.push_back(p < echo_texts.size() ? echo_texts[p] : tokenizer_.decode(prompts[p]));
+      if (params.logprobs) g->echo_prompts_.push_back(prompts[p]);
+    }
     g->prompt_lengths_.push_back(static_cast<int32_t>(prompts[p].size()));
     for (int32_t s = 0; s < params.n; ++s) {
       Request r;
@@ -390,6 +453,7 @@ ApiResult<std::unique_ptr<Generation>> OpenAiApi::submit(Generation::Kind kind, 
       r.min_tokens = params.min_tokens;
       r.ignore_eos = params.ignore_eos;
       r.logprobs = params.logprobs;
+      r.prompt_logprobs = params.echo && params.logprobs;
       r.priority = params.priority;
       r.session = params.user;
       r.prediction_tokens = prediction;
@@ -411,12 +475,14 @@ ApiResult<std::unique_ptr<Generation>> OpenAiApi::start_completion(const Json& b
   SLUICE_API_TRY(CompletionRequest req, parse_completion_request(body));
   SLUICE_API_TRY([[maybe_unused]] bool ok, check_model(req.params.model));
   std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> echo_texts;  // echo: a text prompt as sent, token ids decoded
   for (const PromptInput& p : req.prompts) {
     // As Hugging Face tokenizers (and so vLLM) do: special tokens written in the text count.
     SLUICE_API_TRY(auto ids, encode(p, /*add_bos=*/true, /*parse_special=*/true, "prompt"));
+    if (req.params.echo) echo_texts.push_back(p.is_tokens ? tokenizer_.decode(ids) : p.text);
     prompts.push_back(std::move(ids));
   }
-  return submit(Generation::Kind::kCompletion, req.params, std::move(prompts));
+  return submit(Generation::Kind::kCompletion, req.params, std::move(prompts), std::move(echo_texts));
 }
 
 ApiResult<std::unique_ptr<Generation>> OpenAiApi::start_chat(const Json& body) const {

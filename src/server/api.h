@@ -75,6 +75,13 @@ class Generation {
   std::string chunk(Json choices) const;
   Json usage() const;
   Json logprobs_json(Choice& c, const std::vector<TokenOutput>& tokens) const;
+  // Echo with logprobs: the prompt's tokens as legacy completions logprobs, the first one's
+  // logprob null (nothing comes before it); text offsets index the echoed text.
+  Json prompt_logprobs_json(Choice& c) const;
+  // A token as logprobs name it: its text, or "token_id:N" (return_tokens_as_token_ids).
+  std::string token_name(int32_t id) const;
+  // Streaming echo: the prompt's chunk, once its logprobs (if asked for) are all there.
+  void emit_echo(Choice& c, bool finished, std::string& events);
 
   Kind kind_;
   const Tokenizer& tokenizer_;
@@ -84,6 +91,10 @@ class Generation {
   bool stream_ = false;
   bool include_usage_ = false;
   bool logprobs_ = false;
+  bool echo_ = false;
+  bool tokens_as_ids_ = false;
+  std::vector<std::string> echo_texts_;               // per prompt, with echo
+  std::vector<std::vector<int32_t>> echo_prompts_;    // per prompt, with echo and logprobs
   std::vector<int32_t> prompt_lengths_;  // per prompt
   int32_t prediction_tokens_ = 0;        // the prediction's length, per choice
   std::vector<std::unique_ptr<Choice>> choices_;
@@ -117,7 +128,8 @@ class OpenAiApi {
   ApiResult<std::vector<int32_t>> encode(const PromptInput& prompt, bool add_bos, bool parse_special,
                                          const char* param) const;
   ApiResult<std::unique_ptr<Generation>> submit(Generation::Kind kind, const GenerationParams& params,
-                                                std::vector<std::vector<int32_t>> prompts) const;
+                                                std::vector<std::vector<int32_t>> prompts,
+                                                std::vector<std::string> echo_texts = {}) const;
 
   Engine& engine_;
   const Tokenizer& tokenizer_;

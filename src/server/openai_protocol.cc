@@ -201,6 +201,8 @@ constexpr KnownField kKnownFields[] = {
     {"priority", kCompletion | kChat},
     {"prediction", kCompletion | kChat},
     {"speculative", kCompletion | kChat},
+    {"echo", kCompletion},
+    {"return_tokens_as_token_ids", kCompletion | kChat},
     {"tools", kChat | kTokenize},
     {"tool_choice", kChat | kTokenize},
     {"parallel_tool_calls", kChat},
@@ -208,7 +210,6 @@ constexpr KnownField kKnownFields[] = {
     {"add_generation_prompt", kChat | kTokenize},
     {"add_special_tokens", kTokenize},
     // Accepted at their no-op values only (refuse_unsupported):
-    {"echo", kCompletion},
     {"suffix", kCompletion},
     {"best_of", kCompletion},
     {"logit_bias", kCompletion | kChat},
@@ -238,7 +239,6 @@ constexpr std::pair<const char*, const char*> kRefusedFields[] = {
     {"truncate_prompt_tokens", "prompt truncation"},
     {"continue_final_message", "continuing the final message"},
     {"documents", "documents for the chat template"},
-    {"return_tokens_as_token_ids", "token ids as tokens"},
 };
 
 ApiResult<bool> check_field_names(const Json& body, unsigned route) {
@@ -278,9 +278,6 @@ ApiResult<bool> refuse_unsupported(const Json& body) {
     if (!(v->is_number_integer() && field(body, "n") && *field(body, "n") == *v)) {
       return std::unexpected(ApiError::invalid("'best_of' other than 1 (or n) is not supported", "best_of"));
     }
-  }
-  if (auto v = field(body, "echo"); v && !(v->is_boolean() && !v->get<bool>())) {
-    return std::unexpected(ApiError::invalid("'echo' is not supported", "echo"));
   }
   if (auto v = field(body, "suffix"); v && !(v->is_string() && v->get<std::string>().empty())) {
     return std::unexpected(ApiError::invalid("'suffix' is not supported", "suffix"));
@@ -335,7 +332,12 @@ ApiResult<GenerationParams> parse_generation(const Json& body, bool chat) {
 
   const char* max_key = "max_tokens";
   if (chat && field(body, "max_completion_tokens")) max_key = "max_completion_tokens";
-  SLUICE_API_TRY(auto max_tokens, get_int(body, max_key, 1, std::numeric_limits<int32_t>::max()));
+  if (!chat) {
+    SLUICE_API_TRY(auto echo, get_bool(body, "echo"));
+    p.echo = echo.value_or(false);
+  }
+  // max_tokens 0 scores the prompt without generating (echo: true, the legacy API's way).
+  SLUICE_API_TRY(auto max_tokens, get_int(body, max_key, p.echo ? 0 : 1, std::numeric_limits<int32_t>::max()));
   if (max_tokens) p.max_tokens = static_cast<int32_t>(*max_tokens);
   SLUICE_API_TRY(auto min_tokens, get_int(body, "min_tokens", 0, std::numeric_limits<int32_t>::max()));
   p.min_tokens = static_cast<int32_t>(min_tokens.value_or(0));
@@ -429,6 +431,8 @@ ApiResult<GenerationParams> parse_generation(const Json& body, bool chat) {
     p.sampling.top_logprobs = static_cast<int32_t>(logprobs.value_or(0));
   }
 
+  SLUICE_API_TRY(auto as_ids, get_bool(body, "return_tokens_as_token_ids"));
+  p.tokens_as_ids = as_ids.value_or(false);
   SLUICE_API_TRY(auto user, get_string(body, "user"));
   p.user = user.value_or("");
   SLUICE_API_TRY(auto priority, get_int(body, "priority", std::numeric_limits<int32_t>::min(),

@@ -11,7 +11,7 @@
 //
 // Beyond OpenAI's fields, vLLM's sampling extensions are accepted with the same meaning:
 // top_k (0 or -1: off), min_p, repetition_penalty, ignore_eos, stop_token_ids, priority,
-// and chat_template_kwargs (extra variables for the chat template).
+// chat_template_kwargs (extra variables for the chat template) and return_tokens_as_token_ids.
 #pragma once
 
 #include <cstdint>
@@ -87,6 +87,12 @@ struct GenerationParams {
   bool stream = false;
   bool include_usage = false;           // stream_options.include_usage
   bool logprobs = false;                // report logprobs (sampling.top_logprobs alternatives)
+  // Completions only: the prompt comes back before the completion, in the text and, with
+  // logprobs, in the logprobs (each prompt token scored, the first null); max_tokens may be 0.
+  bool echo = false;
+  // vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:N", so a client can
+  // map them back to ids whatever their text.
+  bool tokens_as_ids = false;
   std::string user;
   int32_t priority = 0;
   // Predicted outputs: prediction {"type": "content", "content": text or text parts}; drafted

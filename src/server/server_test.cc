@@ -635,3 +635,76 @@ TEST_F(ServerTest, PredictedOutputsChangeNothingButTheUsage) {
 
 }  // namespace
 }  // namespace sluice::server
+
+namespace sluice::server {
+namespace {
+
+// echo + logprobs + max_tokens 0 (the legacy API's way to score a text, what likelihood
+// evaluations send): the prompt comes back with each token's logprob, the first one null, and
+// those logprobs are the ones generation reported for the same tokens.
+TEST_F(ServerTest, EchoScoresThePromptAsGenerationScoredIt) {
+  // Generate greedily with token ids as the logprobs' tokens...
+  const Json gen = Json::parse(body_of(exchange(post("/v1/completions",
+      R"({"prompt": "the cat sat", "max_tokens": 6, "temperature": 0, "ignore_eos": true, "logprobs": 2,
+          "return_tokens_as_token_ids": true})"))));
+  const Json& glp = gen["choices"][0]["logprobs"];
+  ASSERT_EQ(glp["tokens"].size(), 6u) << gen.dump();
+  std::vector<int32_t> generated;
+  for (const Json& t : glp["tokens"]) {
+    const std::string s = t.get<std::string>();
+    ASSERT_TRUE(s.starts_with("token_id:")) << s;
+    generated.push_back(std::stoi(s.substr(9)));
+  }
+  for (const auto& [k, v] : glp["top_logprobs"][0].items()) EXPECT_TRUE(k.starts_with("token_id:")) << k;
+  // ...then score prompt + output as one prompt of token ids.
+  const Json tok = Json::parse(body_of(exchange(post("/tokenize", R"({"prompt": "the cat sat"})"))));
+  std::vector<int32_t> ids = tok["tokens"].get<std::vector<int32_t>>();
+  const size_t num_prompt = ids.size();
+  ids.insert(ids.end(), generated.begin(), generated.end());
+  const Json scored = Json::parse(body_of(exchange(post("/v1/completions",
+      Json{{"prompt", ids}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 2}, {"temperature", 0}}.dump()))));
+  const Json& c = scored["choices"][0];
+  EXPECT_EQ(c["finish_reason"], "length");
+  EXPECT_EQ(scored["usage"]["completion_tokens"], 0);
+  const Json& lp = c["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), ids.size()) << scored.dump();
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  EXPECT_EQ(lp["text_offset"][0], 0);
+  for (size_t i = 1; i < ids.size(); ++i) {
+    ASSERT_TRUE(lp["token_logprobs"][i].is_number()) << i;
+    EXPECT_LE(lp["token_logprobs"][i].get<double>(), 0.0);
+    EXPECT_EQ(lp["top_logprobs"][i].size(), 2u);
+    EXPECT_GE(lp["text_offset"][i].get<int64_t>(), lp["text_offset"][i - 1].get<int64_t>());
+  }
+  for (size_t i = 0; i < generated.size(); ++i) {
+    EXPECT_EQ(lp["token_logprobs"][num_prompt + i], glp["token_logprobs"][i]) << "generated token " << i;
+  }
+  // The echoed text is the prompt decoded: the text generation started from, then its output.
+  EXPECT_EQ(c["text"].get<std::string>(), "the cat sat" + gen["choices"][0]["text"].get<std::string>());
+
+  // echo with generation: the prompt, then the completion, in the text and in the logprobs.
+  const Json both = Json::parse(body_of(exchange(post("/v1/completions",
+      R"({"prompt": "the cat sat", "max_tokens": 6, "temperature": 0, "ignore_eos": true, "logprobs": 0, "echo": true})"))));
+  const Json& b = both["choices"][0];
+  EXPECT_EQ(b["text"], "the cat sat" + gen["choices"][0]["text"].get<std::string>());
+  ASSERT_EQ(b["logprobs"]["tokens"].size(), num_prompt + 6);
+  EXPECT_EQ(b["logprobs"]["text_offset"][num_prompt], std::string("the cat sat").size());
+  // Streamed: the first event carries the prompt and its logprobs.
+  const std::string sse = body_of(exchange(post("/v1/completions",
+      R"({"prompt": "the cat sat", "max_tokens": 2, "echo": true, "logprobs": 1, "stream": true})")));
+  const size_t at = sse.find("data: {");
+  ASSERT_NE(at, std::string::npos) << sse;
+  const Json first = Json::parse(sse.substr(at + 6, sse.find("\n\n", at) - at - 6));
+  EXPECT_EQ(first["choices"][0]["text"], "the cat sat");
+  EXPECT_EQ(first["choices"][0]["logprobs"]["tokens"].size(), num_prompt);
+  // echo without logprobs needs no scoring; max_tokens 0 without echo is refused.
+  const Json plain = Json::parse(body_of(exchange(post("/v1/completions", R"({"prompt": "the cat", "max_tokens": 0, "echo": true})"))));
+  EXPECT_EQ(plain["choices"][0]["text"], "the cat");
+  EXPECT_NE(exchange(post("/v1/completions", R"({"prompt": "the cat", "max_tokens": 0})")).find("'max_tokens' must be in [1,"),
+            std::string::npos);
+  wait_engine_idle();
+}
+
+}  // namespace
+}  // namespace sluice::server

@@ -1,0 +1,332 @@
+#include "eval/assertions.h"
+
+#include <cmath>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "eval/json_schema.h"
+#include "eval/render.h"
+
+namespace sluice::eval {
+namespace {
+
+std::string ascii_lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::vector<uint32_t> code_points(std::string_view s) {
+  std::vector<uint32_t> out;
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+    uint32_t cp = n == 1 ? c : c & (0x7F >> n);
+    for (int k = 1; k < n && i + k < s.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+    out.push_back(cp);
+    i += n;
+  }
+  return out;
+}
+
+std::string value_text(const Json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+// A list value, or a comma-separated string, as promptfoo reads contains-any/all.
+std::vector<std::string> value_list(const Json& v) {
+  std::vector<std::string> out;
+  if (v.is_array()) {
+    for (const Json& x : v) out.push_back(value_text(x));
+  } else {
+    const std::string s = value_text(v);
+    size_t start = 0;
+    for (;;) {
+      const size_t comma = s.find(',', start);
+      std::string part = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      const auto b = part.find_first_not_of(' '), e = part.find_last_not_of(' ');
+      if (b != std::string::npos) out.push_back(part.substr(b, e - b + 1));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  return out;
+}
+
+// The first balanced {...} or [...] in `text` that parses as JSON.
+std::optional<Json> find_json(const std::string& text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '{' && text[i] != '[') continue;
+    int depth = 0;
+    bool in_string = false;
+    for (size_t j = i; j < text.size(); ++j) {
+      const char c = text[j];
+      if (in_string) {
+        if (c == '\\') ++j;
+        else if (c == '"') in_string = false;
+        continue;
+      }
+      if (c == '"') in_string = true;
+      else if (c == '{' || c == '[') ++depth;
+      else if ((c == '}' || c == ']') && --depth == 0) {
+        Json j2 = Json::parse(text.substr(i, j - i + 1), nullptr, false);
+        if (!j2.is_discarded()) return j2;
+        break;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<double> first_number(const std::string& text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    const bool sign = (text[i] == '-' || text[i] == '+') && i + 1 < text.size() && std::isdigit(static_cast<unsigned char>(text[i + 1]));
+    if (!sign && !std::isdigit(static_cast<unsigned char>(text[i]))) continue;
+    std::string num;
+    size_t j = i;
+    if (sign) num += text[j++];
+    while (j < text.size() && (std::isdigit(static_cast<unsigned char>(text[j])) || text[j] == ',' || text[j] == '.' ||
+                               text[j] == 'e' || text[j] == 'E')) {
+      if (text[j] != ',') num += text[j];  // thousands separators
+      ++j;
+    }
+    while (!num.empty() && !std::isdigit(static_cast<unsigned char>(num.back()))) num.pop_back();
+    char* end = nullptr;
+    const double v = std::strtod(num.c_str(), &end);
+    if (end && end != num.c_str()) return v;
+  }
+  return std::nullopt;
+}
+
+Result<double> number_value(const Json& v, const std::string& type) {
+  if (v.is_number()) return v.get<double>();
+  if (v.is_string()) {
+    char* end = nullptr;
+    const std::string s = v.get<std::string>();
+    const double d = std::strtod(s.c_str(), &end);
+    if (end && end != s.c_str() && *end == '\0') return d;
+  }
+  return Error(StatusCode::kInvalid, "assertion '{}' needs a number, got {}", type, v.dump());
+}
+
+std::optional<double> mean_logprob(const Reply& r) {
+  double sum = 0;
+  int64_t n = 0;
+  for (const auto& lp : r.token_logprobs) {
+    if (lp) sum += *lp, ++n;
+  }
+  if (n == 0) return std::nullopt;
+  return sum / static_cast<double>(n);
+}
+
+// The grading prompt of llm-rubric (the judge answers with JSON, as promptfoo's graders do).
+std::string rubric_prompt(const std::string& rubric, const std::string& output) {
+  return fmt::format(
+      "You are grading an output against a rubric. Answer with only a JSON object "
+      "{{\"reason\": string, \"pass\": boolean, \"score\": number between 0 and 1}}.\n\n"
+      "<Output>\n{}\n</Output>\n<Rubric>\n{}\n</Rubric>",
+      output, rubric);
+}
+
+}  // namespace
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  const std::vector<uint32_t> x = code_points(a), y = code_points(b);
+  std::vector<size_t> row(y.size() + 1);
+  for (size_t j = 0; j <= y.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= x.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= y.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (x[i - 1] == y[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[y.size()];
+}
+
+Result<AssertionResult> check_assertion(const Assertion& a, const Reply& reply, const Json& vars,
+                                        const std::optional<Provider>& default_judge, const JudgeFn& ask_judge) {
+  AssertionResult r;
+  r.type = (a.negate ? "not-" : "") + a.type;
+  r.weight = a.weight;
+  r.metric = a.metric;
+  SLUICE_ASSIGN_OR_RETURN(const Json value, render_value(a.value, vars));
+  const std::string& out = reply.text;
+  bool pass = false;
+  double score = -1;  // -1: the pass as a score
+  const std::string& t = a.type;
+  auto need_value = [&]() -> Status {
+    if (value.is_null()) return Status::error(fmt::format("assertion '{}' needs a value", t), StatusCode::kInvalid);
+    return Status::ok();
+  };
+  if (t == "equals") {
+    SLUICE_RETURN_IF_ERROR(need_value());
+    if (value.is_object() || value.is_array()) {
+      const Json parsed = Json::parse(out, nullptr, false);
+      pass = !parsed.is_discarded() && parsed == value;
+    } else {
+      pass = out == value_text(value);
+    }
+    if (!pass) r.reason = fmt::format("expected {}", value.dump().substr(0, 200));
+  } else if (t == "contains" || t == "icontains" || t == "starts-with") {
+    SLUICE_RETURN_IF_ERROR(need_value());
+    const std::string v = value_text(value);
+    pass = t == "contains" ? out.find(v) != std::string::npos
+           : t == "icontains" ? ascii_lower(out).find(ascii_lower(v)) != std::string::npos
+                              : out.starts_with(v);
+    if (!pass) r.reason = fmt::format("'{}' not found", v.substr(0, 200));
+  } else if (t == "contains-any" || t == "contains-all" || t == "icontains-any" || t == "icontains-all") {
+    SLUICE_RETURN_IF_ERROR(need_value());
+    const bool icase = t[0] == 'i';
+    const bool all = t.ends_with("all");
+    const std::string hay = icase ? ascii_lower(out) : out;
+    size_t found = 0;
+    std::string missing;
+    const std::vector<std::string> items = value_list(value);
+    for (const std::string& item : items) {
+      if (hay.find(icase ? ascii_lower(item) : item) != std::string::npos) ++found;
+      else if (missing.empty()) missing = item;
+    }
+    pass = all ? found == items.size() : found > 0;
+    if (!pass) r.reason = all ? fmt::format("'{}' not found", missing) : "none of them found";
+  } else if (t == "regex") {
+    SLUICE_RETURN_IF_ERROR(need_value());
+    SLUICE_ASSIGN_OR_RETURN(pass, regex_search(value_text(value), out));
+    if (!pass) r.reason = fmt::format("no match for /{}/", value_text(value));
+  } else if (t == "is-json" || t == "contains-json" || t == "json-schema") {
+    std::optional<Json> parsed;
+    if (t == "contains-json") {
+      parsed = find_json(out);
+    } else {
+      Json j = Json::parse(out, nullptr, false);
+      if (!j.is_discarded()) parsed = std::move(j);
+    }
+    if (t == "json-schema") SLUICE_RETURN_IF_ERROR(need_value());
+    if (!parsed) {
+      r.reason = t == "contains-json" ? "no JSON found in the output" : "the output is not JSON";
+    } else if (value.is_object() || value.is_boolean()) {
+      const Json schema = value;
+      Status st = validate_json(*parsed, schema);
+      if (st.code() == StatusCode::kInvalid) return Error(st);
+      pass = st.is_ok();
+      if (!pass) r.reason = st.message();
+    } else {
+      pass = true;
+    }
+  } else if (t == "levenshtein") {
+    SLUICE_RETURN_IF_ERROR(need_value());
+    const std::string v = value_text(value);
+    const size_t d = edit_distance(out, v);
+    const size_t longest = std::max(code_points(out).size(), code_points(v).size());
+    const double normalized = longest == 0 ? 0.0 : static_cast<double>(d) / static_cast<double>(longest);
+    const double limit = a.threshold.value_or(5.0);
+    pass = limit < 1.0 ? normalized <= limit : static_cast<double>(d) <= limit;
+    score = 1.0 - normalized;
+    r.reason = fmt::format("distance {} ({:.3f} normalized)", d, normalized);
+  } else if (t == "numeric") {
+    SLUICE_RETURN_IF_ERROR(need_value());
+    SLUICE_ASSIGN_OR_RETURN(const double want, number_value(value, t));
+    const std::optional<double> got = first_number(out);
+    const double tolerance = a.threshold.value_or(0.0);
+    pass = got && std::fabs(*got - want) <= tolerance + 1e-9 * std::max(1.0, std::fabs(want));
+    r.reason = got ? fmt::format("found {}, expected {} +- {}", *got, want, tolerance) : "no number in the output";
+  } else if (t == "latency") {
+    const double limit = a.threshold ? *a.threshold : value.is_null() ? -1 : number_value(value, t).value_or(-1);
+    if (limit < 0) return Error(StatusCode::kInvalid, "assertion 'latency' needs a threshold in milliseconds");
+    pass = reply.latency_ms <= limit;
+    r.reason = fmt::format("{:.0f} ms, limit {:.0f} ms", reply.latency_ms, limit);
+  } else if (t == "max-tokens") {
+    SLUICE_RETURN_IF_ERROR(need_value());
+    SLUICE_ASSIGN_OR_RETURN(const double limit, number_value(value, t));
+    if (reply.completion_tokens < 0) {
+      r.reason = "the answer reports no usage.completion_tokens";
+    } else {
+      pass = static_cast<double>(reply.completion_tokens) <= limit;
+      r.reason = fmt::format("{} tokens, at most {}", reply.completion_tokens, limit);
+    }
+  } else if (t == "length") {
+    SLUICE_RETURN_IF_ERROR(need_value());
+    const auto n = static_cast<double>(code_points(out).size());
+    double lo = 0, hi = INFINITY;
+    if (value.is_object()) {
+      if (value.contains("min")) {
+        SLUICE_ASSIGN_OR_RETURN(lo, number_value(value["min"], t));
+      }
+      if (value.contains("max")) {
+        SLUICE_ASSIGN_OR_RETURN(hi, number_value(value["max"], t));
+      }
+    } else {
+      SLUICE_ASSIGN_OR_RETURN(hi, number_value(value, t));
+    }
+    pass = n >= lo && n <= hi;
+    r.reason = fmt::format("{} characters", n);
+  } else if (t == "finish-reason") {
+    SLUICE_RETURN_IF_ERROR(need_value());
+    pass = reply.finish_reason == value_text(value);
+    r.reason = fmt::format("finish_reason '{}'", reply.finish_reason);
+  } else if (t == "logprob" || t == "perplexity") {
+    const double limit = a.threshold ? *a.threshold : value.is_null() ? NAN : number_value(value, t).value_or(NAN);
+    if (std::isnan(limit)) return Error(StatusCode::kInvalid, "assertion '{}' needs a value (the limit)", t);
+    const std::optional<double> m = mean_logprob(reply);
+    if (!m) {
+      r.reason = "the answer has no logprobs (set logprobs in the provider's config)";
+    } else if (t == "logprob") {
+      pass = *m >= limit;
+      r.reason = fmt::format("mean logprob {:.4f}, at least {}", *m, limit);
+    } else {
+      const double ppl = std::exp(-*m);
+      pass = ppl <= limit;
+      r.reason = fmt::format("perplexity {:.4f}, at most {}", ppl, limit);
+    }
+  } else if (t == "llm-rubric") {
+    SLUICE_RETURN_IF_ERROR(need_value());
+    const std::optional<Provider>& judge = a.judge ? a.judge : default_judge;
+    if (!judge) {
+      return Error(StatusCode::kInvalid, "llm-rubric needs a judge: a 'judge' provider in the suite, 'provider' on the "
+                   "assertion, or --judge URL");
+    }
+    SLUICE_ASSIGN_OR_RETURN(const Reply jr, ask_judge(*judge, rubric_prompt(value_text(value), out)));
+    r.judge = {{"text", jr.text}, {"system_fingerprint", jr.system_fingerprint}};
+    const std::optional<Json> verdict = find_json(jr.text);
+    if (!verdict || !verdict->is_object()) {
+      r.reason = "the judge's answer is not a JSON object: " + jr.text.substr(0, 200);
+    } else {
+      const Json& v = *verdict;
+      const bool judged_pass = v.contains("pass") && v["pass"].is_boolean() ? v["pass"].get<bool>() : false;
+      score = v.contains("score") && v["score"].is_number() ? std::clamp(v["score"].get<double>(), 0.0, 1.0)
+                                                          : (judged_pass ? 1.0 : 0.0);
+      pass = judged_pass && (!a.threshold || score >= *a.threshold);
+      r.reason = v.contains("reason") && v["reason"].is_string() ? v["reason"].get<std::string>() : "";
+    }
+  } else {
+    return Error(StatusCode::kInvalid, "assertion type '{}' is not implemented", t);
+  }
+  if (score < 0) score = pass ? 1.0 : 0.0;
+  if (a.negate) {
+    pass = !pass;
+    score = 1.0 - score;
+  }
+  r.pass = pass;
+  r.score = score;
+  return r;
+}
+
+Result<Grade> grade(const TestCase& test, const Reply& reply, const Json& vars, const std::optional<Provider>& judge,
+                    const JudgeFn& ask_judge) {
+  Grade g;
+  double weighted = 0, weights = 0;
+  bool all_pass = true;
+  for (const Assertion& a : test.asserts) {
+    SLUICE_ASSIGN_OR_RETURN(AssertionResult r, check_assertion(a, reply, vars, judge, ask_judge));
+    weighted += r.score * r.weight;
+    weights += r.weight;
+    all_pass = all_pass && (r.pass || r.weight == 0);
+    g.results.push_back(std::move(r));
+  }
+  g.score = weights > 0 ? weighted / weights : 1.0;
+  g.pass = test.threshold ? g.score >= *test.threshold : all_pass;
+  return g;
+}
+
+}  // namespace sluice::eval

@@ -1,0 +1,263 @@
+#include "eval/store.h"
+
+#include <ctime>
+
+#include <fmt/format.h>
+#include <sqlite3.h>
+
+namespace sluice::eval {
+namespace {
+
+constexpr const char* kSchema = R"sql(
+PRAGMA journal_mode = WAL;
+PRAGMA synchronous = NORMAL;
+CREATE TABLE IF NOT EXISTS runs (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, suite TEXT, suite_path TEXT, fingerprint TEXT,
+  started TEXT, finished TEXT, status TEXT, options TEXT, summary TEXT);
+CREATE TABLE IF NOT EXISTS results (
+  run_id INTEGER, item_key TEXT, sample INTEGER, provider TEXT, prompt TEXT, test TEXT, vars TEXT,
+  request TEXT, response TEXT, output TEXT, pass INTEGER, score REAL, grades TEXT, latency_ms REAL,
+  system_fingerprint TEXT, error TEXT, PRIMARY KEY (run_id, item_key, sample));
+CREATE TABLE IF NOT EXISTS cache (key TEXT PRIMARY KEY, response TEXT, latency_ms REAL, created TEXT);
+CREATE TABLE IF NOT EXISTS baselines (name TEXT PRIMARY KEY, run_id INTEGER, set_at TEXT);
+)sql";
+
+// A prepared statement, finalized on scope exit.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
+  ~Stmt() { sqlite3_finalize(s_); }
+  bool ok() const { return rc_ == SQLITE_OK; }
+  Stmt& text(int i, const std::string& v) {
+    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& integer(int i, int64_t v) {
+    sqlite3_bind_int64(s_, i, v);
+    return *this;
+  }
+  Stmt& real(int i, double v) {
+    sqlite3_bind_double(s_, i, v);
+    return *this;
+  }
+  int step() { return sqlite3_step(s_); }
+  std::string col_text(int i) const {
+    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s_, i));
+    return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(s_, i))) : std::string();
+  }
+  int64_t col_int(int i) const { return sqlite3_column_int64(s_, i); }
+  double col_real(int i) const { return sqlite3_column_double(s_, i); }
+  Json col_json(int i) const {
+    const std::string t = col_text(i);
+    if (t.empty()) return nullptr;
+    Json j = Json::parse(t, nullptr, false);
+    return j.is_discarded() ? Json(t) : j;
+  }
+
+ private:
+  sqlite3_stmt* s_ = nullptr;
+  int rc_ = SQLITE_ERROR;
+};
+
+std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+RunRow read_run(const Stmt& s) {
+  RunRow r;
+  r.id = s.col_int(0);
+  r.suite = s.col_text(1);
+  r.suite_path = s.col_text(2);
+  r.fingerprint = s.col_text(3);
+  r.started = s.col_text(4);
+  r.finished = s.col_text(5);
+  r.status = s.col_text(6);
+  r.options = s.col_json(7);
+  r.summary = s.col_json(8);
+  return r;
+}
+
+constexpr const char* kRunColumns = "id, suite, suite_path, fingerprint, started, finished, status, options, summary";
+
+}  // namespace
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+Result<std::unique_ptr<Store>> Store::open(const std::string& path) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr) !=
+      SQLITE_OK) {
+    std::string message = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return Error("cannot open the eval store '{}': {}", path, message);
+  }
+  sqlite3_busy_timeout(db, 10'000);
+  std::unique_ptr<Store> store(new Store(db, path));
+  MutexLock lock(store->mu_);
+  if (Status s = store->exec(kSchema); !s) return Error(s.with_context("eval store '" + path + "'"));
+  return store;
+}
+
+Store::~Store() {
+  MutexLock lock(mu_);
+  sqlite3_close(db_);
+}
+
+Status Store::exec(const std::string& sql) {
+  char* message = nullptr;
+  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &message) != SQLITE_OK) {
+    std::string m = message ? message : "unknown error";
+    sqlite3_free(message);
+    return Status::error(m);
+  }
+  return Status::ok();
+}
+
+Status Store::error(const char* what) { return Status::error(fmt::format("eval store '{}': {}: {}", path_, what, sqlite3_errmsg(db_))); }
+
+Result<int64_t> Store::begin_run(const RunRow& run) {
+  MutexLock lock(mu_);
+  Stmt s(db_, "INSERT INTO runs (suite, suite_path, fingerprint, started, status, options) VALUES (?, ?, ?, ?, 'running', ?)");
+  if (!s.ok()) return Error(error("begin run"));
+  s.text(1, run.suite).text(2, run.suite_path).text(3, run.fingerprint).text(4, utc_now()).text(5, dump(run.options));
+  if (s.step() != SQLITE_DONE) return Error(error("begin run"));
+  return sqlite3_last_insert_rowid(db_);
+}
+
+Status Store::add_result(int64_t run_id, const ResultRow& r) {
+  MutexLock lock(mu_);
+  Stmt s(db_,
+         "INSERT OR REPLACE INTO results (run_id, item_key, sample, provider, prompt, test, vars, request, response, "
+         "output, pass, score, grades, latency_ms, system_fingerprint, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+         "?, ?, ?, ?, ?)");
+  if (!s.ok()) return error("add result");
+  s.integer(1, run_id).text(2, r.item_key).integer(3, r.sample).text(4, r.provider).text(5, r.prompt).text(6, r.test);
+  s.text(7, dump(r.vars)).text(8, dump(r.request)).text(9, dump(r.response)).text(10, r.output);
+  s.integer(11, r.pass).real(12, r.score).text(13, dump(r.grades)).real(14, r.latency_ms);
+  s.text(15, r.system_fingerprint).text(16, r.error);
+  if (s.step() != SQLITE_DONE) return error("add result");
+  return Status::ok();
+}
+
+Status Store::finish_run(int64_t run_id, const std::string& status, const Json& summary) {
+  MutexLock lock(mu_);
+  Stmt s(db_, "UPDATE runs SET finished = ?, status = ?, summary = ? WHERE id = ?");
+  if (!s.ok()) return error("finish run");
+  s.text(1, utc_now()).text(2, status).text(3, dump(summary)).integer(4, run_id);
+  if (s.step() != SQLITE_DONE) return error("finish run");
+  return Status::ok();
+}
+
+Result<std::optional<CachedReply>> Store::cache_get(const std::string& key) {
+  MutexLock lock(mu_);
+  Stmt s(db_, "SELECT response, latency_ms FROM cache WHERE key = ?");
+  if (!s.ok()) return Error(error("read the cache"));
+  s.text(1, key);
+  const int rc = s.step();
+  if (rc == SQLITE_DONE) return std::optional<CachedReply>();
+  if (rc != SQLITE_ROW) return Error(error("read the cache"));
+  return std::optional<CachedReply>(CachedReply{s.col_json(0), s.col_real(1)});
+}
+
+Status Store::cache_put(const std::string& key, const Json& response, double latency_ms) {
+  MutexLock lock(mu_);
+  Stmt s(db_, "INSERT OR REPLACE INTO cache (key, response, latency_ms, created) VALUES (?, ?, ?, ?)");
+  if (!s.ok()) return error("write the cache");
+  s.text(1, key).text(2, dump(response)).real(3, latency_ms).text(4, utc_now());
+  if (s.step() != SQLITE_DONE) return error("write the cache");
+  return Status::ok();
+}
+
+Result<std::optional<RunRow>> Store::run(int64_t id) {
+  MutexLock lock(mu_);
+  Stmt s(db_, fmt::format("SELECT {} FROM runs WHERE id = ?", kRunColumns).c_str());
+  if (!s.ok()) return Error(error("read a run"));
+  s.integer(1, id);
+  const int rc = s.step();
+  if (rc == SQLITE_DONE) return std::optional<RunRow>();
+  if (rc != SQLITE_ROW) return Error(error("read a run"));
+  return std::optional<RunRow>(read_run(s));
+}
+
+Result<std::vector<RunRow>> Store::runs(const std::string& suite_path, int32_t limit) {
+  MutexLock lock(mu_);
+  Stmt s(db_, fmt::format("SELECT {} FROM runs WHERE suite_path = ? OR ? = '' ORDER BY id DESC LIMIT ?", kRunColumns).c_str());
+  if (!s.ok()) return Error(error("list runs"));
+  s.text(1, suite_path).text(2, suite_path).integer(3, limit);
+  std::vector<RunRow> out;
+  int rc;
+  while ((rc = s.step()) == SQLITE_ROW) out.push_back(read_run(s));
+  if (rc != SQLITE_DONE) return Error(error("list runs"));
+  return out;
+}
+
+Result<std::optional<RunRow>> Store::last_done_run(const std::string& suite_path) {
+  MutexLock lock(mu_);
+  Stmt s(db_, fmt::format("SELECT {} FROM runs WHERE suite_path = ? AND status = 'done' ORDER BY id DESC LIMIT 1",
+                          kRunColumns).c_str());
+  if (!s.ok()) return Error(error("read runs"));
+  s.text(1, suite_path);
+  const int rc = s.step();
+  if (rc == SQLITE_DONE) return std::optional<RunRow>();
+  if (rc != SQLITE_ROW) return Error(error("read runs"));
+  return std::optional<RunRow>(read_run(s));
+}
+
+Result<std::vector<ResultRow>> Store::results(int64_t run_id) {
+  MutexLock lock(mu_);
+  Stmt s(db_,
+         "SELECT item_key, sample, provider, prompt, test, vars, request, response, output, pass, score, grades, "
+         "latency_ms, system_fingerprint, error FROM results WHERE run_id = ? ORDER BY rowid");
+  if (!s.ok()) return Error(error("read results"));
+  s.integer(1, run_id);
+  std::vector<ResultRow> out;
+  int rc;
+  while ((rc = s.step()) == SQLITE_ROW) {
+    ResultRow r;
+    r.item_key = s.col_text(0);
+    r.sample = static_cast<int32_t>(s.col_int(1));
+    r.provider = s.col_text(2);
+    r.prompt = s.col_text(3);
+    r.test = s.col_text(4);
+    r.vars = s.col_json(5);
+    r.request = s.col_json(6);
+    r.response = s.col_json(7);
+    r.output = s.col_text(8);
+    r.pass = s.col_int(9) != 0;
+    r.score = s.col_real(10);
+    r.grades = s.col_json(11);
+    r.latency_ms = s.col_real(12);
+    r.system_fingerprint = s.col_text(13);
+    r.error = s.col_text(14);
+    out.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) return Error(error("read results"));
+  return out;
+}
+
+Status Store::set_baseline(const std::string& name, int64_t run_id) {
+  MutexLock lock(mu_);
+  Stmt s(db_, "INSERT OR REPLACE INTO baselines (name, run_id, set_at) VALUES (?, ?, ?)");
+  if (!s.ok()) return error("set a baseline");
+  s.text(1, name).integer(2, run_id).text(3, utc_now());
+  if (s.step() != SQLITE_DONE) return error("set a baseline");
+  return Status::ok();
+}
+
+Result<std::optional<int64_t>> Store::baseline(const std::string& name) {
+  MutexLock lock(mu_);
+  Stmt s(db_, "SELECT run_id FROM baselines WHERE name = ?");
+  if (!s.ok()) return Error(error("read a baseline"));
+  s.text(1, name);
+  const int rc = s.step();
+  if (rc == SQLITE_DONE) return std::optional<int64_t>();
+  if (rc != SQLITE_ROW) return Error(error("read a baseline"));
+  return std::optional<int64_t>(s.col_int(0));
+}
+
+}  // namespace sluice::eval

@@ -1,0 +1,462 @@
+#include "eval/suite.h"
+
+#include <cstdlib>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "eval/dataset.h"
+#include "eval/render.h"
+
+namespace sluice::eval {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::string_view kAssertionTypes[] = {
+    "equals", "contains", "icontains", "contains-any", "contains-all", "icontains-any", "icontains-all",
+    "starts-with", "regex", "is-json", "contains-json", "json-schema", "levenshtein", "numeric", "latency",
+    "max-tokens", "length", "logprob", "perplexity", "llm-rubric", "finish-reason"};
+
+// Top-level keys this reader uses, and promptfoo keys that change nothing about the answers.
+constexpr std::string_view kSuiteKeys[] = {"description", "providers", "prompts", "tests", "defaultTest", "datasets",
+                                           "likelihood", "evaluateOptions", "judge", "sharing", "outputPath",
+                                           "writeLatestResults", "tags", "$schema"};
+
+std::string resolve(const std::string& dir, const std::string& path) {
+  if (path.empty() || fs::path(path).is_absolute() || dir.empty()) return path;
+  return (fs::path(dir) / path).string();
+}
+
+Status invalid(std::string message) { return Status::error(std::move(message), StatusCode::kInvalid); }
+
+// The Status-returning forms of SLUICE_RETURN_IF_ERROR and SLUICE_ASSIGN_OR_RETURN.
+#define RETURN_IF_FAILED(expr)    \
+  do {                            \
+    Status failed_ = (expr);      \
+    if (!failed_) return failed_; \
+  } while (0)
+#define ASSIGN_OR_FAIL(lhs, expr) ASSIGN_OR_FAIL_IMPL_(SLUICE_CONCAT_(assign_or_fail_, __LINE__), lhs, expr)
+#define ASSIGN_OR_FAIL_IMPL_(tmp, lhs, expr) \
+  auto tmp = (expr);                         \
+  if (!tmp) return tmp.error();              \
+  lhs = std::move(*tmp)
+
+struct Reader {
+  std::string dir;
+  Suite suite;
+
+  Result<std::string> file_text(const std::string& path) {
+    SLUICE_ASSIGN_OR_RETURN(std::string text, read_file(resolve(dir, path)));
+    suite.content += "\n--- " + path + "\n" + text;
+    return text;
+  }
+
+  Result<std::vector<Json>> rows(const std::string& path) {
+    const std::string full = resolve(dir, path);
+    SLUICE_ASSIGN_OR_RETURN(std::string text, read_file(full));
+    suite.content += "\n--- " + path + "\n" + text;
+    if (path.ends_with(".yaml") || path.ends_with(".yml") || path.ends_with(".json")) {
+      auto doc = parse_yaml(text);
+      if (!doc) return Error(doc.error().with_context(full));
+      if (!doc->is_array()) return Error(StatusCode::kInvalid, "{}: must hold a list", full);
+      return std::vector<Json>(doc->begin(), doc->end());
+    }
+    if (path.ends_with(".jsonl") || path.ends_with(".ndjson")) return parse_jsonl(text, full);
+    if (path.ends_with(".csv")) return parse_csv(text, full);
+    return Error(StatusCode::kInvalid, "'{}': expected .jsonl, .csv, .yaml or .json", path);
+  }
+
+  Result<Prompt> prompt(const Json& spec, size_t index) {
+    Prompt p;
+    p.label = fmt::format("prompt {}", index + 1);
+    std::string raw;
+    if (spec.is_string()) {
+      raw = spec.get<std::string>();
+    } else if (spec.is_object()) {
+      if (spec.contains("label") && spec["label"].is_string()) p.label = spec["label"];
+      else if (spec.contains("id") && spec["id"].is_string()) p.label = spec["id"];
+      if (spec.contains("messages")) {
+        if (!spec["messages"].is_array() || spec["messages"].empty()) {
+          return Error(StatusCode::kInvalid, "prompt '{}': 'messages' must be a non-empty list", p.label);
+        }
+        for (const Json& m : spec["messages"]) {
+          if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["content"].is_string()) {
+            return Error(StatusCode::kInvalid, "prompt '{}': each message needs a role and a string content", p.label);
+          }
+        }
+        p.messages = spec["messages"];
+        return p;
+      }
+      const Json* r = spec.contains("raw") ? &spec["raw"] : spec.contains("content") ? &spec["content"] : nullptr;
+      if (!r || !r->is_string()) return Error(StatusCode::kInvalid, "prompt '{}': needs 'raw' text or 'messages'", p.label);
+      raw = r->get<std::string>();
+    } else {
+      return Error(StatusCode::kInvalid, "prompt {} must be a string or an object", index + 1);
+    }
+    if (raw.starts_with("file://")) {
+      const std::string path = raw.substr(7);
+      if (!spec.is_object()) p.label = path;
+      SLUICE_ASSIGN_OR_RETURN(raw, file_text(path));
+    }
+    // A prompt that is a JSON list of messages is a chat prompt (promptfoo's convention).
+    const auto first = raw.find_first_not_of(" \t\r\n");
+    if (first != std::string::npos && raw[first] == '[') {
+      Json m = Json::parse(raw, nullptr, false);
+      if (!m.is_discarded() && m.is_array() && !m.empty() && m[0].is_object() && m[0].contains("role")) {
+        p.messages = std::move(m);
+        return p;
+      }
+    }
+    p.text = std::move(raw);
+    return p;
+  }
+
+  Result<Assertion> assertion(const Json& spec, const std::string& where) {
+    if (!spec.is_object() || !spec.contains("type") || !spec["type"].is_string()) {
+      return Error(StatusCode::kInvalid, "{}: an assertion needs a 'type'", where);
+    }
+    Assertion a;
+    a.type = spec["type"];
+    if (a.type.starts_with("not-")) {
+      a.negate = true;
+      a.type = a.type.substr(4);
+    }
+    if (spec.contains("value")) a.value = spec["value"];
+    if (spec.contains("weight")) {
+      if (!spec["weight"].is_number() || spec["weight"].get<double>() < 0) {
+        return Error(StatusCode::kInvalid, "{}: 'weight' must be a number >= 0", where);
+      }
+      a.weight = spec["weight"];
+    }
+    if (spec.contains("threshold") && !spec["threshold"].is_null()) {
+      if (!spec["threshold"].is_number()) return Error(StatusCode::kInvalid, "{}: 'threshold' must be a number", where);
+      a.threshold = spec["threshold"].get<double>();
+    }
+    if (spec.contains("metric") && spec["metric"].is_string()) a.metric = spec["metric"];
+    if (spec.contains("provider") && !spec["provider"].is_null()) {
+      SLUICE_ASSIGN_OR_RETURN(Provider judge, parse_provider(spec["provider"]));
+      a.judge = std::move(judge);
+    }
+    for (auto it = spec.begin(); it != spec.end(); ++it) {
+      static constexpr std::string_view kKeys[] = {"type", "value", "weight", "threshold", "metric", "provider"};
+      if (std::find(std::begin(kKeys), std::end(kKeys), it.key()) == std::end(kKeys)) {
+        return Error(StatusCode::kInvalid, "{}: assertion field '{}' is not supported", where, it.key());
+      }
+    }
+    return a;
+  }
+
+  // Appends the assertions of `list` that can run; lists the others in not_run.
+  Status assertions(const Json& list, const std::string& where, std::vector<Assertion>& out) {
+    if (list.is_null()) return Status::ok();
+    if (!list.is_array()) return invalid(where + ": 'assert' must be a list");
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string w = fmt::format("{}, assertion {}", where, i + 1);
+      auto a = assertion(list[i], w);
+      if (!a) return a.error();
+      if (!is_known_assertion(a->type)) {
+        suite.not_run.push_back(fmt::format("{}: assertion type '{}{}' is not implemented", w, a->negate ? "not-" : "",
+                                            a->type));
+        continue;
+      }
+      out.push_back(std::move(*a));
+    }
+    return Status::ok();
+  }
+
+  Status test(const Json& spec, const TestCase& defaults, const std::string& where) {
+    if (!spec.is_object()) return invalid(where + ": a test must be a mapping");
+    TestCase t = defaults;
+    if (spec.contains("description") && spec["description"].is_string()) t.description = spec["description"];
+    if (t.description.empty()) t.description = where;
+    if (spec.contains("vars") && !spec["vars"].is_null()) {
+      if (!spec["vars"].is_object()) return invalid(where + ": 'vars' must be a mapping");
+      for (auto it = spec["vars"].begin(); it != spec["vars"].end(); ++it) t.vars[it.key()] = it.value();
+    }
+    if (spec.contains("assert")) RETURN_IF_FAILED(assertions(spec["assert"], where, t.asserts));
+    if (spec.contains("threshold") && spec["threshold"].is_number()) t.threshold = spec["threshold"].get<double>();
+    if (spec.contains("passFraction")) {
+      if (!spec["passFraction"].is_number() || spec["passFraction"] < 0 || spec["passFraction"] > 1) {
+        return invalid(where + ": 'passFraction' must be in [0, 1]");
+      }
+      t.pass_fraction = spec["passFraction"];
+    }
+    // promptfoo's CSV column __expected: one assertion, "type: value" or a plain value (equals).
+    if (spec.contains("vars") && spec["vars"].is_object() && spec["vars"].contains("__expected")) {
+      const std::string e = spec["vars"]["__expected"].is_string() ? spec["vars"]["__expected"].get<std::string>() : "";
+      t.vars.erase("__expected");
+      Json a = {{"type", "equals"}, {"value", e}};
+      if (const auto colon = e.find(':'); colon != std::string::npos) {
+        const std::string type = e.substr(0, colon);
+        if (is_known_assertion(type.starts_with("not-") ? type.substr(4) : type)) {
+          const auto start = e.find_first_not_of(' ', colon + 1);
+          a = {{"type", type}, {"value", start == std::string::npos ? std::string() : e.substr(start)}};
+        }
+      }
+      RETURN_IF_FAILED(assertions(Json::array({a}), where, t.asserts));
+    }
+    for (auto it = spec.begin(); it != spec.end(); ++it) {
+      static constexpr std::string_view kKeys[] = {"description", "vars", "assert", "threshold", "passFraction"};
+      if (std::find(std::begin(kKeys), std::end(kKeys), it.key()) == std::end(kKeys)) {
+        suite.not_run.push_back(fmt::format("{}: test field '{}' is not supported (the test runs without it)", where,
+                                            it.key()));
+      }
+    }
+    suite.tests.push_back(std::move(t));
+    return Status::ok();
+  }
+
+  Status dataset(const Json& spec, const TestCase& defaults, size_t index) {
+    const std::string where = fmt::format("dataset {}", index + 1);
+    if (!spec.is_object() || !spec.contains("path") || !spec["path"].is_string()) {
+      return invalid(where + ": needs a 'path'");
+    }
+    auto rows_or = rows(spec["path"].get<std::string>());
+    if (!rows_or) return rows_or.error();
+    const std::string text = spec.value("doc_to_text", std::string());
+    const std::string target = spec.value("doc_to_target", std::string());
+    const int64_t limit = spec.value("limit", int64_t{-1});
+    std::vector<Assertion> asserts;
+    if (spec.contains("assert")) RETURN_IF_FAILED(assertions(spec["assert"], where, asserts));
+    for (size_t r = 0; r < rows_or->size() && (limit < 0 || static_cast<int64_t>(r) < limit); ++r) {
+      TestCase t = defaults;
+      const Json& row = (*rows_or)[r];
+      for (auto it = row.begin(); it != row.end(); ++it) t.vars[it.key()] = it.value();
+      const std::string w = fmt::format("{} row {}", spec["path"].get<std::string>(), r + 1);
+      if (!text.empty()) {
+        ASSIGN_OR_FAIL(std::string s, render(text, t.vars));
+        t.vars["text"] = s;
+      }
+      if (!target.empty()) {
+        ASSIGN_OR_FAIL(std::string s, render(target, t.vars));
+        t.vars["target"] = s;
+      }
+      t.description = row.contains("id") ? fmt::format("{} {}", spec["path"].get<std::string>(), row["id"].dump()) : w;
+      t.asserts.insert(t.asserts.end(), asserts.begin(), asserts.end());
+      suite.tests.push_back(std::move(t));
+    }
+    return Status::ok();
+  }
+
+  Status likelihood(const Json& spec, size_t index) {
+    LikelihoodTask task;
+    task.name = spec.value("name", fmt::format("likelihood {}", index + 1));
+    task.type = spec.value("type", std::string());
+    if (task.type != "multiple-choice" && task.type != "perplexity") {
+      return invalid(fmt::format("likelihood task '{}': type must be multiple-choice or perplexity", task.name));
+    }
+    std::vector<Json> items;
+    if (spec.contains("path")) {
+      auto r = rows(spec["path"].get<std::string>());
+      if (!r) return r.error();
+      items = std::move(*r);
+    }
+    if (spec.contains("items")) {
+      if (!spec["items"].is_array()) return invalid(fmt::format("likelihood task '{}': 'items' must be a list", task.name));
+      items.insert(items.end(), spec["items"].begin(), spec["items"].end());
+    }
+    if (items.empty()) return invalid(fmt::format("likelihood task '{}' has no items (path or items)", task.name));
+    for (size_t i = 0; i < items.size(); ++i) {
+      const Json& row = items[i];
+      const std::string where = fmt::format("likelihood task '{}', item {}", task.name, i + 1);
+      LikelihoodItem item;
+      item.id = row.contains("id") ? (row["id"].is_string() ? row["id"].get<std::string>() : row["id"].dump())
+                                   : std::to_string(i + 1);
+      if (task.type == "perplexity") {
+        if (!row.contains("text") || !row["text"].is_string() || row["text"].get<std::string>().empty()) {
+          return invalid(where + ": needs a non-empty 'text'");
+        }
+        item.text = row["text"];
+      } else {
+        if (!row.contains("context") || !row["context"].is_string()) return invalid(where + ": needs a 'context'");
+        if (!row.contains("choices") || !row["choices"].is_array() || row["choices"].size() < 2) {
+          return invalid(where + ": needs 'choices', a list of at least two strings");
+        }
+        item.context = row["context"];
+        for (const Json& c : row["choices"]) {
+          if (!c.is_string() || c.get<std::string>().empty()) return invalid(where + ": every choice must be a non-empty string");
+          item.choices.push_back(c);
+        }
+        const Json gold = row.contains("gold") ? row["gold"] : Json();
+        const int64_t g = gold.is_number_integer() ? gold.get<int64_t>()
+                          : gold.is_string() && !gold.get<std::string>().empty() && std::isdigit(static_cast<unsigned char>(gold.get<std::string>()[0]))
+                              ? std::stoll(gold.get<std::string>())
+                              : -1;
+        if (g < 0 || g >= static_cast<int64_t>(item.choices.size())) {
+          return invalid(where + ": 'gold' must be the index of the right choice");
+        }
+        item.gold = static_cast<int32_t>(g);
+      }
+      task.items.push_back(std::move(item));
+    }
+    suite.likelihood.push_back(std::move(task));
+    return Status::ok();
+  }
+};
+
+}  // namespace
+
+bool is_known_assertion(std::string_view type) {
+  return std::find(std::begin(kAssertionTypes), std::end(kAssertionTypes), type) != std::end(kAssertionTypes);
+}
+
+Result<Provider> parse_provider(const Json& spec) {
+  Provider p;
+  std::string id;
+  const Json* config = nullptr;
+  if (spec.is_string()) {
+    id = spec.get<std::string>();
+  } else if (spec.is_object() && spec.contains("id") && spec["id"].is_string()) {
+    id = spec["id"];
+    if (spec.contains("label") && spec["label"].is_string()) p.label = spec["label"];
+    if (spec.contains("config") && spec["config"].is_object()) config = &spec["config"];
+  } else {
+    return Error(StatusCode::kInvalid, "a provider must be a string id or an object with an 'id'");
+  }
+  // openai:chat:MODEL, openai:completion:MODEL; openai:MODEL is chat (promptfoo's shorthand).
+  if (!id.starts_with("openai:")) {
+    return Error(StatusCode::kInvalid, "provider '{}' is not an OpenAI-compatible one (openai:chat:MODEL or "
+                 "openai:completion:MODEL; point apiBaseUrl at any compatible server)", id);
+  }
+  std::string rest = id.substr(7);
+  if (rest.starts_with("chat:")) {
+    p.api = "chat", rest = rest.substr(5);
+  } else if (rest.starts_with("completion:")) {
+    p.api = "completion", rest = rest.substr(11);
+  } else if (rest.starts_with("embedding:") || rest.starts_with("image:") || rest.starts_with("assistant:")) {
+    return Error(StatusCode::kInvalid, "provider '{}': only chat and completion providers are supported", id);
+  }
+  p.model = rest;
+  if (p.label.empty()) p.label = id;
+  const char* env_base = std::getenv("OPENAI_BASE_URL");
+  if (!env_base) env_base = std::getenv("OPENAI_API_BASE_URL");
+  p.base_url = env_base ? env_base : "https://api.openai.com/v1";
+  p.api_key_env = "OPENAI_API_KEY";
+  if (config) {
+    for (auto it = config->begin(); it != config->end(); ++it) {
+      const std::string& k = it.key();
+      if (k == "apiBaseUrl" || k == "apiHost") {
+        if (!it->is_string()) return Error(StatusCode::kInvalid, "provider '{}': '{}' must be a string", id, k);
+        p.base_url = it->get<std::string>();
+        if (k == "apiHost") p.base_url = "https://" + p.base_url + "/v1";
+      } else if (k == "apiKeyEnvar") {
+        p.api_key_env = it->is_string() ? it->get<std::string>() : "";
+      } else if (k == "apiKey") {
+        return Error(StatusCode::kInvalid, "provider '{}': put the key in the environment (apiKeyEnvar), not in the "
+                     "suite", id);
+      } else {
+        p.params[k] = *it;  // a request field: temperature, max_tokens, seed, stop, ...
+      }
+    }
+  }
+  while (p.base_url.ends_with('/')) p.base_url.pop_back();
+  return p;
+}
+
+Result<Suite> parse_suite(const Json& doc, const std::string& dir) {
+  if (!doc.is_object()) return Error(StatusCode::kInvalid, "a suite must be a mapping");
+  Reader r;
+  r.dir = dir;
+  r.suite.description = doc.value("description", std::string());
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    if (std::find(std::begin(kSuiteKeys), std::end(kSuiteKeys), it.key()) == std::end(kSuiteKeys)) {
+      r.suite.not_run.push_back(fmt::format("suite key '{}' is not supported (ignored)", it.key()));
+    }
+  }
+  const Json providers = doc.value("providers", Json::array());
+  for (const Json& spec : providers.is_array() ? providers : Json::array({providers})) {
+    auto p = parse_provider(spec);
+    if (!p) {
+      r.suite.not_run.push_back(p.error().message());
+      continue;
+    }
+    r.suite.providers.push_back(std::move(*p));
+  }
+  if (doc.contains("judge")) {
+    SLUICE_ASSIGN_OR_RETURN(Provider judge, parse_provider(doc["judge"]));
+    r.suite.judge = std::move(judge);
+  }
+  const Json prompts = doc.value("prompts", Json::array());
+  for (const Json& spec : prompts.is_array() ? prompts : Json::array({prompts})) {
+    SLUICE_ASSIGN_OR_RETURN(Prompt p, r.prompt(spec, r.suite.prompts.size()));
+    r.suite.prompts.push_back(std::move(p));
+  }
+  TestCase defaults;
+  if (doc.contains("defaultTest")) {
+    const Json& d = doc["defaultTest"];
+    if (!d.is_object()) return Error(StatusCode::kInvalid, "'defaultTest' must be a mapping");
+    if (d.contains("vars") && d["vars"].is_object()) defaults.vars = d["vars"];
+    if (d.contains("assert")) SLUICE_RETURN_IF_ERROR(r.assertions(d["assert"], "defaultTest", defaults.asserts));
+    if (d.contains("threshold") && d["threshold"].is_number()) defaults.threshold = d["threshold"].get<double>();
+    if (d.contains("passFraction") && d["passFraction"].is_number()) defaults.pass_fraction = d["passFraction"];
+    if (d.contains("options") && d["options"].is_object() && d["options"].contains("provider") && !r.suite.judge) {
+      SLUICE_ASSIGN_OR_RETURN(Provider judge, parse_provider(d["options"]["provider"]));
+      r.suite.judge = std::move(judge);
+    }
+  }
+  if (doc.contains("tests")) {
+    std::vector<Json> tests;
+    const Json& t = doc["tests"];
+    if (t.is_string() && t.get<std::string>().starts_with("file://")) {
+      SLUICE_ASSIGN_OR_RETURN(tests, r.rows(t.get<std::string>().substr(7)));
+    } else if (t.is_array()) {
+      for (const Json& e : t) {
+        if (e.is_string() && e.get<std::string>().starts_with("file://")) {
+          SLUICE_ASSIGN_OR_RETURN(std::vector<Json> more, r.rows(e.get<std::string>().substr(7)));
+          tests.insert(tests.end(), more.begin(), more.end());
+        } else {
+          tests.push_back(e);
+        }
+      }
+    } else {
+      return Error(StatusCode::kInvalid, "'tests' must be a list or \"file://PATH\"");
+    }
+    for (size_t i = 0; i < tests.size(); ++i) {
+      // A CSV row is flat: its columns are the vars.
+      Json spec = tests[i];
+      if (spec.is_object() && !spec.contains("vars") && !spec.contains("assert") && !spec.contains("description")) {
+        spec = Json{{"vars", spec}};
+      }
+      SLUICE_RETURN_IF_ERROR(r.test(spec, defaults, fmt::format("test {}", i + 1)));
+    }
+  }
+  if (doc.contains("datasets")) {
+    if (!doc["datasets"].is_array()) return Error(StatusCode::kInvalid, "'datasets' must be a list");
+    for (size_t i = 0; i < doc["datasets"].size(); ++i) SLUICE_RETURN_IF_ERROR(r.dataset(doc["datasets"][i], defaults, i));
+    if (r.suite.prompts.empty()) r.suite.prompts.push_back({"text", "{{ text }}", nullptr});
+  }
+  if (doc.contains("likelihood")) {
+    if (!doc["likelihood"].is_array()) return Error(StatusCode::kInvalid, "'likelihood' must be a list");
+    for (size_t i = 0; i < doc["likelihood"].size(); ++i) SLUICE_RETURN_IF_ERROR(r.likelihood(doc["likelihood"][i], i));
+  }
+  if (doc.contains("evaluateOptions") && doc["evaluateOptions"].is_object()) {
+    const Json& o = doc["evaluateOptions"];
+    if (o.contains("repeat")) {
+      if (!o["repeat"].is_number_integer() || o["repeat"] < 1 || o["repeat"] > 1000) {
+        return Error(StatusCode::kInvalid, "'evaluateOptions.repeat' must be an integer in [1, 1000]");
+      }
+      r.suite.repeat = o["repeat"];
+    }
+  }
+  if (!r.suite.tests.empty() && r.suite.prompts.empty()) {
+    return Error(StatusCode::kInvalid, "the suite has tests but no prompts");
+  }
+  if (r.suite.tests.empty() && r.suite.likelihood.empty()) {
+    return Error(StatusCode::kInvalid, "the suite has nothing to run (no tests, datasets or likelihood tasks)");
+  }
+  r.suite.content = doc.dump() + r.suite.content;
+  return std::move(r.suite);
+}
+
+Result<Suite> load_suite(const std::string& path) {
+  SLUICE_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  auto doc = parse_yaml(text);
+  if (!doc) return Error(doc.error().with_context(path));
+  auto suite = parse_suite(*doc, fs::path(path).parent_path().string());
+  if (!suite) return Error(suite.error().with_context(path));
+  suite->path = path;
+  return suite;
+}
+
+}  // namespace sluice::eval

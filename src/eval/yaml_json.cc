@@ -1,0 +1,88 @@
+#include "eval/yaml_json.h"
+
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <regex>
+
+#include <yaml-cpp/yaml.h>
+
+namespace sluice::eval {
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+Json plain_scalar(const std::string& s) {
+  const std::string l = lower(s);
+  if (s.empty() || s == "~" || l == "null") return nullptr;
+  if (l == "true") return true;
+  if (l == "false") return false;
+  static const std::regex kInt("[-+]?[0-9]+");
+  static const std::regex kFloat(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?)");
+  if (std::regex_match(s, kInt)) {
+    int64_t v = 0;
+    const char* b = s.data() + (s[0] == '+');
+    if (auto [p, ec] = std::from_chars(b, s.data() + s.size(), v); ec == std::errc() && p == s.data() + s.size()) return v;
+    return std::stod(s);  // beyond 64 bits: a float, as YAML readers do
+  }
+  if (l.starts_with("0x") && l.size() > 2 && l.find_first_not_of("0123456789abcdef", 2) == std::string::npos) {
+    return static_cast<int64_t>(std::stoull(l.substr(2), nullptr, 16));
+  }
+  if (l.starts_with("0o") && l.size() > 2 && l.find_first_not_of("01234567", 2) == std::string::npos) {
+    return static_cast<int64_t>(std::stoull(l.substr(2), nullptr, 8));
+  }
+  if (std::regex_match(s, kFloat)) return std::stod(s);
+  if (l == ".inf" || l == "+.inf") return std::numeric_limits<double>::infinity();
+  if (l == "-.inf") return -std::numeric_limits<double>::infinity();
+  if (l == ".nan") return std::numeric_limits<double>::quiet_NaN();
+  return s;
+}
+
+Result<Json> convert(const YAML::Node& node, int depth) {
+  if (depth > 128) return Error(StatusCode::kInvalid, "YAML nested deeper than 128 levels");
+  switch (node.Type()) {
+    case YAML::NodeType::Undefined:
+    case YAML::NodeType::Null:
+      return Json(nullptr);
+    case YAML::NodeType::Scalar:
+      // "!" is the tag yaml-cpp gives quoted and block scalars: always strings.
+      return node.Tag() == "!" ? Json(node.Scalar()) : plain_scalar(node.Scalar());
+    case YAML::NodeType::Sequence: {
+      Json a = Json::array();
+      for (const YAML::Node& item : node) {
+        SLUICE_ASSIGN_OR_RETURN(Json v, convert(item, depth + 1));
+        a.push_back(std::move(v));
+      }
+      return a;
+    }
+    case YAML::NodeType::Map: {
+      Json o = Json::object();
+      for (const auto& kv : node) {
+        if (!kv.first.IsScalar()) {
+          return Error(StatusCode::kInvalid, "line {}: a mapping key must be a scalar", kv.first.Mark().line + 1);
+        }
+        SLUICE_ASSIGN_OR_RETURN(Json v, convert(kv.second, depth + 1));
+        o[kv.first.Scalar()] = std::move(v);
+      }
+      return o;
+    }
+  }
+  return Json(nullptr);
+}
+
+}  // namespace
+
+Result<Json> parse_yaml(std::string_view text) {
+  try {
+    const YAML::Node root = YAML::Load(std::string(text));
+    return convert(root, 0);
+  } catch (const YAML::Exception& e) {
+    return Error(StatusCode::kInvalid, "line {}, column {}: {}", e.mark.line + 1, e.mark.column + 1, e.msg);
+  }
+}
+
+}  // namespace sluice::eval
