@@ -21,6 +21,7 @@ CommandFn add_model_command(CLI::App& app);
 CommandFn add_bench_command(CLI::App& app);
 CommandFn add_pair_command(CLI::App& app);
 CommandFn add_route_command(CLI::App& app);
+CommandFn add_eval_command(CLI::App& app);
 
 // Exit codes shared by all commands.
 inline constexpr int kExitOk = 0;

@@ -61,12 +61,13 @@ int main(int argc, char** argv) {
       {"bench", add_bench_command(app)},
       {"pair", add_pair_command(app)},
       {"route", add_route_command(app)},
+      {"eval", add_eval_command(app)},
   };
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
     for (const auto& [name, runner] : commands) known = known || std::string(argv[1]) == name;
     if (!known) {
-      std::cerr << "sluice: error: unknown command '" << argv[1] << "' (commands: serve, generate, tokenize, model, bench, pair, route; see sluice --help)\n";
+      std::cerr << "sluice: error: unknown command '" << argv[1] << "' (commands: serve, generate, tokenize, model, bench, pair, route, eval; see sluice --help)\n";
       return kExitUsage;
     }
   }

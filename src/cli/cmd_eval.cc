@@ -1,0 +1,450 @@
+// sluice eval: run a suite against OpenAI-compatible endpoints, store the run, compare it with a
+// baseline item by item, and gate CI on the verdict (src/eval/ does the work).
+//
+// Exit codes: 0 ok (or nothing changed with --if-changed), 1 regressed, 2 bad usage or a bad
+// suite, 3 infrastructure (an endpoint unreachable, answers missing, the store unwritable),
+// 4 inconclusive (with --fail-on inconclusive).
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "eval/compare.h"
+#include "eval/dataset.h"
+#include "eval/report.h"
+#include "eval/runner.h"
+
+namespace sluice::cli {
+namespace {
+
+constexpr int kExitRegressed = 1;
+constexpr int kExitInfra = 3;
+constexpr int kExitInconclusive = 4;
+
+struct ReportOptions {
+  bool json = false;
+  std::string junit, markdown, html;
+};
+
+struct GateOptions {
+  std::string max_drop = "2pp";
+  double alpha = 0.05;
+  std::string fail_on = "regression";
+  int32_t resamples = 10'000;
+  uint64_t seed = 1;
+};
+
+struct EvalOptions {
+  std::string db;
+  // run
+  std::string suite;
+  int32_t jobs = 4;
+  int32_t repeat = 0;
+  bool no_cache = false;
+  bool if_changed = false;
+  std::string base_url, model;
+  std::vector<std::string> set;
+  double timeout = 120;
+  int32_t retries = 4;
+  std::string save_baseline, baseline;
+  bool no_progress = false;
+  bool strict = false;
+  // compare
+  std::vector<std::string> runs;
+  bool aa = false;
+  // baseline set / show / export / history
+  std::string name;
+  int32_t limit = 20;
+  ReportOptions report;
+  GateOptions gate;
+};
+
+std::string default_db() {
+  const char* env = std::getenv("SLUICE_EVAL_DB");
+  return env && *env ? env : "sluice-eval.db";
+}
+
+int infra(const std::string& message) {
+  std::cerr << "sluice: error: " << message << std::endl;
+  return kExitInfra;
+}
+
+Result<double> parse_drop(const std::string& s) {
+  std::string t = s;
+  double scale = 1;
+  if (t.ends_with("pp") || t.ends_with("%")) {
+    t.resize(t.size() - (t.ends_with("pp") ? 2 : 1));
+    scale = 0.01;
+  }
+  char* end = nullptr;
+  const double v = std::strtod(t.c_str(), &end);
+  if (t.empty() || !end || *end != '\0' || !(v >= 0)) {
+    return Error(StatusCode::kInvalid, "--max-drop '{}' must be a number >= 0: 2pp (2 percentage points), 2%, or 0.02", s);
+  }
+  return v * scale;
+}
+
+Status write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  out.close();
+  if (!out) return Status::error(fmt::format("cannot write '{}'", path));
+  return Status::ok();
+}
+
+// A baseline: a name set with `baseline set`, a run id, or a JSON file written by `eval export`.
+struct Loaded {
+  eval::RunRow run;
+  std::vector<eval::ResultRow> rows;
+};
+
+Result<Loaded> load_run_file(const std::string& path) {
+  SLUICE_ASSIGN_OR_RETURN(std::string text, eval::read_file(path));
+  const eval::Json j = eval::Json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.contains("run") || !j.contains("results")) {
+    return Error(StatusCode::kInvalid, "'{}' is not a run exported by `sluice eval export`", path);
+  }
+  Loaded l;
+  const eval::Json& r = j["run"];
+  l.run.id = r.value("id", int64_t{0});
+  l.run.suite = r.value("suite", std::string());
+  l.run.suite_path = r.value("suite_path", std::string());
+  l.run.fingerprint = r.value("fingerprint", std::string());
+  l.run.started = r.value("started", std::string());
+  l.run.status = r.value("status", std::string());
+  l.run.summary = r.value("summary", eval::Json());
+  for (const eval::Json& x : j["results"]) {
+    eval::ResultRow row;
+    row.item_key = x.value("item", std::string());
+    row.sample = x.value("sample", 0);
+    row.provider = x.value("provider", std::string());
+    row.prompt = x.value("prompt", std::string());
+    row.test = x.value("test", std::string());
+    row.vars = x.value("vars", eval::Json());
+    row.output = x.value("output", std::string());
+    row.pass = x.value("pass", false);
+    row.score = x.value("score", 0.0);
+    row.grades = x.value("grades", eval::Json());
+    row.latency_ms = x.value("latency_ms", 0.0);
+    row.error = x.contains("error") && x["error"].is_string() ? x["error"].get<std::string>() : "";
+    l.rows.push_back(std::move(row));
+  }
+  return l;
+}
+
+Result<Loaded> load_run(eval::Store& store, const std::string& ref) {
+  if (ref.ends_with(".json") && std::filesystem::exists(ref)) return load_run_file(ref);
+  std::optional<int64_t> id;
+  SLUICE_ASSIGN_OR_RETURN(id, store.baseline(ref));
+  if (!id && !ref.empty() && ref.find_first_not_of("0123456789") == std::string::npos) id = std::stoll(ref);
+  if (!id) {
+    return Error(StatusCode::kInvalid, "'{}' is neither a baseline name, a run id, nor an exported run (.json) in {}", ref,
+                 store.path());
+  }
+  SLUICE_ASSIGN_OR_RETURN(auto run, store.run(*id));
+  if (!run) return Error(StatusCode::kInvalid, "run {} is not in {}", *id, store.path());
+  Loaded l;
+  l.run = std::move(*run);
+  SLUICE_ASSIGN_OR_RETURN(l.rows, store.results(*id));
+  return l;
+}
+
+Status write_reports(const ReportOptions& r, const eval::Comparison& c, eval::Store& store, const eval::RunRow& cand) {
+  if (!r.junit.empty()) {
+    if (Status s = write_file(r.junit, eval::compare_junit(c)); !s) return s;
+  }
+  if (!r.markdown.empty()) {
+    if (Status s = write_file(r.markdown, eval::compare_markdown(c)); !s) return s;
+  }
+  if (!r.html.empty()) {
+    auto history = store.runs(cand.suite_path, 100);
+    if (!history) return history.error();
+    return write_file(r.html, eval::compare_html(c, *history));
+  }
+  return Status::ok();
+}
+
+// Compares and reports; the exit code of the gate.
+int gate(eval::Store& store, const Loaded& base, const Loaded& cand, const EvalOptions& o) {
+  auto drop = parse_drop(o.gate.max_drop);
+  if (!drop) return fail_usage(drop.error().message());
+  eval::CompareOptions co;
+  co.alpha = o.gate.alpha;
+  co.max_drop = *drop;
+  co.resamples = o.gate.resamples;
+  co.seed = o.gate.seed;
+  co.aa = o.aa;
+  const eval::Comparison c = eval::compare_runs(base.run.id, base.rows, cand.run.id, cand.rows, co);
+  if (o.report.json) std::cout << eval::compare_json(c).dump(2) << "\n";
+  else std::cout << eval::compare_text(c);
+  if (Status s = write_reports(o.report, c, store, cand.run); !s) return infra(s.message());
+  if (int rc = finish_stdout(); rc != kExitOk) return rc;
+  const std::string& f = o.gate.fail_on;
+  if (f == "never") return kExitOk;
+  if (f == "flip") {
+    for (const eval::ItemDiff& d : c.items) {
+      if (d.base_pass && !d.cand_pass) return kExitRegressed;
+    }
+    return kExitOk;
+  }
+  if (c.verdict == "regressed") return kExitRegressed;
+  if (f == "inconclusive" && c.verdict == "inconclusive") return kExitInconclusive;
+  return kExitOk;
+}
+
+int run_eval_run(EvalOptions& o) {
+  auto suite = eval::load_suite(o.suite);
+  if (!suite) return fail_usage(suite.error().message());
+  if (o.strict && !suite->not_run.empty()) {
+    for (const std::string& n : suite->not_run) std::cerr << "not run: " << n << "\n";
+    return fail_usage(fmt::format("{} part(s) of the suite cannot run (--strict)", suite->not_run.size()));
+  }
+  eval::RunOptions ro;
+  ro.jobs = o.jobs;
+  ro.repeat = o.repeat;
+  ro.use_cache = !o.no_cache;
+  ro.base_url = o.base_url;
+  ro.model = o.model;
+  ro.call.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout * 1000));
+  ro.call.max_retries = o.retries;
+  for (const std::string& kv : o.set) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) return fail_usage(fmt::format("--set '{}' must be FIELD=VALUE", kv));
+    eval::Json v = eval::Json::parse(kv.substr(eq + 1), nullptr, false);
+    ro.params[kv.substr(0, eq)] = v.is_discarded() ? eval::Json(kv.substr(eq + 1)) : v;
+  }
+  if (!o.no_progress && isatty(STDERR_FILENO)) {
+    ro.progress = [](int64_t done, int64_t total) {
+      const int width = 30;
+      const int filled = total ? static_cast<int>(width * done / total) : width;
+      std::fprintf(stderr, "\reval: [%s%s] %lld/%lld requests", std::string(filled, '#').c_str(),
+                   std::string(width - filled, '.').c_str(), static_cast<long long>(done), static_cast<long long>(total));
+      if (done >= total) std::fprintf(stderr, "\n");
+      std::fflush(stderr);
+    };
+  }
+  auto store = eval::Store::open(o.db);
+  if (!store) return infra(store.error().message());
+  auto plan = eval::plan_run(*suite, ro);
+  if (!plan) {
+    return plan.error().code() == StatusCode::kUnavailable ? infra(plan.error().message()) : fail_usage(plan.error().message());
+  }
+  for (const std::string& n : plan->notes) std::cerr << "note: " << n << "\n";
+  if (o.if_changed) {
+    auto last = (*store)->last_done_run(std::filesystem::absolute(o.suite).string());
+    if (!last) return infra(last.error().message());
+    if (*last && (*last)->fingerprint == plan->fingerprint) {
+      std::cout << fmt::format("unchanged: run {} ({}) has the same fingerprint {} (the suite, every rendered request and "
+                               "each endpoint's system_fingerprint); nothing to evaluate\n",
+                               (*last)->id, (*last)->started, plan->fingerprint);
+      return finish_stdout();
+    }
+    if (*last) std::cerr << fmt::format("changed since run {} (fingerprint {} -> {})\n", (*last)->id, (*last)->fingerprint, plan->fingerprint);
+  }
+  auto outcome = eval::execute_run(*plan, **store, ro);
+  if (!outcome) return infra(outcome.error().message());
+  auto run = (*store)->run(outcome->run_id);
+  auto rows = (*store)->results(outcome->run_id);
+  if (!run || !*run || !rows) return infra("cannot read the run back from " + o.db);
+  if (o.report.json && o.baseline.empty()) std::cout << eval::run_json(**run, *rows).dump(2) << "\n";
+  else std::cout << eval::run_text(**run, *rows, plan->suite.not_run);
+  std::cout << fmt::format("  {} requests sent, {} answered from the cache ({})\n", outcome->num_sent, outcome->num_cached, o.db);
+  if (!o.report.junit.empty() && o.baseline.empty()) {
+    if (Status s = write_file(o.report.junit, eval::run_junit(**run, *rows)); !s) return infra(s.message());
+  }
+  if (outcome->num_errors > 0) {
+    return infra(fmt::format("{} of {} samples got no answer (first: {}); run {} is stored as failed, and a re-run "
+                             "resumes from the cache",
+                             outcome->num_errors, outcome->num_samples, outcome->first_error, outcome->run_id));
+  }
+  if (!o.save_baseline.empty()) {
+    if (Status s = (*store)->set_baseline(o.save_baseline, outcome->run_id); !s) return infra(s.message());
+    std::cout << fmt::format("  baseline '{}' is now run {}\n", o.save_baseline, outcome->run_id);
+  }
+  if (o.baseline.empty()) return finish_stdout();
+  auto base = load_run(**store, o.baseline);
+  if (!base) return fail_usage(base.error().message());
+  return gate(**store, *base, Loaded{**run, *rows}, o);
+}
+
+int run_eval_compare(EvalOptions& o) {
+  auto store = eval::Store::open(o.db);
+  if (!store) return infra(store.error().message());
+  std::string base_ref = o.baseline, cand_ref;
+  if (base_ref.empty()) {
+    if (o.runs.size() != 2) return fail_usage("compare needs --baseline REF [RUN], or two runs: compare RUN_A RUN_B");
+    base_ref = o.runs[0];
+    cand_ref = o.runs[1];
+  } else if (o.runs.size() == 1) {
+    cand_ref = o.runs[0];
+  } else if (o.runs.size() > 1) {
+    return fail_usage("with --baseline, give at most one candidate run");
+  }
+  auto base = load_run(**store, base_ref);
+  if (!base) return fail_usage(base.error().message());
+  if (cand_ref.empty()) {
+    auto latest = (*store)->runs("", 2);
+    if (!latest) return infra(latest.error().message());
+    for (const eval::RunRow& r : *latest) {
+      if (r.id != base->run.id || base_ref.ends_with(".json")) {
+        cand_ref = std::to_string(r.id);
+        break;
+      }
+    }
+    if (cand_ref.empty()) return fail_usage("no candidate run in " + o.db + ": run `sluice eval run SUITE` first");
+  }
+  auto cand = load_run(**store, cand_ref);
+  if (!cand) return fail_usage(cand.error().message());
+  if (cand->run.status != "done") {
+    return infra(fmt::format("run {} is {}, not done: some of its answers are missing", cand->run.id, cand->run.status));
+  }
+  return gate(**store, *base, *cand, o);
+}
+
+int run_eval_history(EvalOptions& o) {
+  auto store = eval::Store::open(o.db);
+  if (!store) return infra(store.error().message());
+  const std::string path = o.suite.empty() ? "" : std::filesystem::absolute(o.suite).string();
+  auto runs = (*store)->runs(path, o.limit);
+  if (!runs) return infra(runs.error().message());
+  if (o.report.json) {
+    eval::Json out = eval::Json::array();
+    for (const eval::RunRow& r : *runs) {
+      out.push_back({{"id", r.id}, {"suite", r.suite}, {"started", r.started}, {"status", r.status},
+                     {"fingerprint", r.fingerprint}, {"options", r.options}, {"summary", r.summary}});
+    }
+    std::cout << out.dump(2) << "\n";
+    return finish_stdout();
+  }
+  std::cout << fmt::format("{:>5}  {:<20}  {:<8}  {:<32}  {:<24}  {:>9}  {:>7}\n", "run", "started", "status", "fingerprint",
+                           "model", "pass rate", "score");
+  for (const eval::RunRow& r : *runs) {
+    std::string model;
+    if (r.options.is_object() && r.options.contains("providers")) {
+      for (const auto& p : r.options["providers"]) model += (model.empty() ? "" : ",") + p.value("model", std::string());
+    }
+    const eval::Json& s = r.summary;
+    std::cout << fmt::format("{:>5}  {:<20}  {:<8}  {:<32}  {:<24}  {:>9}  {:>7}\n", r.id, r.started, r.status,
+                             r.fingerprint, model.substr(0, 24),
+                             s.is_object() && s.contains("pass_rate") ? fmt::format("{:.1f}%", 100 * s["pass_rate"].get<double>()) : "-",
+                             s.is_object() && s.contains("score") ? fmt::format("{:.3f}", s["score"].get<double>()) : "-");
+  }
+  return finish_stdout();
+}
+
+int run_eval_show(EvalOptions& o, bool export_json) {
+  auto store = eval::Store::open(o.db);
+  if (!store) return infra(store.error().message());
+  auto l = load_run(**store, o.name);
+  if (!l) return fail_usage(l.error().message());
+  if (export_json || o.report.json) std::cout << eval::run_json(l->run, l->rows).dump(2) << "\n";
+  else std::cout << eval::run_text(l->run, l->rows, {});
+  if (!o.report.junit.empty()) {
+    if (Status s = write_file(o.report.junit, eval::run_junit(l->run, l->rows)); !s) return infra(s.message());
+  }
+  return finish_stdout();
+}
+
+void add_gate_options(CLI::App* cmd, EvalOptions& o) {
+  cmd->add_option("--max-drop", o.gate.max_drop, "The largest drop that is not a regression: 2pp (points of a rate), 2%, or a score difference such as 0.02")
+      ->capture_default_str();
+  cmd->add_option("--alpha", o.gate.alpha, "Significance level of the paired tests, after Holm's correction")
+      ->check(CLI::Range(1e-6, 0.5))->capture_default_str();
+  cmd->add_option("--fail-on", o.gate.fail_on,
+                  "When the exit code is not 0: regression (exit 1 when a metric regressed), inconclusive (also exit 4 "
+                  "when the suite is too small to tell), flip (exit 1 when any item went from pass to fail), never")
+      ->check(CLI::IsMember({"regression", "inconclusive", "flip", "never"}))->capture_default_str();
+  cmd->add_option("--resamples", o.gate.resamples, "Bootstrap resamples")->check(CLI::Range(100, 1'000'000))->capture_default_str();
+  cmd->add_option("--seed", o.gate.seed, "Seed of the bootstrap (the same seed gives the same interval)")->capture_default_str();
+  cmd->add_flag("--aa", o.aa, "A/A: the two runs are one configuration; report the noise floor and mark every changed item flaky");
+}
+
+void add_report_options(CLI::App* cmd, EvalOptions& o, bool with_pages) {
+  cmd->add_flag("--json", o.report.json, "Print JSON instead of the table");
+  cmd->add_option("--junit", o.report.junit, "Write JUnit XML here (one testcase per item)");
+  if (with_pages) {
+    cmd->add_option("--markdown", o.report.markdown, "Write a Markdown summary here (for a pull-request comment)");
+    cmd->add_option("--html", o.report.html, "Write a self-contained HTML report with SVG charts here");
+  }
+}
+
+}  // namespace
+
+CommandFn add_eval_command(CLI::App& app) {
+  auto o = std::make_shared<EvalOptions>();
+  o->db = default_db();
+  CLI::App* cmd = app.add_subcommand(
+      "eval", "Evaluate OpenAI-compatible endpoints with a suite, compare with a baseline, gate CI on regressions");
+  cmd->require_subcommand(1);
+  cmd->footer(
+      "Exit codes: 0 ok, 1 regressed, 2 bad usage or suite, 3 infrastructure (endpoint unreachable, answers "
+      "missing), 4 inconclusive (--fail-on inconclusive). The store is SQLite: --db, or $SLUICE_EVAL_DB, or "
+      "./sluice-eval.db.");
+  cmd->add_option("--db", o->db, "The run store and request cache (SQLite)")->capture_default_str();
+
+  CLI::App* run = cmd->add_subcommand("run", "Run a suite (sluice's or a promptfooconfig.yaml) and store the run");
+  run->add_option("suite", o->suite, "Suite file (YAML or JSON)")->required()->check(CLI::ExistingFile);
+  run->add_option("-j,--jobs", o->jobs, "Requests in flight at once")->check(CLI::Range(1, 256))->capture_default_str();
+  run->add_option("--repeat", o->repeat, "Samples per test (overrides the suite's evaluateOptions.repeat)")->check(CLI::Range(1, 1000));
+  run->add_flag("--no-cache", o->no_cache, "Send every request again (answers are still cached for later runs)");
+  run->add_flag("--if-changed", o->if_changed,
+                "Do nothing (exit 0) when the last finished run of this suite has the same fingerprint: the suite, "
+                "every rendered request and each endpoint's system_fingerprint");
+  run->add_option("--base-url", o->base_url, "Send every provider's requests here (e.g. http://127.0.0.1:8000/v1)");
+  run->add_option("--model", o->model, "Every provider's model");
+  run->add_option("--set", o->set, "A request field over every provider's, FIELD=VALUE (JSON value or text); repeatable")
+      ->take_all();
+  run->add_option("--timeout", o->timeout, "Seconds per attempt of a request")->check(CLI::Range(0.1, 86400.0))->capture_default_str();
+  run->add_option("--retries", o->retries, "Retries of a transport error, 429 or 5xx (exponential backoff with jitter)")
+      ->check(CLI::Range(0, 20))->capture_default_str();
+  run->add_option("--save-baseline", o->save_baseline, "Name this run as a baseline when it completes");
+  run->add_option("--baseline", o->baseline, "Then compare with this baseline (name, run id or exported .json) and gate");
+  run->add_flag("--no-progress", o->no_progress, "No progress bar (shown only on a terminal)");
+  run->add_flag("--strict", o->strict, "Refuse a suite that has parts that cannot run (they are listed otherwise)");
+  add_gate_options(run, *o);
+  add_report_options(run, *o, true);
+
+  CLI::App* compare = cmd->add_subcommand("compare", "Compare a run with a baseline item by item, with paired tests");
+  compare->add_option("--baseline", o->baseline, "Baseline: a name (baseline set), a run id, or an exported run (.json)");
+  compare->add_option("runs", o->runs, "The candidate run (default: the newest), or two runs A B without --baseline");
+  add_gate_options(compare, *o);
+  add_report_options(compare, *o, true);
+
+  CLI::App* baseline = cmd->add_subcommand("baseline", "Name a run as a baseline");
+  baseline->require_subcommand(1);
+  CLI::App* set = baseline->add_subcommand("set", "baseline set NAME RUN");
+  set->add_option("name", o->name, "Baseline name")->required();
+  set->add_option("run", o->limit, "Run id")->required();
+
+  CLI::App* history = cmd->add_subcommand("history", "A suite's runs: fingerprint, date, model, scores");
+  history->add_option("suite", o->suite, "Suite file (default: every suite)");
+  history->add_option("-n,--limit", o->limit, "Runs to show")->check(CLI::Range(1, 100000))->capture_default_str();
+  history->add_flag("--json", o->report.json, "Print JSON");
+
+  CLI::App* show = cmd->add_subcommand("show", "A run's results (its failures, or everything with --json)");
+  show->add_option("run", o->name, "Run id or baseline name")->required();
+  add_report_options(show, *o, false);
+
+  CLI::App* exp = cmd->add_subcommand("export", "A run as JSON on stdout (usable as --baseline FILE.json)");
+  exp->add_option("run", o->name, "Run id or baseline name")->required();
+
+  return [=]() -> int {
+    if (*run) return run_eval_run(*o);
+    if (*compare) return run_eval_compare(*o);
+    if (*history) return run_eval_history(*o);
+    if (*show) return run_eval_show(*o, false);
+    if (*exp) return run_eval_show(*o, true);
+    auto store = eval::Store::open(o->db);
+    if (!store) return infra(store.error().message());
+    auto r = (*store)->run(o->limit);
+    if (!r) return infra(r.error().message());
+    if (!*r) return fail_usage(fmt::format("run {} is not in {}", o->limit, o->db));
+    if (Status s = (*store)->set_baseline(o->name, o->limit); !s) return infra(s.message());
+    std::cout << fmt::format("baseline '{}' is run {} ({}, {})\n", o->name, o->limit, (*r)->suite, (*r)->started);
+    return finish_stdout();
+  };
+}
+
+}  // namespace sluice::cli
