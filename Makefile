@@ -15,7 +15,7 @@ endif
 
 SLUICE := $(BUILD_DIR)/src/cli/sluice
 
-.PHONY: all setup configure build run generate test test-asan test-tsan check-clang fuzz fuzz-request fuzz-gguf fuzz-chat soak bench clean
+.PHONY: all setup configure build run generate test eval test-asan test-tsan check-clang fuzz fuzz-request fuzz-gguf fuzz-chat soak bench clean
 
 all: build
 
@@ -37,6 +37,12 @@ generate: build
 
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+
+# The model-output gate: the evals/stories suite through `sluice serve` against the stored
+# baseline (scripts/eval_ci.sh; reports in build/eval). `scripts/eval_ci.sh --update` records
+# a new baseline after an intended change of the outputs.
+eval: build
+	scripts/eval_ci.sh
 
 # Sanitizer runs, as CI does (.ci/run says why each is there): every test under ASan+UBSan;
 # the tests that run threads (label `threads`) under TSan.

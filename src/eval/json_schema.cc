@@ -48,10 +48,9 @@ struct Validator {
   static Status bad_schema(const std::string& what) { return Status::error("invalid schema: " + what, StatusCode::kInvalid); }
 
   Result<const Json*> resolve(const std::string& ref) const {
-    for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
+    for (const auto& [prefix, key] : {std::pair{"#/$defs/", "$defs"}, std::pair{"#/definitions/", "definitions"}}) {
       if (ref.starts_with(prefix)) {
-        const std::string name = ref.substr(std::string(prefix).size());
-        const char* key = prefix[3] == '$' ? "$defs" : "definitions";
+        const std::string name = ref.substr(std::string_view(prefix).size());
         if (root.contains(key) && root[key].contains(name)) return &root[key][name];
       }
     }

@@ -26,7 +26,16 @@ double mcnemar_exact_p(int64_t b, int64_t c) {
   const int64_t n = b + c;
   if (n == 0) return 1.0;
   const int64_t k = std::min(b, c);
-  // P(X <= k), X ~ Binomial(n, 1/2), summed in log space.
+  // P(X <= k), X ~ Binomial(n, 1/2): the terms C(n, i) / 2^n by their recurrence, in long
+  // double (whose range holds 2^-n up to n = 16000; larger n goes through logarithms).
+  if (n <= 16000) {
+    long double term = std::pow(0.5L, static_cast<long double>(n)), tail = 0;
+    for (int64_t i = 0; i <= k; ++i) {
+      tail += term;
+      term = term * static_cast<long double>(n - i) / static_cast<long double>(i + 1);
+    }
+    return std::min(1.0, static_cast<double>(2 * tail));
+  }
   double tail = 0;
   for (int64_t i = 0; i <= k; ++i) tail += std::exp(log_choose(n, i) - static_cast<double>(n) * std::log(2.0));
   return std::min(1.0, 2.0 * tail);

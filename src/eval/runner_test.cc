@@ -1,0 +1,239 @@
+// Running suites against a scripted OpenAI server: the requests sent, the cache, resuming a run
+// whose answers stopped coming, retries, and an unreachable endpoint.
+#include <atomic>
+#include <filesystem>
+#include <set>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "common/http_test_server.h"
+#include "common/mutex.h"
+#include "eval/runner.h"
+
+namespace sluice::eval {
+namespace {
+
+namespace fs = std::filesystem;
+using http::testing::ReceivedRequest;
+using http::testing::TestExchange;
+
+// Answers every completion with its prompt upper-cased; `fail_from` > 0: the n-th request on
+// (1-based) gets 503; `reject_first`: that many 429s first; `fingerprint` as system_fingerprint.
+class ScriptedServer {
+ public:
+  ScriptedServer()
+      : server_([this](const ReceivedRequest& r, TestExchange& ex) -> boost::asio::awaitable<void> {
+          const int n = ++requests_;
+          Json body = Json::parse(r.body);
+          {
+            MutexLock lock(mu_);
+            bodies_.push_back(body);
+          }
+          if (n <= reject_first.load()) {
+            co_await ex.respond(429, R"({"error": {"message": "busy"}})");
+            co_return;
+          }
+          if (fail_from.load() > 0 && n >= fail_from.load()) {
+            co_await ex.respond(503, R"({"error": {"message": "down"}})");
+            co_return;
+          }
+          if (body.contains("prompt") && body["prompt"] == "bad") {
+            co_await ex.respond(400, R"({"error": {"message": "no thanks"}})");
+            co_return;
+          }
+          std::string text = body.contains("prompt") ? body["prompt"].get<std::string>()
+                                                     : body["messages"].back()["content"].get<std::string>();
+          for (char& c : text) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+          const bool chat = r.target.ends_with("/chat/completions");
+          Json choice = {{"index", 0}, {"finish_reason", "stop"}};
+          if (chat) choice["message"] = {{"role", "assistant"}, {"content", text}};
+          else choice["text"] = text;
+          Json resp = {{"choices", Json::array({choice})}, {"system_fingerprint", fingerprint_()},
+                       {"usage", {{"prompt_tokens", 1}, {"completion_tokens", 2}}}};
+          co_await ex.respond(200, resp.dump());
+        }) {}
+
+  std::string url() const { return fmt::format("http://127.0.0.1:{}/v1", server_.port()); }
+  int requests() const { return requests_.load(); }
+  std::vector<Json> bodies() const {
+    MutexLock lock(mu_);
+    return bodies_;
+  }
+  void set_fingerprint(std::string f) {
+    MutexLock lock(mu_);
+    fingerprint_value_ = std::move(f);
+  }
+
+  std::atomic<int> fail_from{0};
+  std::atomic<int> reject_first{0};
+
+ private:
+  std::string fingerprint_() {
+    MutexLock lock(mu_);
+    return fingerprint_value_;
+  }
+  std::atomic<int> requests_{0};
+  mutable Mutex mu_;
+  std::vector<Json> bodies_ SLUICE_GUARDED_BY(mu_);
+  std::string fingerprint_value_ SLUICE_GUARDED_BY(mu_) = "fp_one";
+  http::testing::TestHttpServer server_;  // last: stops first
+};
+
+Suite suite_for(const std::string& url, int num_tests) {
+  Json doc = {{"description", "upper"},
+              {"providers", Json::array({{{"id", "openai:completion:m"}, {"config", {{"apiBaseUrl", url}}}}})},
+              {"prompts", Json::array({"say {{w}}"})},
+              {"tests", Json::array()}};
+  for (int i = 0; i < num_tests; ++i) {
+    doc["tests"].push_back({{"vars", {{"w", fmt::format("w{}", i)}}},
+                            {"assert", Json::array({{{"type", "equals"}, {"value", "SAY W{{ w[1:] }}"}}})}});
+  }
+  auto s = parse_suite(doc, "");
+  EXPECT_TRUE(s) << s.error().message();
+  return *s;
+}
+
+struct TempDb {
+  TempDb() : path((fs::temp_directory_path() / fmt::format("sluice_eval_run_{}_{}.db", ::getpid(), n++)).string()) {}
+  ~TempDb() {
+    for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(path + suffix);
+  }
+  std::string path;
+  static inline int n = 0;
+};
+
+RunOptions fast_options() {
+  RunOptions o;
+  o.jobs = 3;
+  o.call.max_retries = 2;
+  o.call.backoff = std::chrono::milliseconds(1);
+  o.call.timeout = std::chrono::milliseconds(5000);
+  return o;
+}
+
+TEST(EvalRun, RunsGradesStoresAndAnswersTheSecondRunFromTheCache) {
+  ScriptedServer server;
+  TempDb db;
+  auto store = Store::open(db.path);
+  ASSERT_TRUE(store);
+  const Suite suite = suite_for(server.url(), 6);
+  auto plan = plan_run(suite, fast_options());
+  ASSERT_TRUE(plan) << plan.error().message();
+  EXPECT_EQ(plan->tasks.size(), 6u);
+  EXPECT_EQ(plan->endpoint_fingerprints[0], "fp_one");
+  auto out = execute_run(*plan, **store, fast_options());
+  ASSERT_TRUE(out) << out.error().message();
+  EXPECT_EQ(out->num_passed, 6);
+  EXPECT_EQ(out->num_sent, 6);
+  EXPECT_EQ(server.requests(), 7);  // the probe and the six
+  auto rows = (*store)->results(out->run_id);
+  ASSERT_EQ(rows->size(), 6u);
+  EXPECT_EQ((*rows)[0].output, "SAY W0");
+  EXPECT_EQ((*rows)[0].system_fingerprint, "fp_one");
+  EXPECT_EQ((*rows)[0].request["prompt"], "say w0");
+
+  // Again: nothing sent but the probe, the same fingerprint.
+  auto plan2 = plan_run(suite, fast_options());
+  EXPECT_EQ(plan2->fingerprint, plan->fingerprint);
+  auto out2 = execute_run(*plan2, **store, fast_options());
+  EXPECT_EQ(out2->num_cached, 6);
+  EXPECT_EQ(out2->num_sent, 0);
+  EXPECT_EQ(server.requests(), 8);
+  // The server changed (another system_fingerprint): a new fingerprint, and every request again.
+  server.set_fingerprint("fp_two");
+  auto plan3 = plan_run(suite, fast_options());
+  EXPECT_NE(plan3->fingerprint, plan->fingerprint);
+  auto out3 = execute_run(*plan3, **store, fast_options());
+  EXPECT_EQ(out3->num_sent, 6);
+  // --no-cache sends everything.
+  RunOptions no_cache = fast_options();
+  no_cache.use_cache = false;
+  EXPECT_EQ(execute_run(*plan3, **store, no_cache)->num_sent, 6);
+}
+
+TEST(EvalRun, ARunWhoseAnswersStoppedResumesWithoutSendingFinishedRequests) {
+  ScriptedServer server;
+  TempDb db;
+  auto store = Store::open(db.path);
+  const Suite suite = suite_for(server.url(), 10);
+  RunOptions o = fast_options();
+  o.jobs = 1;
+  o.call.max_retries = 0;
+  server.fail_from = 6;  // the probe and four answers, then the server is down
+  auto plan = plan_run(suite, o);
+  ASSERT_TRUE(plan);
+  auto out = execute_run(*plan, **store, o);
+  ASSERT_TRUE(out);
+  EXPECT_EQ(out->num_errors, 6);
+  EXPECT_EQ((*(*store)->run(out->run_id))->status, "failed");
+  server.fail_from = 0;
+  const int before = server.requests();
+  auto plan2 = plan_run(suite, o);
+  auto out2 = execute_run(*plan2, **store, o);
+  EXPECT_EQ(out2->num_errors, 0);
+  EXPECT_EQ(out2->num_cached, 4);
+  EXPECT_EQ(out2->num_sent, 6);
+  EXPECT_EQ(server.requests() - before, 1 + 6);  // the probe and the six missing
+  EXPECT_EQ((*(*store)->run(out2->run_id))->status, "done");
+}
+
+TEST(EvalRun, RetriesOverloadButNotARefusal) {
+  ScriptedServer server;
+  server.reject_first = 2;
+  Provider p = *parse_provider(Json{{"id", "openai:completion:m"}, {"config", {{"apiBaseUrl", server.url()}}}});
+  CallOptions o{.timeout = std::chrono::milliseconds(5000), .max_retries = 3, .backoff = std::chrono::milliseconds(1)};
+  auto r = call(p, Json{{"prompt", "x"}}, o);
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r->attempts, 3);
+  EXPECT_EQ(r->text, "X");
+  const int before = server.requests();
+  auto bad = call(p, Json{{"prompt", "bad"}}, o);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code(), StatusCode::kInvalid);
+  EXPECT_NE(bad.error().message().find("no thanks"), std::string::npos);
+  EXPECT_EQ(server.requests() - before, 1);
+}
+
+TEST(EvalRun, AnUnreachableEndpointIsAnInfrastructureError) {
+  int port = 0;
+  {
+    ScriptedServer gone;  // a port that was just free
+    port = std::stoi(gone.url().substr(17));
+  }
+  const Suite suite = suite_for(fmt::format("http://127.0.0.1:{}/v1", port), 2);
+  RunOptions o = fast_options();
+  o.call.max_retries = 1;
+  auto plan = plan_run(suite, o);
+  ASSERT_FALSE(plan);
+  EXPECT_EQ(plan.error().code(), StatusCode::kUnavailable);
+  EXPECT_NE(plan.error().message().find("cannot be reached"), std::string::npos);
+}
+
+TEST(EvalRun, RepeatsGetTheirOwnSeedsAndChatPromptsRender) {
+  ScriptedServer server;
+  TempDb db;
+  auto store = Store::open(db.path);
+  Json doc = {{"providers", Json::array({{{"id", "openai:chat:m"}, {"config", {{"apiBaseUrl", server.url()}, {"seed", 10}}}}})},
+              {"prompts", Json::array({{{"label", "p"}, {"messages", Json::array({{{"role", "system"}, {"content", "be {{mood}}"}},
+                                                                                   {{"role", "user"}, {"content", "hi {{name}}"}}})}}})},
+              {"tests", Json::array({{{"vars", {{"mood", "kind"}, {"name", "ann"}}}, {"assert", Json::array({{{"type", "equals"}, {"value", "HI ANN"}}})}}})},
+              {"evaluateOptions", {{"repeat", 3}}}};
+  auto suite = parse_suite(doc, "");
+  ASSERT_TRUE(suite) << suite.error().message();
+  auto plan = plan_run(*suite, fast_options());
+  ASSERT_TRUE(plan);
+  ASSERT_EQ(plan->tasks.size(), 3u);
+  auto out = execute_run(*plan, **store, fast_options());
+  EXPECT_EQ(out->num_passed, 3);
+  std::set<int64_t> seeds;
+  for (const Json& b : server.bodies()) {
+    if (b.value("max_tokens", 0) == 1) continue;  // the probe
+    EXPECT_EQ(b["messages"][0]["content"], "be kind");
+    seeds.insert(b["seed"].get<int64_t>());
+  }
+  EXPECT_EQ(seeds, (std::set<int64_t>{10, 11, 12}));
+}
+
+}  // namespace
+}  // namespace sluice::eval

@@ -1,0 +1,199 @@
+// Reading suites: YAML scalars, datasets, sluice's suite keys and promptfoo's subset, and what
+// cannot run listed rather than skipped.
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "eval/dataset.h"
+#include "eval/render.h"
+#include "eval/suite.h"
+
+namespace sluice::eval {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  TempDir() : path(fs::temp_directory_path() / fs::path("sluice_eval_" + std::to_string(::getpid()) + "_" + std::to_string(counter++))) {
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(path / name, std::ios::binary) << text;
+    return (path / name).string();
+  }
+  fs::path path;
+  static inline int counter = 0;
+};
+
+TEST(Yaml, PlainScalarsAreTypedAndQuotedOnesStayStrings) {
+  auto j = parse_yaml("a: 1\nb: '1'\nc: true\nd: \"true\"\ne: 1.5e1\nf: ~\ng: null\nh: text\ni: [x, 2]\nj: |\n  two\n  lines\n");
+  ASSERT_TRUE(j) << j.error().message();
+  EXPECT_EQ((*j)["a"], 1);
+  EXPECT_EQ((*j)["b"], "1");
+  EXPECT_EQ((*j)["c"], true);
+  EXPECT_EQ((*j)["d"], "true");
+  EXPECT_EQ((*j)["e"], 15.0);
+  EXPECT_TRUE((*j)["f"].is_null());
+  EXPECT_TRUE((*j)["g"].is_null());
+  EXPECT_EQ((*j)["h"], "text");
+  EXPECT_EQ((*j)["i"], Json::array({"x", 2}));
+  EXPECT_EQ((*j)["j"], "two\nlines\n");
+}
+
+TEST(Yaml, ErrorsNameTheLine) {
+  auto j = parse_yaml("a: 1\nb: [unclosed\n");
+  ASSERT_FALSE(j);
+  EXPECT_NE(j.error().message().find("line "), std::string::npos) << j.error().message();
+}
+
+TEST(Dataset, CsvQuotesCommasNewlinesAndCrlf) {
+  auto rows = parse_csv("q,a\r\n\"x, y\",\"say \"\"hi\"\"\"\nmulti,\"one\ntwo\"\n", "t.csv");
+  ASSERT_TRUE(rows) << rows.error().message();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((*rows)[0]["q"], "x, y");
+  EXPECT_EQ((*rows)[0]["a"], "say \"hi\"");
+  EXPECT_EQ((*rows)[1]["a"], "one\ntwo");
+  EXPECT_FALSE(parse_csv("a,b\n1\n", "t.csv"));
+  auto unclosed = parse_csv("a\n\"x\n", "t.csv");
+  ASSERT_FALSE(unclosed);
+  EXPECT_NE(unclosed.error().message().find("t.csv:2"), std::string::npos) << unclosed.error().message();
+}
+
+TEST(Dataset, JsonlNeedsObjectsAndNamesTheLine) {
+  auto bad = parse_jsonl("{\"a\": 1}\n\n[1]\n", "d.jsonl");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message().find("d.jsonl:3"), std::string::npos);
+}
+
+TEST(Render, VariablesFiltersAndTheTrailingNewline) {
+  EXPECT_EQ(*render("Q: {{ q | upper }}\n", Json{{"q", "hi"}}), "Q: HI\n");
+  EXPECT_EQ(*render("{% if x %}yes{% else %}no{% endif %}", Json{{"x", false}}), "no");
+  EXPECT_EQ(*render("{{missing}}.", Json::object()), ".");
+  EXPECT_FALSE(render("{{ unclosed", Json::object()));
+}
+
+TEST(Suite, SluiceSuiteWithDatasetsAndLikelihoodTasks) {
+  TempDir d;
+  d.write("qa.jsonl", "{\"id\": 7, \"q\": \"2+2\", \"a\": \"4\"}\n{\"q\": \"3+3\", \"a\": \"6\"}\n");
+  d.write("mc.csv", "context,choices,gold\nunused,x,0\n");
+  d.write("items.jsonl", "{\"context\": \"The sky is\", \"choices\": [\" blue\", \" loud\"], \"gold\": 0}\n");
+  const std::string path = d.write("suite.yaml", R"(
+description: arithmetic
+providers:
+  - id: openai:chat:m
+    label: local
+    config: {apiBaseUrl: "http://127.0.0.1:9/v1/", temperature: 0, seed: 5, apiKeyEnvar: MY_KEY}
+datasets:
+  - path: qa.jsonl
+    doc_to_text: "Q: {{q}}\nA:"
+    doc_to_target: "{{a}}"
+    assert: [{type: starts-with, value: "{{target}}"}]
+likelihood:
+  - {name: sky, type: multiple-choice, path: items.jsonl}
+  - name: ppl
+    type: perplexity
+    items: [{id: one, text: "Hello world."}]
+evaluateOptions: {repeat: 3}
+)");
+  auto s = load_suite(path);
+  ASSERT_TRUE(s) << s.error().message();
+  ASSERT_EQ(s->providers.size(), 1u);
+  const Provider& p = s->providers[0];
+  EXPECT_EQ(p.label, "local");
+  EXPECT_EQ(p.api, "chat");
+  EXPECT_EQ(p.model, "m");
+  EXPECT_EQ(p.base_url, "http://127.0.0.1:9/v1");
+  EXPECT_EQ(p.api_key_env, "MY_KEY");
+  EXPECT_EQ(p.params["temperature"], 0);
+  EXPECT_EQ(p.params["seed"], 5);
+  ASSERT_EQ(s->prompts.size(), 1u);
+  EXPECT_EQ(s->prompts[0].text, "{{ text }}");
+  ASSERT_EQ(s->tests.size(), 2u);
+  EXPECT_EQ(s->tests[0].vars["text"], "Q: 2+2\nA:");
+  EXPECT_EQ(s->tests[0].vars["target"], "4");
+  EXPECT_EQ(s->tests[0].description, "qa.jsonl 7");
+  ASSERT_EQ(s->tests[1].asserts.size(), 1u);
+  EXPECT_EQ(s->tests[1].asserts[0].type, "starts-with");
+  ASSERT_EQ(s->likelihood.size(), 2u);
+  EXPECT_EQ(s->likelihood[0].items[0].choices.size(), 2u);
+  EXPECT_EQ(s->likelihood[0].items[0].gold, 0);
+  EXPECT_EQ(s->likelihood[1].items[0].text, "Hello world.");
+  EXPECT_EQ(s->repeat, 3);
+  EXPECT_TRUE(s->not_run.empty());
+  // The fingerprint's content covers the files the suite read.
+  EXPECT_NE(s->content.find("\"q\": \"3+3\""), std::string::npos);
+}
+
+TEST(Suite, PromptfooConfigSubsetRunsAndTheRestIsListed) {
+  TempDir d;
+  d.write("prompt.txt", "Translate to French: {{text}}\n");
+  d.write("tests.csv", "text,__expected\nhello,icontains: bonjour\ncat,chat\n");
+  const std::string path = d.write("promptfooconfig.yaml", R"(
+description: translation
+prompts:
+  - file://prompt.txt
+  - '[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "{{text}}"}]'
+providers:
+  - openai:chat:gpt-4o-mini
+  - id: openai:completion:base
+    config: {apiBaseUrl: http://127.0.0.1:8000/v1, max_tokens: 20}
+  - anthropic:messages:claude
+defaultTest:
+  vars: {lang: French}
+  assert:
+    - type: javascript
+      value: output.length > 0
+    - type: not-contains
+      value: "Sorry"
+tests: file://tests.csv
+scenarios: []
+)");
+  auto s = load_suite(path);
+  ASSERT_TRUE(s) << s.error().message();
+  EXPECT_EQ(s->providers.size(), 2u);
+  EXPECT_EQ(s->providers[1].api, "completion");
+  ASSERT_EQ(s->prompts.size(), 2u);
+  EXPECT_EQ(s->prompts[0].label, "prompt.txt");
+  EXPECT_EQ(s->prompts[0].text, "Translate to French: {{text}}\n");
+  ASSERT_TRUE(s->prompts[1].messages.is_array());
+  EXPECT_EQ(s->prompts[1].messages[0]["role"], "system");
+  ASSERT_EQ(s->tests.size(), 2u);
+  const TestCase& t0 = s->tests[0];
+  EXPECT_EQ(t0.vars["text"], "hello");
+  EXPECT_EQ(t0.vars["lang"], "French");  // defaultTest vars
+  EXPECT_FALSE(t0.vars.contains("__expected"));
+  ASSERT_EQ(t0.asserts.size(), 2u);  // not-contains (default) + icontains (__expected); javascript listed
+  EXPECT_EQ(t0.asserts[0].type, "contains");
+  EXPECT_TRUE(t0.asserts[0].negate);
+  EXPECT_EQ(t0.asserts[1].type, "icontains");
+  EXPECT_EQ(t0.asserts[1].value, "bonjour");
+  EXPECT_EQ(s->tests[1].asserts[1].type, "equals");
+  EXPECT_EQ(s->tests[1].asserts[1].value, "chat");
+  std::string listed;
+  for (const std::string& n : s->not_run) listed += n + "\n";
+  EXPECT_NE(listed.find("'javascript' is not implemented"), std::string::npos) << listed;
+  EXPECT_NE(listed.find("anthropic:messages:claude"), std::string::npos) << listed;
+  EXPECT_NE(listed.find("'scenarios'"), std::string::npos) << listed;
+}
+
+TEST(Suite, BrokenSuitesAreClearErrors) {
+  auto check = [](const std::string& yaml, const std::string& expected) {
+    auto doc = parse_yaml(yaml);
+    ASSERT_TRUE(doc) << yaml;
+    auto s = parse_suite(*doc, "");
+    ASSERT_FALSE(s) << yaml;
+    EXPECT_NE(s.error().message().find(expected), std::string::npos) << s.error().message();
+  };
+  check("providers: [openai:chat:m]\n", "nothing to run");
+  check("providers: [openai:chat:m]\ntests: [{vars: {a: 1}}]\n", "no prompts");
+  check("prompts: [x]\ntests: [{assert: [{value: 1}]}]\n", "needs a 'type'");
+  check("prompts: [x]\ntests: [{assert: [{type: equals, value: 1, weight: -1}]}]\n", "'weight' must be a number >= 0");
+  check("prompts: [x]\ntests: [{assert: [{type: equals, value: 1, transform: x}]}]\n", "'transform' is not supported");
+  check("likelihood: [{name: x, type: multiple-choice, items: [{context: a, choices: [b, c], gold: 2}]}]\n",
+        "'gold' must be the index");
+}
+
+}  // namespace
+}  // namespace sluice::eval

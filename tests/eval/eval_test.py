@@ -1,0 +1,179 @@
+"""`sluice eval` as a user runs it, against real `sluice serve` processes on stories260K:
+baselines and regressions, --if-changed across a chat template change, an unreachable endpoint,
+the promptfoo template, and the HTML report rendered in headless Chromium (a screenshot is kept
+in $SLUICE_EVAL_ARTIFACTS, default the build folder)."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+
+BIN = os.environ["SLUICE_BIN"]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODEL = os.path.join(ROOT, "..", "shared", "models", "stories260K.gguf")
+ARTIFACTS = os.environ.get("SLUICE_EVAL_ARTIFACTS", os.getcwd())
+
+
+def serve(*extra):
+    p = subprocess.Popen([BIN, "serve", "-m", MODEL, "--port", "0", *extra],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 60
+    seen = ""
+    while time.time() < deadline:
+        line = p.stdout.readline()
+        if not line:
+            break
+        seen += line
+        m = re.search(r"listening on (http://[\d.]+:\d+)", line)
+        if m:
+            # Keep reading what it prints, so a full pipe never blocks it.
+            threading.Thread(target=p.stdout.read, daemon=True).start()
+            return p, m.group(1) + "/v1"
+    p.kill()
+    raise RuntimeError("sluice serve did not start:\n" + seen)
+
+
+def stop(p):
+    p.terminate()
+    try:
+        p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
+class EvalTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server, cls.url = serve()
+
+    @classmethod
+    def tearDownClass(cls):
+        stop(cls.server)
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="sluice_eval_")
+        self.db = os.path.join(self.dir, "eval.db")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def eval(self, *args, url=None):
+        cmd = [BIN, "eval", "--db", self.db, *args]
+        if args and args[0] == "run":
+            cmd += ["--base-url", url or self.url, "--no-progress"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+        return r.returncode, r.stdout + r.stderr
+
+    def test_baseline_then_a_worse_candidate_regresses_and_the_same_config_does_not(self):
+        suite = os.path.join(ROOT, "evals", "stories", "suite.yaml")
+        rc, out = self.eval("run", suite, "--save-baseline", "main")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("pass rate 100.0%", out)  # the recorded greedy transcripts, to the letter
+        self.assertIn("baseline 'main' is now run 1", out)
+
+        md, html, junit = (os.path.join(self.dir, f) for f in ("r.md", "r.html", "r.xml"))
+        rc, out = self.eval("run", suite, "--set", "temperature=1.5", "--set", "seed=3", "--baseline", "main",
+                            "--markdown", md, "--html", html, "--junit", junit)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("compare run 2 (candidate) with run 1 (baseline): regressed", out)
+        self.assertRegex(out, r"pass rate\s+16\s+100\.0%")
+        self.assertIn("pass -> FAIL [stories260K]", out)
+        # The unchanged likelihood items are not regressions.
+        self.assertRegex(out, r"accuracy cloze\s+8\s+100\.0%\s+100\.0%\s+\+0\.0pp\s+1\.0000\s+mcnemar\s+\S+\s+no change")
+        with open(md) as f:
+            text = f.read()
+        self.assertIn("sluice eval: **regressed**", text)
+        self.assertIn("**Regressed items**", text)
+        with open(junit) as f:
+            self.assertIn("<failure message=\"regressed", f.read())
+
+        # The same configuration, sent again: no change.
+        rc, out = self.eval("run", suite, "--no-cache", "--baseline", "main")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("): no change", out)
+
+        # history lists the three runs; compare of runs 1 and 3 as A/A has no flaky item.
+        rc, out = self.eval("history", suite)
+        self.assertEqual(rc, 0, out)
+        self.assertEqual(len([l for l in out.splitlines() if re.match(r"\s+\d+\s+20", l)]), 3, out)
+        rc, out = self.eval("compare", "1", "3", "--aa", "--json")
+        self.assertEqual(rc, 0, out)
+        j = json.loads(out)
+        self.assertEqual(j["flaky"], 0)
+        self.assertEqual(j["noise_floor"], 0)
+
+        # The HTML report in a real browser: it renders, with its charts.
+        chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+        self.assertIsNotNone(chromium, "chromium is not installed (scripts/setup.sh installs it)")
+        browser = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                   f"--user-data-dir={self.dir}/chromium"]
+        dom = subprocess.run(browser + ["--dump-dom", "file://" + html], capture_output=True, text=True, timeout=120)
+        self.assertIn('id="verdict" class="regressed"', dom.stdout, dom.stderr[-2000:])
+        self.assertIn('<svg xmlns="http://www.w3.org/2000/svg" class="chart" id="history"', dom.stdout)
+        # Written by run 2: a pass-rate and a score point for each of runs 1 and 2.
+        self.assertEqual(dom.stdout.count('class="point"'), 2 * 2)
+        self.assertIn('class="p2f"', dom.stdout)
+        shot = os.path.join(ARTIFACTS, "eval_report.png")
+        r = subprocess.run(browser + [f"--screenshot={shot}", "--window-size=1000,1600", "file://" + html],
+                           capture_output=True, text=True, timeout=120)
+        self.assertTrue(os.path.exists(shot) and os.path.getsize(shot) > 10_000, r.stderr[-2000:])
+        with open(shot, "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
+    def test_if_changed_skips_until_the_chat_template_changes(self):
+        template = os.path.join(self.dir, "template.jinja")
+        with open(template, "w") as f:
+            f.write("{% for m in messages %}{{ m['content'] }}\n{% endfor %}")
+        server, url = serve("--chat-template", template)
+        try:
+            suite = os.path.join(self.dir, "chat.yaml")
+            with open(suite, "w") as f:
+                f.write("providers: [{id: 'openai:chat:stories260K', config: {temperature: 0, max_tokens: 8}}]\n"
+                        "prompts: ['{{ start }}']\n"
+                        "tests: [{vars: {start: Once upon a time}, assert: [{type: length, value: {min: 1}}]}]\n")
+            rc, out = self.eval("run", suite, "--if-changed", url=url)
+            self.assertEqual(rc, 0, out)
+            self.assertIn("run 1 of", out)
+            rc, out = self.eval("run", suite, "--if-changed", url=url)
+            self.assertEqual(rc, 0, out)
+            self.assertIn("unchanged: run 1", out)
+        finally:
+            stop(server)
+        with open(template, "w") as f:
+            f.write("{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}")
+        server, url = serve("--chat-template", template)
+        try:
+            rc, out = self.eval("run", suite, "--if-changed", url=url)
+            self.assertEqual(rc, 0, out)
+            self.assertIn("changed since run 1", out)
+            self.assertIn("run 2 of", out)
+        finally:
+            stop(server)
+
+    def test_an_unreachable_endpoint_is_exit_3_not_a_regression(self):
+        suite = os.path.join(ROOT, "evals", "api", "suite.yaml")
+        rc, out = self.eval("run", suite, "--retries", "1", url="http://127.0.0.1:1/v1")
+        self.assertEqual(rc, 3, out)
+        self.assertIn("cannot be reached", out)
+        rc, out = self.eval("compare", "--baseline", "nothing")
+        self.assertEqual(rc, 2, out)
+
+    def test_the_api_suite_and_the_promptfoo_template_run(self):
+        rc, out = self.eval("run", os.path.join(ROOT, "evals", "api", "suite.yaml"))
+        self.assertEqual(rc, 0, out)
+        self.assertIn("pass rate 100.0%", out)
+        rc, out = self.eval("run", os.path.join(ROOT, "evals", "templates", "promptfooconfig.yaml"))
+        self.assertEqual(rc, 0, out)
+        self.assertIn("not run: defaultTest, assertion 1: assertion type 'javascript' is not implemented", out)
+        rc, out = self.eval("run", os.path.join(ROOT, "evals", "templates", "promptfooconfig.yaml"), "--strict")
+        self.assertEqual(rc, 2, out)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
