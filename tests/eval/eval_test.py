@@ -175,5 +175,21 @@ class EvalTest(unittest.TestCase):
         self.assertEqual(rc, 2, out)
 
 
+    def test_the_ci_templates_use_flags_that_exist(self):
+        import yaml
+        help_text = subprocess.run([BIN, "eval", "run", "--help"], capture_output=True, text=True).stdout
+        serve_help = subprocess.run([BIN, "serve", "--help"], capture_output=True, text=True).stdout
+        for name in ("github-actions-eval.yml", "gitlab-ci-eval.yml"):
+            path = os.path.join(ROOT, "deploy", "ci", name)
+            with open(path) as f:
+                text = f.read()
+            yaml.safe_load(text)
+            for line in text.splitlines():
+                for cmd, helps in (("sluice eval run", help_text), ("sluice serve", serve_help)):
+                    if cmd in line and not line.lstrip().startswith("#"):
+                        for flag in re.findall(r"(--[a-z-]+)", line.split(cmd, 1)[1]):
+                            self.assertIn(flag, helps, f"{name}: {flag}")
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
