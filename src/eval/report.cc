@@ -66,6 +66,9 @@ std::string run_text(const RunRow& run, const std::vector<ResultRow>& rows, cons
     if (s.contains("pass_rate")) {
       out += fmt::format("  pass rate {}   score {:.3f}\n", pct(s["pass_rate"]), s.value("score", 0.0));
     }
+    for (const auto& [key, v] : s.items()) {
+      if (key.starts_with("pass@") || key.starts_with("pass^")) out += fmt::format("  {:<8} {:.3f}\n", key, v.get<double>());
+    }
     if (s.contains("metrics")) {
       for (const auto& [name, v] : s["metrics"].items()) out += fmt::format("  {:<28} {:.4f}\n", name, v.get<double>());
     }

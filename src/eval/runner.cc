@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "eval/render.h"
+#include "eval/stats.h"
 
 namespace sluice::eval {
 namespace {
@@ -238,6 +239,7 @@ Result<RunOutcome> execute_run(const Plan& plan, Store& store, const RunOptions&
   std::map<std::string, std::pair<double, int64_t>> perplexity;  // task -> (sum logprob, tokens)
   Tally tests;
   std::map<std::string, bool> item_seen;
+  std::map<std::string, std::pair<int64_t, int64_t>> test_samples;  // test item -> (samples, passed)
   for (size_t i = 0; i < plan.tasks.size();) {
     const Task& t = plan.tasks[i];
     // A multiple-choice sample spans one task per choice.
@@ -297,6 +299,8 @@ Result<RunOutcome> execute_run(const Plan& plan, Store& store, const RunOptions&
         }
       }
       ++tests.n, tests.passed += row.pass, tests.score += row.score;
+      auto& [ns, np] = test_samples[t.item_key];
+      ++ns, np += row.pass;
     } else {
       const LikelihoodTask& lt = suite.likelihood[t.task];
       const LikelihoodItem& item = lt.items[t.item];
@@ -347,6 +351,21 @@ Result<RunOutcome> execute_run(const Plan& plan, Store& store, const RunOptions&
   if (tests.n > 0) {
     summary["pass_rate"] = static_cast<double>(tests.passed) / static_cast<double>(tests.n);
     summary["score"] = tests.score / static_cast<double>(tests.n);
+  }
+  if (suite.repeat > 1 && !test_samples.empty()) {
+    // With repeats: pass@k (some of k samples pass) and pass^k (all k pass), k = 1 and k = the
+    // repeat count, from each item's n samples (stats.h), averaged over the items.
+    const int64_t k = suite.repeat;
+    double at1 = 0, at_k = 0, hat_k = 0;
+    for (const auto& [key, np] : test_samples) {
+      at1 += pass_at_k(np.first, np.second, 1);
+      at_k += pass_at_k(np.first, np.second, std::min(k, np.first));
+      hat_k += pass_hat_k(np.first, np.second, std::min(k, np.first));
+    }
+    const auto n = static_cast<double>(test_samples.size());
+    summary["pass@1"] = at1 / n;
+    summary[fmt::format("pass@{}", k)] = at_k / n;
+    summary[fmt::format("pass^{}", k)] = hat_k / n;
   }
   Json m = Json::object();
   for (const auto& [name, t] : metrics) m[name] = t.n ? t.score / static_cast<double>(t.n) : 0.0;

@@ -226,6 +226,9 @@ TEST(EvalRun, RepeatsGetTheirOwnSeedsAndChatPromptsRender) {
   ASSERT_EQ(plan->tasks.size(), 3u);
   auto out = execute_run(*plan, **store, fast_options());
   EXPECT_EQ(out->num_passed, 3);
+  EXPECT_EQ(out->summary["pass@1"], 1.0);
+  EXPECT_EQ(out->summary["pass@3"], 1.0);
+  EXPECT_EQ(out->summary["pass^3"], 1.0);
   std::set<int64_t> seeds;
   for (const Json& b : server.bodies()) {
     if (b.value("max_tokens", 0) == 1) continue;  // the probe
