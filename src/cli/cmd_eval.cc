@@ -236,7 +236,7 @@ int run_eval_run(EvalOptions& o) {
     auto last = (*store)->last_done_run(std::filesystem::absolute(o.suite).string());
     if (!last) return infra(last.error().message());
     if (*last && (*last)->fingerprint == plan->fingerprint) {
-      std::cout << fmt::format("unchanged: run {} ({}) has the same fingerprint {} (the suite, every rendered request and "
+      (o.report.json ? std::cerr : std::cout) << fmt::format("unchanged: run {} ({}) has the same fingerprint {} (the suite, every rendered request and "
                                "each endpoint's system_fingerprint); nothing to evaluate\n",
                                (*last)->id, (*last)->started, plan->fingerprint);
       return finish_stdout();
@@ -248,9 +248,12 @@ int run_eval_run(EvalOptions& o) {
   auto run = (*store)->run(outcome->run_id);
   auto rows = (*store)->results(outcome->run_id);
   if (!run || !*run || !rows) return infra("cannot read the run back from " + o.db);
+  // With --json, stdout holds one JSON document: the run's, or with --baseline the comparison's
+  // (the run's summary then goes to stderr).
+  std::ostream& text_out = o.report.json ? std::cerr : std::cout;
   if (o.report.json && o.baseline.empty()) std::cout << eval::run_json(**run, *rows).dump(2) << "\n";
-  else std::cout << eval::run_text(**run, *rows, plan->suite.not_run);
-  std::cout << fmt::format("  {} requests sent, {} answered from the cache ({})\n", outcome->num_sent, outcome->num_cached, o.db);
+  else text_out << eval::run_text(**run, *rows, plan->suite.not_run);
+  text_out << fmt::format("  {} requests sent, {} answered from the cache ({})\n", outcome->num_sent, outcome->num_cached, o.db);
   if (!o.report.junit.empty() && o.baseline.empty()) {
     if (Status s = write_file(o.report.junit, eval::run_junit(**run, *rows)); !s) return infra(s.message());
   }
@@ -261,7 +264,7 @@ int run_eval_run(EvalOptions& o) {
   }
   if (!o.save_baseline.empty()) {
     if (Status s = (*store)->set_baseline(o.save_baseline, outcome->run_id); !s) return infra(s.message());
-    std::cout << fmt::format("  baseline '{}' is now run {}\n", o.save_baseline, outcome->run_id);
+    text_out << fmt::format("  baseline '{}' is now run {}\n", o.save_baseline, outcome->run_id);
   }
   if (o.baseline.empty()) return finish_stdout();
   auto base = load_run(**store, o.baseline);
