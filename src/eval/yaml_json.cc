@@ -3,7 +3,6 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
-#include <regex>
 
 #include <yaml-cpp/yaml.h>
 
@@ -16,14 +15,44 @@ std::string lower(std::string_view s) {
   return out;
 }
 
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+// [-+]?[0-9]+
+bool is_int(std::string_view s) {
+  size_t i = !s.empty() && (s[0] == '-' || s[0] == '+');
+  if (i == s.size()) return false;
+  for (; i < s.size(); ++i) {
+    if (!is_digit(s[i])) return false;
+  }
+  return true;
+}
+
+// [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?
+bool is_float(std::string_view s) {
+  size_t i = !s.empty() && (s[0] == '-' || s[0] == '+');
+  size_t int_digits = 0, frac_digits = 0;
+  while (i < s.size() && is_digit(s[i])) ++i, ++int_digits;
+  if (i < s.size() && s[i] == '.') {
+    ++i;
+    while (i < s.size() && is_digit(s[i])) ++i, ++frac_digits;
+  }
+  if (int_digits == 0 && frac_digits == 0) return false;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
+    size_t exp_digits = 0;
+    while (i < s.size() && is_digit(s[i])) ++i, ++exp_digits;
+    if (exp_digits == 0) return false;
+  }
+  return i == s.size();
+}
+
 Json plain_scalar(const std::string& s) {
   const std::string l = lower(s);
   if (s.empty() || s == "~" || l == "null") return nullptr;
   if (l == "true") return true;
   if (l == "false") return false;
-  static const std::regex kInt("[-+]?[0-9]+");
-  static const std::regex kFloat(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?)");
-  if (std::regex_match(s, kInt)) {
+  if (is_int(s)) {
     int64_t v = 0;
     const char* b = s.data() + (s[0] == '+');
     if (auto [p, ec] = std::from_chars(b, s.data() + s.size(), v); ec == std::errc() && p == s.data() + s.size()) return v;
@@ -35,7 +64,7 @@ Json plain_scalar(const std::string& s) {
   if (l.starts_with("0o") && l.size() > 2 && l.find_first_not_of("01234567", 2) == std::string::npos) {
     return static_cast<int64_t>(std::stoull(l.substr(2), nullptr, 8));
   }
-  if (std::regex_match(s, kFloat)) return std::stod(s);
+  if (is_float(s)) return std::stod(s);
   if (l == ".inf" || l == "+.inf") return std::numeric_limits<double>::infinity();
   if (l == "-.inf") return -std::numeric_limits<double>::infinity();
   if (l == ".nan") return std::numeric_limits<double>::quiet_NaN();
