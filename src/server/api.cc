@@ -148,8 +148,7 @@ Json Generation::prompt_logprobs_json(Choice& c) const {
 
 void Generation::emit_echo(Choice& c, bool finished, std::string& events) {
   if (!echo_ || c.echoed) return;
-  const bool scored = c.prompt_scores.size() + 1 >= echo_prompts_[c.prompt_index].size();
-  if (logprobs_ && !scored && !finished) return;
+  if (logprobs_ && !finished && c.prompt_scores.size() + 1 < echo_prompts_[c.prompt_index].size()) return;
   c.echoed = true;
   Json choice = {{"index", c.index}, {"text", utf8_sanitize(echo_texts_[c.prompt_index])}};
   choice["logprobs"] = logprobs_ ? prompt_logprobs_json(c) : Json(nullptr);

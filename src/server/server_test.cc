@@ -698,6 +698,15 @@ TEST_F(ServerTest, EchoScoresThePromptAsGenerationScoredIt) {
   const Json first = Json::parse(sse.substr(at + 6, sse.find("\n\n", at) - at - 6));
   EXPECT_EQ(first["choices"][0]["text"], "the cat sat");
   EXPECT_EQ(first["choices"][0]["logprobs"]["tokens"].size(), num_prompt);
+  // Streamed echo without logprobs: the prompt first, then the completion.
+  const std::string plain_sse = body_of(exchange(post("/v1/completions",
+      R"({"prompt": "the cat sat", "max_tokens": 2, "echo": true, "stream": true})")));
+  const size_t at2 = plain_sse.find("data: {");
+  ASSERT_NE(at2, std::string::npos) << plain_sse;
+  const Json first2 = Json::parse(plain_sse.substr(at2 + 6, plain_sse.find("\n\n", at2) - at2 - 6));
+  EXPECT_EQ(first2["choices"][0]["text"], "the cat sat");
+  EXPECT_TRUE(first2["choices"][0]["logprobs"].is_null());
+  EXPECT_NE(plain_sse.find("data: [DONE]"), std::string::npos);
   // echo without logprobs needs no scoring; max_tokens 0 without echo is refused.
   const Json plain = Json::parse(body_of(exchange(post("/v1/completions", R"({"prompt": "the cat", "max_tokens": 0, "echo": true})"))));
   EXPECT_EQ(plain["choices"][0]["text"], "the cat");
