@@ -4,6 +4,7 @@
 // Exit codes: 0 ok (or nothing changed with --if-changed), 1 regressed, 2 bad usage or a bad
 // suite, 3 infrastructure (an endpoint unreachable, answers missing, the store unwritable),
 // 4 inconclusive (with --fail-on inconclusive).
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -217,10 +218,11 @@ int run_eval_run(EvalOptions& o) {
   }
   if (!o.no_progress && isatty(STDERR_FILENO)) {
     ro.progress = [](int64_t done, int64_t total) {
-      const int width = 30;
-      const int filled = total ? static_cast<int>(width * done / total) : width;
-      std::fprintf(stderr, "\reval: [%s%s] %lld/%lld requests", std::string(filled, '#').c_str(),
-                   std::string(width - filled, '.').c_str(), static_cast<long long>(done), static_cast<long long>(total));
+      constexpr int64_t kWidth = 30;
+      const int64_t filled = total > 0 ? std::clamp<int64_t>(kWidth * done / total, 0, kWidth) : kWidth;
+      char bar[kWidth + 1] = {};
+      for (int64_t i = 0; i < kWidth; ++i) bar[i] = i < filled ? '#' : '.';
+      std::fprintf(stderr, "\reval: [%s] %lld/%lld requests", bar, static_cast<long long>(done), static_cast<long long>(total));
       if (done >= total) std::fprintf(stderr, "\n");
       std::fflush(stderr);
     };
