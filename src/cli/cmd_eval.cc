@@ -73,12 +73,16 @@ int infra(const std::string& message) {
 }
 
 Result<double> parse_drop(const std::string& s) {
-  std::string t = s;
+  std::string_view number = s;
   double scale = 1;
-  if (t.ends_with("pp") || t.ends_with("%")) {
-    t.resize(t.size() - (t.ends_with("pp") ? 2 : 1));
-    scale = 0.01;
+  for (std::string_view unit : {"pp", "%"}) {
+    if (number.ends_with(unit)) {
+      number.remove_suffix(unit.size());
+      scale = 0.01;
+      break;
+    }
   }
+  const std::string t(number);
   char* end = nullptr;
   const double v = std::strtod(t.c_str(), &end);
   if (t.empty() || !end || *end != '\0' || !(v >= 0)) {
