@@ -1,6 +1,7 @@
 #include "eval/store.h"
 
 #include <ctime>
+#include <type_traits>
 
 #include <fmt/format.h>
 #include <sqlite3.h>
@@ -29,15 +30,15 @@ class Stmt {
   ~Stmt() { sqlite3_finalize(s_); }
   bool ok() const { return rc_ == SQLITE_OK; }
   Stmt& text(int i, const std::string& v) {
-    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    if (s_) sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
     return *this;
   }
   Stmt& integer(int i, int64_t v) {
-    sqlite3_bind_int64(s_, i, v);
+    if (s_) sqlite3_bind_int64(s_, i, v);
     return *this;
   }
   Stmt& real(int i, double v) {
-    sqlite3_bind_double(s_, i, v);
+    if (s_) sqlite3_bind_double(s_, i, v);
     return *this;
   }
   int step() { return sqlite3_step(s_); }
@@ -73,6 +74,21 @@ RunRow read_run(const Stmt& s) {
   r.options = s.col_json(7);
   r.summary = s.col_json(8);
   return r;
+}
+
+Status sql_error(sqlite3* db, const std::string& path, const char* what) {
+  return Status::error(fmt::format("eval store '{}': {}: {}", path, what, sqlite3_errmsg(db)));
+}
+
+// The row a one-row query finds, read by `read`; none when it finds nothing.
+template <typename Read>
+auto first_row(Stmt& s, Read read, sqlite3* db, const std::string& path, const char* what)
+    -> Result<std::optional<std::invoke_result_t<Read, const Stmt&>>> {
+  using T = std::invoke_result_t<Read, const Stmt&>;
+  const int rc = s.ok() ? s.step() : SQLITE_ERROR;
+  if (rc == SQLITE_DONE) return std::optional<T>();
+  if (rc != SQLITE_ROW) return Error(sql_error(db, path, what));
+  return std::optional<T>(read(s));
 }
 
 constexpr const char* kRunColumns = "id, suite, suite_path, fingerprint, started, finished, status, options, summary";
@@ -118,7 +134,7 @@ Status Store::exec(const std::string& sql) {
   return Status::ok();
 }
 
-Status Store::error(const char* what) { return Status::error(fmt::format("eval store '{}': {}: {}", path_, what, sqlite3_errmsg(db_))); }
+Status Store::error(const char* what) { return sql_error(db_, path_, what); }
 
 Result<int64_t> Store::begin_run(const RunRow& run) {
   MutexLock lock(mu_);
@@ -156,12 +172,9 @@ Status Store::finish_run(int64_t run_id, const std::string& status, const Json& 
 Result<std::optional<CachedReply>> Store::cache_get(const std::string& key) {
   MutexLock lock(mu_);
   Stmt s(db_, "SELECT response, latency_ms FROM cache WHERE key = ?");
-  if (!s.ok()) return Error(error("read the cache"));
   s.text(1, key);
-  const int rc = s.step();
-  if (rc == SQLITE_DONE) return std::optional<CachedReply>();
-  if (rc != SQLITE_ROW) return Error(error("read the cache"));
-  return std::optional<CachedReply>(CachedReply{s.col_json(0), s.col_real(1)});
+  return first_row(s, [](const Stmt& r) { return CachedReply{r.col_json(0), r.col_real(1)}; }, db_, path_,
+                   "read the cache");
 }
 
 Status Store::cache_put(const std::string& key, const Json& response, double latency_ms) {
@@ -176,12 +189,8 @@ Status Store::cache_put(const std::string& key, const Json& response, double lat
 Result<std::optional<RunRow>> Store::run(int64_t id) {
   MutexLock lock(mu_);
   Stmt s(db_, fmt::format("SELECT {} FROM runs WHERE id = ?", kRunColumns).c_str());
-  if (!s.ok()) return Error(error("read a run"));
   s.integer(1, id);
-  const int rc = s.step();
-  if (rc == SQLITE_DONE) return std::optional<RunRow>();
-  if (rc != SQLITE_ROW) return Error(error("read a run"));
-  return std::optional<RunRow>(read_run(s));
+  return first_row(s, read_run, db_, path_, "read a run");
 }
 
 Result<std::vector<RunRow>> Store::runs(const std::string& suite_path, int32_t limit) {
@@ -200,12 +209,8 @@ Result<std::optional<RunRow>> Store::last_done_run(const std::string& suite_path
   MutexLock lock(mu_);
   Stmt s(db_, fmt::format("SELECT {} FROM runs WHERE suite_path = ? AND status = 'done' ORDER BY id DESC LIMIT 1",
                           kRunColumns).c_str());
-  if (!s.ok()) return Error(error("read runs"));
   s.text(1, suite_path);
-  const int rc = s.step();
-  if (rc == SQLITE_DONE) return std::optional<RunRow>();
-  if (rc != SQLITE_ROW) return Error(error("read runs"));
-  return std::optional<RunRow>(read_run(s));
+  return first_row(s, read_run, db_, path_, "read runs");
 }
 
 Result<std::vector<ResultRow>> Store::results(int64_t run_id) {
@@ -252,12 +257,8 @@ Status Store::set_baseline(const std::string& name, int64_t run_id) {
 Result<std::optional<int64_t>> Store::baseline(const std::string& name) {
   MutexLock lock(mu_);
   Stmt s(db_, "SELECT run_id FROM baselines WHERE name = ?");
-  if (!s.ok()) return Error(error("read a baseline"));
   s.text(1, name);
-  const int rc = s.step();
-  if (rc == SQLITE_DONE) return std::optional<int64_t>();
-  if (rc != SQLITE_ROW) return Error(error("read a baseline"));
-  return std::optional<int64_t>(s.col_int(0));
+  return first_row(s, [](const Stmt& r) { return r.col_int(0); }, db_, path_, "read a baseline");
 }
 
 }  // namespace sluice::eval

@@ -1,0 +1,118 @@
+// Generation over HTTP: predicted outputs, and echo with prompt logprobs.
+#include "server/server_test_fixture.h"
+
+namespace sluice::server {
+namespace {
+
+using namespace server_testing;
+
+// Predicted outputs over HTTP: the same answer, streamed or not, with the prediction's use in
+// usage and /metrics.
+TEST_F(ServerTest, PredictedOutputsChangeNothingButTheUsage) {
+  const std::string base = R"({"prompt": "the cat", "max_tokens": 24, "temperature": 0, "ignore_eos": true)";
+  const Json plain = Json::parse(body_of(exchange(post("/v1/completions", base + "}"))));
+  const std::string text = plain["choices"][0]["text"];
+  EXPECT_EQ(plain["usage"]["completion_tokens_details"]["accepted_prediction_tokens"], 0);
+  const std::string prediction = R"(, "prediction": {"type": "content", "content": )" + Json(text).dump() + "}";
+  const Json predicted = Json::parse(body_of(exchange(post("/v1/completions", base + prediction + "}"))));
+  EXPECT_EQ(predicted["choices"][0]["text"], text);
+  const Json& details = predicted["usage"]["completion_tokens_details"];
+  EXPECT_GT(details["accepted_prediction_tokens"].get<int>(), 0) << predicted.dump();
+  const Json off = Json::parse(body_of(exchange(post("/v1/completions", base + prediction + R"(, "speculative": false})"))));
+  EXPECT_EQ(off["choices"][0]["text"], text);
+  EXPECT_EQ(off["usage"]["completion_tokens_details"]["accepted_prediction_tokens"], 0);
+  // Streamed: the deltas make up the same text.
+  const std::string sse = body_of(exchange(post("/v1/completions", base + prediction + R"(, "stream": true})")));
+  std::string streamed;
+  for (size_t at = sse.find("data: {"); at != std::string::npos; at = sse.find("data: {", at + 1)) {
+    const size_t end = sse.find("\n\n", at);
+    streamed += Json::parse(sse.substr(at + 6, end - at - 6))["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(streamed, text);
+  const std::string metrics = get("/metrics");
+  EXPECT_NE(metrics.find(R"(sluice_spec_decode_num_accepted_tokens_total{model_name="m",proposer="prediction"} )"),
+            std::string::npos) << metrics;
+  EXPECT_NE(metrics.find(R"(sluice_spec_decode_num_accepted_tokens_per_pos_total{model_name="m",proposer="prediction",position="0"} )"),
+            std::string::npos);
+  wait_engine_idle();
+}
+
+
+// echo + logprobs + max_tokens 0 (the legacy API's way to score a text, what likelihood
+// evaluations send): the prompt comes back with each token's logprob, the first one null, and
+// those logprobs are the ones generation reported for the same tokens.
+TEST_F(ServerTest, EchoScoresThePromptAsGenerationScoredIt) {
+  // Generate greedily with token ids as the logprobs' tokens...
+  const Json gen = Json::parse(body_of(exchange(post("/v1/completions",
+      R"({"prompt": "the cat sat", "max_tokens": 6, "temperature": 0, "ignore_eos": true, "logprobs": 2,
+          "return_tokens_as_token_ids": true})"))));
+  const Json& glp = gen["choices"][0]["logprobs"];
+  ASSERT_EQ(glp["tokens"].size(), 6u) << gen.dump();
+  std::vector<int32_t> generated;
+  for (const Json& t : glp["tokens"]) {
+    const std::string s = t.get<std::string>();
+    ASSERT_TRUE(s.starts_with("token_id:")) << s;
+    generated.push_back(std::stoi(s.substr(9)));
+  }
+  for (const auto& [k, v] : glp["top_logprobs"][0].items()) EXPECT_TRUE(k.starts_with("token_id:")) << k;
+  // ...then score prompt + output as one prompt of token ids.
+  const Json tok = Json::parse(body_of(exchange(post("/tokenize", R"({"prompt": "the cat sat"})"))));
+  std::vector<int32_t> ids = tok["tokens"].get<std::vector<int32_t>>();
+  const size_t num_prompt = ids.size();
+  ids.insert(ids.end(), generated.begin(), generated.end());
+  const Json scored = Json::parse(body_of(exchange(post("/v1/completions",
+      Json{{"prompt", ids}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 2}, {"temperature", 0}}.dump()))));
+  const Json& c = scored["choices"][0];
+  EXPECT_EQ(c["finish_reason"], "length");
+  EXPECT_EQ(scored["usage"]["completion_tokens"], 0);
+  const Json& lp = c["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), ids.size()) << scored.dump();
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  EXPECT_EQ(lp["text_offset"][0], 0);
+  for (size_t i = 1; i < ids.size(); ++i) {
+    ASSERT_TRUE(lp["token_logprobs"][i].is_number()) << i;
+    EXPECT_LE(lp["token_logprobs"][i].get<double>(), 0.0);
+    EXPECT_EQ(lp["top_logprobs"][i].size(), 2u);
+    EXPECT_GE(lp["text_offset"][i].get<int64_t>(), lp["text_offset"][i - 1].get<int64_t>());
+  }
+  for (size_t i = 0; i < generated.size(); ++i) {
+    EXPECT_EQ(lp["token_logprobs"][num_prompt + i], glp["token_logprobs"][i]) << "generated token " << i;
+  }
+  // The echoed text is the prompt decoded: the text generation started from, then its output.
+  EXPECT_EQ(c["text"].get<std::string>(), "the cat sat" + gen["choices"][0]["text"].get<std::string>());
+
+  // echo with generation: the prompt, then the completion, in the text and in the logprobs.
+  const Json both = Json::parse(body_of(exchange(post("/v1/completions",
+      R"({"prompt": "the cat sat", "max_tokens": 6, "temperature": 0, "ignore_eos": true, "logprobs": 0, "echo": true})"))));
+  const Json& b = both["choices"][0];
+  EXPECT_EQ(b["text"], "the cat sat" + gen["choices"][0]["text"].get<std::string>());
+  ASSERT_EQ(b["logprobs"]["tokens"].size(), num_prompt + 6);
+  EXPECT_EQ(b["logprobs"]["text_offset"][num_prompt], std::string("the cat sat").size());
+  // Streamed: the first event carries the prompt and its logprobs.
+  const std::string sse = body_of(exchange(post("/v1/completions",
+      R"({"prompt": "the cat sat", "max_tokens": 2, "echo": true, "logprobs": 1, "stream": true})")));
+  const size_t at = sse.find("data: {");
+  ASSERT_NE(at, std::string::npos) << sse;
+  const Json first = Json::parse(sse.substr(at + 6, sse.find("\n\n", at) - at - 6));
+  EXPECT_EQ(first["choices"][0]["text"], "the cat sat");
+  EXPECT_EQ(first["choices"][0]["logprobs"]["tokens"].size(), num_prompt);
+  // Streamed echo without logprobs: the prompt first, then the completion.
+  const std::string plain_sse = body_of(exchange(post("/v1/completions",
+      R"({"prompt": "the cat sat", "max_tokens": 2, "echo": true, "stream": true})")));
+  const size_t at2 = plain_sse.find("data: {");
+  ASSERT_NE(at2, std::string::npos) << plain_sse;
+  const Json first2 = Json::parse(plain_sse.substr(at2 + 6, plain_sse.find("\n\n", at2) - at2 - 6));
+  EXPECT_EQ(first2["choices"][0]["text"], "the cat sat");
+  EXPECT_TRUE(first2["choices"][0]["logprobs"].is_null());
+  EXPECT_NE(plain_sse.find("data: [DONE]"), std::string::npos);
+  // echo without logprobs needs no scoring; max_tokens 0 without echo is refused.
+  const Json plain = Json::parse(body_of(exchange(post("/v1/completions", R"({"prompt": "the cat", "max_tokens": 0, "echo": true})"))));
+  EXPECT_EQ(plain["choices"][0]["text"], "the cat");
+  EXPECT_NE(exchange(post("/v1/completions", R"({"prompt": "the cat", "max_tokens": 0})")).find("'max_tokens' must be in [1,"),
+            std::string::npos);
+  wait_engine_idle();
+}
+
+}  // namespace
+}  // namespace sluice::server
