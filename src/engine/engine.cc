@@ -48,6 +48,7 @@ std::string coalesce_key(const Request& r) {
   put_ints(r.stop_token_ids);
   put_ints(r.prediction_tokens);  // not the output, but its usage figures
   put(r.speculative);
+  put(r.response_format);
   put(r.stop_strings.size());
   for (const std::string& st : r.stop_strings) put(st.size()), key += st;
   return key;
@@ -223,6 +224,10 @@ Status Engine::validate(const Request& r) const {
     return invalid(fmt::format("min_tokens must be in [0, max_tokens = {}], got {}", r.max_tokens, r.min_tokens));
   }
   if (Status s = r.sampling.validate(); !s) return invalid(s.message());
+  if (r.response_format == ResponseFormat::kJsonObject && r.min_tokens > 0) {
+    return invalid("min_tokens cannot be combined with a JSON response format: the output ends when the JSON object "
+                   "is complete");
+  }
   for (int32_t id : r.prediction_tokens) {
     if (id < 0 || id >= c.vocab_size) {
       return invalid(fmt::format("prediction token id {} is outside the vocabulary (0..{})", id, c.vocab_size - 1));
@@ -360,6 +365,15 @@ void Engine::handle_submit(Subscriber sub, Request request) {
   }
   runner_.add_sequence(id, c->request.sampling, c->request.prompt_tokens, std::move(suppressed),
                        c->request.min_tokens);
+  if (c->request.response_format == ResponseFormat::kJsonObject) {
+    if (!json_vocab_) {
+      std::vector<std::string> pieces(static_cast<size_t>(tokenizer_.vocab_size()));
+      for (int32_t t = 0; t < tokenizer_.vocab_size(); ++t) pieces[static_cast<size_t>(t)] = tokenizer_.token_to_piece(t);
+      json_vocab_ = std::make_shared<JsonVocabulary>(std::move(pieces));
+    }
+    runner_.constrain(id, JsonConstraint(json_vocab_));
+    c->json.emplace();
+  }
   if (c->request.speculative) {
     c->proposer = !c->request.prediction_tokens.empty() ? prediction_.get() : ngram_ ? ngram_.get() : draft_.get();
     if (c->proposer) c->proposer->add_sequence(id, c->request);
@@ -476,6 +490,16 @@ void Engine::process_sample(Computation& c, const SampleResult& sample) {
       std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), sample.token_id) != r.stop_token_ids.end();
   const bool stop_token =
       !before_min && (user_stop_token || (!r.ignore_eos && tokenizer_.is_end_of_generation(sample.token_id)));
+  // JSON mode: the sampler allowed only tokens that continue the object; the output ends when
+  // it closes. A token outside the mask comes only when the mask allowed nothing at all.
+  bool json_done = false;
+  if (c.json && !stop_token) {
+    if (!c.json->feed(tokenizer_.token_to_piece(sample.token_id))) {
+      finish(c, FinishReason::kError, "JSON mode: no token of the vocabulary can continue the JSON object");
+      return;
+    }
+    json_done = c.json->done();
+  }
   std::string text;
   bool stopped = stop_token;
   if (before_min) {
@@ -488,7 +512,7 @@ void Engine::process_sample(Computation& c, const SampleResult& sample) {
   } else if (user_stop_token && r.include_stop_str_in_output) {  // ...unless asked for (as vLLM)
     text = c.stops.flush() + c.decoder.push(sample.token_id);
   }
-  const bool done = stopped || c.num_output == c.max_new;
+  const bool done = stopped || json_done || c.num_output == c.max_new;
   if (done && !c.stops.stopped()) {
     // Release what the decoder and the matcher hold back (the rest of a stop string may never
     // come); an incomplete character becomes U+FFFD.
@@ -502,7 +526,7 @@ void Engine::process_sample(Computation& c, const SampleResult& sample) {
     }
   }
   publish(c, {std::move(token)}, std::move(text));
-  if (done) finish(c, stopped ? FinishReason::kStop : FinishReason::kLength);
+  if (done) finish(c, stopped || json_done ? FinishReason::kStop : FinishReason::kLength);
 }
 
 void Engine::publish(Computation& c, std::vector<TokenOutput> tokens, std::string text) {

@@ -179,6 +179,7 @@ class Engine {
   std::atomic<uint64_t> next_request_id_{1};
   std::unique_ptr<spec::Proposer> ngram_, prediction_, draft_;
   spec::DraftLength draft_length_;
+  std::shared_ptr<JsonVocabulary> json_vocab_;  // JSON mode's masks, built at its first request
 
   // Engine-thread state.
   std::unordered_map<SeqId, std::unique_ptr<Computation>> computations_;

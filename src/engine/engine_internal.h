@@ -43,6 +43,7 @@ struct Engine::Computation {
   spec::Proposer* proposer = nullptr;  // none: no speculation
   int32_t num_draft_tokens = 0;
   int32_t num_accepted_tokens = 0;
+  std::optional<JsonState> json;       // JSON mode: the output so far, to end it when complete
 };
 
 }  // namespace sluice

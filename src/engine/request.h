@@ -11,6 +11,11 @@
 
 namespace sluice {
 
+// The shape of the output: free text, or a JSON object (OpenAI's response_format json_object:
+// only tokens that keep the output a prefix of a JSON object are sampled, and the output ends,
+// with kStop, when the object closes; json_constraint.h).
+enum class ResponseFormat { kText, kJsonObject };
+
 struct Request {
   std::vector<int32_t> prompt_tokens;
   SamplingParams sampling;               // sampling.seed is ignored: see `seed`
@@ -39,6 +44,7 @@ struct Request {
   // turns every proposer off for this request. Neither changes the output, only its speed.
   std::vector<int32_t> prediction_tokens;
   bool speculative = true;
+  ResponseFormat response_format = ResponseFormat::kText;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };

@@ -15,6 +15,12 @@ void Runner::add_sequence(SeqId seq_id, const SamplingParams& params, std::span<
   if (suppress_until > 0) it->second.suppress_until(std::move(suppressed), suppress_until);
 }
 
+void Runner::constrain(SeqId seq_id, JsonConstraint constraint) {
+  auto it = samplers_.find(seq_id);
+  SLUICE_CHECK(it != samplers_.end()) << "sequence " << seq_id << " has no sampler";
+  it->second.constrain(std::move(constraint));
+}
+
 void Runner::remove_sequence(SeqId seq_id) { samplers_.erase(seq_id); }
 
 const Sampler* Runner::sampler(SeqId seq_id) const {

@@ -45,6 +45,8 @@ class Runner {
   // `suppressed` tokens cannot be sampled until `suppress_until` tokens were (min_tokens).
   void add_sequence(SeqId seq_id, const SamplingParams& params, std::span<const int32_t> prompt,
                     std::vector<int32_t> suppressed = {}, int32_t suppress_until = 0);
+  // Only tokens `constraint` allows are sampled for the sequence from now on (JSON mode).
+  void constrain(SeqId seq_id, JsonConstraint constraint);
   void remove_sequence(SeqId seq_id);
   size_t num_sequences() const { return samplers_.size(); }
   // The sampler that will pick the sequence's next tokens; null if it has none.

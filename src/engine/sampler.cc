@@ -315,6 +315,7 @@ void Sampler::suppress_until(std::vector<int32_t> token_ids, int32_t num_outputs
 }
 
 void Sampler::accept(int32_t token_id) {
+  if (constraint_) constraint_->accept(token_id);
   ++num_accepted_;
   ++output_counts_[token_id];
   auto pos = std::lower_bound(context_ids_.begin(), context_ids_.end(), token_id);
@@ -362,16 +363,30 @@ float Sampler::penalize(std::span<const float> logits) {
   z_.resize(logits.size());
   float max = kernels::clean_max(logits.data(), n, z_.data());
   build_overrides(logits);
-  if (overrides_.empty()) return max;
-  bool max_overridden = false;
-  float max_override = -kInf;
-  for (const Override& o : overrides_) {
-    max_overridden |= z_[o.token_id] == max;
-    z_[o.token_id] = o.logit;
-    max_override = std::max(max_override, o.logit);
+  if (!overrides_.empty()) {
+    bool max_overridden = false;
+    float max_override = -kInf;
+    for (const Override& o : overrides_) {
+      max_overridden |= z_[o.token_id] == max;
+      z_[o.token_id] = o.logit;
+      max_override = std::max(max_override, o.logit);
+    }
+    // A token that held the maximum changed: the maximum must be found again.
+    max = max_overridden ? kernels::clean_max(z_.data(), n, z_.data()) : std::max(max, max_override);
   }
-  // A token that held the maximum changed: the maximum must be found again.
-  return max_overridden ? kernels::clean_max(z_.data(), n, z_.data()) : std::max(max, max_override);
+  if (!constraint_) return max;
+  // Masked tokens out, 64 at a time; then the maximum of what is left.
+  const std::shared_ptr<const TokenMask> mask = constraint_->allowed();
+  for (size_t w = 0; w < mask->size(); ++w) {
+    const uint64_t bits = (*mask)[w];
+    if (bits == ~uint64_t{0}) continue;
+    const size_t end = std::min(z_.size(), (w + 1) * 64);
+    for (size_t i = w * 64; i < end; ++i) {
+      if (!((bits >> (i & 63)) & 1)) z_[i] = -kInf;
+    }
+  }
+  for (size_t i = mask->size() * 64; i < z_.size(); ++i) z_[i] = -kInf;  // ids past the vocabulary
+  return kernels::clean_max(z_.data(), n, z_.data());
 }
 
 SampleResult Sampler::sample(std::span<const float> logits) {

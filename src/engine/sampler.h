@@ -5,6 +5,8 @@
 //      repetition (HF/llama.cpp: z>0 ? z/r : z*r) for every distinct token of the whole context
 //      (prompt + accepted output, no window), then presence (-p once if the token was
 //      generated) and frequency (-f * count in the generated output; prompt not counted);
+//      then the tokens a constraint does not allow now (JSON mode, json_constraint.h) and
+//      those suppressed (min_tokens) get -inf;
 //   2. temperature: z'/T (T == 0 means greedy: argmax of z', ties -> lowest id);
 //   3. top-k (k highest, ties -> lowest id), then top-p (the minimal prefix, in the candidate
 //      order below, whose renormalised mass reaches top_p), then min-p (keep p >= min_p*p_max);
@@ -40,11 +42,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
+#include "engine/json_constraint.h"
 
 namespace sluice {
 
@@ -126,6 +130,11 @@ class Sampler {
   // penalties): they cannot be drawn and their reported logprob is -inf. For min_tokens.
   void suppress_until(std::vector<int32_t> token_ids, int32_t num_outputs);
 
+  // From now on only tokens `constraint` allows can be drawn (their reported logprobs are
+  // those of the constrained distribution: the others are -inf); accept() advances it.
+  void constrain(JsonConstraint constraint) { constraint_ = std::move(constraint); }
+  const JsonConstraint* constraint() const { return constraint_ ? &*constraint_ : nullptr; }
+
   const SamplingParams& params() const { return params_; }
 
   // A candidate of the temperature path: p = exp((z' - max z') / T) in (0, 1], unnormalised.
@@ -152,6 +161,7 @@ class Sampler {
   std::unordered_map<int32_t, int32_t> output_counts_;  // generated token -> count
   int32_t num_accepted_ = 0;
   std::vector<int32_t> suppressed_;   // sorted, unique
+  std::optional<JsonConstraint> constraint_;
   int32_t suppress_until_ = 0;
   std::vector<Override> merged_;      // scratch: overrides_ with the suppressed tokens
   // Scratch reused across steps (allocated once per request).

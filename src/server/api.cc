@@ -457,6 +457,7 @@ ApiResult<std::unique_ptr<Generation>> OpenAiApi::submit(Generation::Kind kind, 
       r.session = params.user;
       r.prediction_tokens = prediction;
       r.speculative = params.speculative;
+      r.response_format = params.response_format;
       auto handle = engine_.submit(std::move(r));
       // On failure the handles already made are dropped with `g`, which cancels them.
       if (!handle) return std::unexpected(submit_error(handle.error()));

@@ -38,6 +38,45 @@ TEST_F(ServerTest, PredictedOutputsChangeNothingButTheUsage) {
 }
 
 
+// JSON mode: response_format json_object gives a JSON object (finish_reason "stop" when it
+// closed, "length" for a prefix cut by max_tokens), streamed or not, on both endpoints.
+TEST_F(ServerTest, JsonObjectResponseFormatGivesAJsonObject) {
+  int num_objects = 0;
+  for (int seed = 1; seed <= 4; ++seed) {
+    const std::string fields = fmt::format(
+        R"("max_tokens": 300, "temperature": 1, "seed": {}, "response_format": {{"type": "json_object"}})", seed);
+    const Json chat = Json::parse(body_of(exchange(post("/v1/chat/completions",
+        R"({"messages": [{"role": "user", "content": "Answer in JSON."}], )" + fields + "}"))));
+    const Json completion = Json::parse(body_of(exchange(post("/v1/completions", R"({"prompt": "JSON:", )" + fields + "}"))));
+    const std::string sse = body_of(exchange(post("/v1/completions", R"({"prompt": "JSON:", "stream": true, )" + fields + "}")));
+    std::string streamed, streamed_finish;
+    for (size_t at = sse.find("data: {"); at != std::string::npos; at = sse.find("data: {", at + 1)) {
+      const Json event = Json::parse(sse.substr(at + 6, sse.find("\n\n", at) - at - 6));
+      streamed += event["choices"][0]["text"].get<std::string>();
+      if (event["choices"][0]["finish_reason"].is_string()) streamed_finish = event["choices"][0]["finish_reason"];
+    }
+    EXPECT_EQ(streamed, completion["choices"][0]["text"]);
+    EXPECT_EQ(streamed_finish, completion["choices"][0]["finish_reason"]);
+    for (const auto& [text, finish] : {std::pair{chat["choices"][0]["message"]["content"], chat["choices"][0]["finish_reason"]},
+                                       std::pair{completion["choices"][0]["text"], completion["choices"][0]["finish_reason"]}}) {
+      ASSERT_TRUE(text.is_string()) << chat.dump() << completion.dump();
+      const Json parsed = Json::parse(text.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+      if (finish == "stop") {
+        EXPECT_TRUE(parsed.is_object()) << text;
+        ++num_objects;
+      } else {
+        EXPECT_EQ(finish, "length");
+        EXPECT_TRUE(text.get<std::string>().starts_with("{")) << text;
+      }
+    }
+  }
+  EXPECT_GT(num_objects, 0);
+  const std::string bad = body_of(exchange(post("/v1/completions",
+      R"({"prompt": "x", "min_tokens": 2, "response_format": {"type": "json_object"}})")));
+  EXPECT_NE(bad.find("min_tokens cannot be combined with a JSON response format"), std::string::npos) << bad;
+  wait_engine_idle();
+}
+
 // echo + logprobs + max_tokens 0 (the legacy API's way to score a text, what likelihood
 // evaluations send): the prompt comes back with each token's logprob, the first one null, and
 // those logprobs are the ones generation reported for the same tokens.

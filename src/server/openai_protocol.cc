@@ -282,15 +282,6 @@ ApiResult<bool> refuse_unsupported(const Json& body) {
   if (auto v = field(body, "suffix"); v && !(v->is_string() && v->get<std::string>().empty())) {
     return std::unexpected(ApiError::invalid("'suffix' is not supported", "suffix"));
   }
-  if (auto v = field(body, "response_format")) {
-    const Json* type = v->is_object() ? field(*v, "type") : nullptr;
-    if (!type || *type != "text") {
-      return std::unexpected(ApiError::invalid(
-          "only 'response_format' {\"type\": \"text\"} is supported (json_object and json_schema need "
-          "structured output, which sluice does not implement)",
-          "response_format"));
-    }
-  }
   for (const char* key : {"skip_special_tokens", "spaces_between_special_tokens"}) {
     if (auto v = field(body, key); v && !(v->is_boolean() && v->get<bool>())) {
       return std::unexpected(ApiError::invalid(fmt::format("'{}' other than true is not supported", key), key));
@@ -319,6 +310,36 @@ ApiResult<bool> tools_in_prompt(const Json& body) {
       fmt::format("'tool_choice' {} is not supported: sluice cannot force a tool call (use \"auto\" or \"none\")",
                   choice->dump().substr(0, 100)),
       "tool_choice"));
+}
+
+// response_format: {"type": "text"} or {"type": "json_object"} (JSON mode: engine/json_constraint.h).
+// json_schema (structured outputs) is refused: a schema the output would not follow is worse
+// than a clear error.
+ApiResult<ResponseFormat> parse_response_format(const Json& body) {
+  const Json* v = field(body, "response_format");
+  if (!v) return ResponseFormat::kText;
+  const Json* type = v->is_object() ? field(*v, "type") : nullptr;
+  if (!type || !type->is_string()) {
+    return std::unexpected(ApiError::invalid(
+        "'response_format' must be an object {\"type\": \"text\"} or {\"type\": \"json_object\"}", "response_format"));
+  }
+  if (*type == "json_schema") {
+    return std::unexpected(ApiError::invalid(
+        "'response_format' json_schema is not supported (structured outputs that follow a schema); "
+        "{\"type\": \"json_object\"} gives a JSON object of any shape",
+        "response_format"));
+  }
+  if (*type != "text" && *type != "json_object") {
+    return std::unexpected(ApiError::invalid(
+        fmt::format("unknown 'response_format' type {}: text or json_object", type->dump()), "response_format"));
+  }
+  for (auto it = v->begin(); it != v->end(); ++it) {
+    if (it.key() != "type" && !it->is_null()) {
+      return std::unexpected(ApiError::invalid(
+          fmt::format("unknown field 'response_format.{}' for type {}", it.key(), type->dump()), "response_format"));
+    }
+  }
+  return *type == "json_object" ? ResponseFormat::kJsonObject : ResponseFormat::kText;
 }
 
 ApiResult<GenerationParams> parse_generation(const Json& body, bool chat) {
@@ -440,6 +461,7 @@ ApiResult<GenerationParams> parse_generation(const Json& body, bool chat) {
   p.priority = static_cast<int32_t>(priority.value_or(0));
   SLUICE_API_TRY(auto speculative, get_bool(body, "speculative"));
   p.speculative = speculative.value_or(true);
+  SLUICE_API_TRY(p.response_format, parse_response_format(body));
   if (const Json* pred = field(body, "prediction")) {
     const Json* type = pred->is_object() ? field(*pred, "type") : nullptr;
     if (!type || *type != "content") {

@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/request.h"
 #include "engine/sampler.h"
 
 namespace sluice::server {
@@ -99,6 +100,8 @@ struct GenerationParams {
   // by the engine's speculative decoding (engine/spec/), never changing the output.
   std::optional<std::string> prediction;
   bool speculative = true;              // false: no speculative decoding for this request
+  // response_format {"type": "json_object"}: the output is a JSON object (JSON mode).
+  ResponseFormat response_format = ResponseFormat::kText;
 };
 
 struct CompletionRequest {

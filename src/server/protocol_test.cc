@@ -127,8 +127,10 @@ TEST(ProtocolTest, BadRequestsNameTheField) {
       {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 1})", true, "'logprobs' must be a boolean", "logprobs"},
       {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 21, "logprobs": true})", true, "'top_logprobs' must be in [0, 20]", "top_logprobs"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})", true, "'tools' must be an array", "tools"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})", true, "only 'response_format'", "response_format"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {}}})", true, "structured output", "response_format"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}})", true, "unknown 'response_format' type \"xml\"", "response_format"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": "json"})", true, "must be an object", "response_format"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object", "schema": {}}})", true, "unknown field 'response_format.schema'", "response_format"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {}}})", true, "json_schema is not supported", "response_format"},
       {R"({"prompt": "x", "max_tokens_extra": 1})", false, "unknown field 'max_tokens_extra'", "max_tokens_extra"},
       {R"({"messages": [{"role": "user", "content": "x"}], "top_logprob": 1})", true, "unknown field 'top_logprob'", "top_logprob"},
       {R"({"prompt": "x", "top_logprobs": 1})", false, "unknown field 'top_logprobs'", "top_logprobs"},
@@ -170,6 +172,17 @@ TEST(ProtocolTest, PredictionAndSpeculative) {
   EXPECT_EQ(c->params.prediction, "ab");
   EXPECT_FALSE(c->params.speculative);
   EXPECT_FALSE(parse_completion_request(body(R"({"prompt": "x"})"))->params.prediction.has_value());
+}
+
+TEST(ProtocolTest, ResponseFormatTextOrJsonObject) {
+  EXPECT_EQ(parse_completion_request(body(R"({"prompt": "x"})"))->params.response_format, ResponseFormat::kText);
+  EXPECT_EQ(parse_completion_request(body(R"({"prompt": "x", "response_format": {"type": "text"}})"))->params.response_format,
+            ResponseFormat::kText);
+  auto c = parse_chat_request(body(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})"));
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->params.response_format, ResponseFormat::kJsonObject);
+  EXPECT_EQ(parse_completion_request(body(R"({"prompt": "x", "response_format": {"type": "json_object"}})"))->params.response_format,
+            ResponseFormat::kJsonObject);
 }
 
 TEST(ProtocolTest, MalformedBodies) {

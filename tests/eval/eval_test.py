@@ -19,8 +19,8 @@ MODEL = os.path.join(ROOT, "..", "shared", "models", "stories260K.gguf")
 ARTIFACTS = os.environ.get("SLUICE_EVAL_ARTIFACTS", os.getcwd())
 
 
-def serve(*extra):
-    p = subprocess.Popen([BIN, "serve", "-m", MODEL, "--port", "0", *extra],
+def serve(*extra, model=MODEL):
+    p = subprocess.Popen([BIN, "serve", "-m", model, "--port", "0", *extra],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 60
     seen = ""
@@ -36,6 +36,10 @@ def serve(*extra):
             return p, m.group(1) + "/v1"
     p.kill()
     raise RuntimeError("sluice serve did not start:\n" + seen)
+
+
+def serve_demo():
+    return serve(model="demo")
 
 
 def stop(p):
@@ -174,6 +178,72 @@ class EvalTest(unittest.TestCase):
         rc, out = self.eval("run", os.path.join(ROOT, "evals", "templates", "promptfooconfig.yaml"), "--strict")
         self.assertEqual(rc, 2, out)
 
+    def test_the_json_suite_passes_on_the_demo_model(self):
+        server, url = serve_demo()
+        try:
+            rc, out = self.eval("run", os.path.join(ROOT, "evals", "api", "json.yaml"), url=url)
+            self.assertEqual(rc, 0, out)
+            self.assertIn("pass rate 100.0%", out)
+        finally:
+            stop(server)
+
+
+    def test_a_run_killed_midway_resumes_without_resending_finished_requests(self):
+        # A scripted endpoint that answers slowly and records every prompt it is sent.
+        import http.server
+        received, lock = [], threading.Lock()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if body["prompt"] != "Hello":  # the endpoint probe
+                    with lock:
+                        received.append(body["prompt"])
+                    time.sleep(0.2)
+                reply = json.dumps({"id": "x", "object": "text_completion", "model": "m", "system_fingerprint": "fp-1",
+                                    "choices": [{"index": 0, "text": "ok", "finish_reason": "stop"}],
+                                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        suite = os.path.join(self.dir, "suite.yaml")
+        with open(suite, "w") as f:
+            f.write("providers: [openai:completion:m]\nprompts: ['{{ q }}']\ntests:\n")
+            for i in range(12):
+                f.write(f"  - vars: {{q: question {i}}}\n    assert: [{{type: contains, value: ok}}]\n")
+        try:
+            cmd = [BIN, "eval", "--db", self.db, "run", suite, "--base-url", url, "--no-progress", "-j", "1"]
+            first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            deadline = time.time() + 60
+            while time.time() < deadline and len(received) < 5:
+                time.sleep(0.01)
+            first.kill()  # SIGKILL: no chance to clean up
+            first.wait()
+            with lock:
+                before = list(received)
+                received.clear()
+            self.assertGreaterEqual(len(before), 5)
+            self.assertLess(len(before), 12)
+            rc, out = self.eval("run", suite, url=url)
+            self.assertEqual(rc, 0, out)
+            self.assertIn("pass rate 100.0%", out)
+            # Every item was sent, and none that had finished was sent again: at most the one in
+            # flight when the first run was killed.
+            self.assertEqual(set(before) | set(received), {f"question {i}" for i in range(12)})
+            self.assertLessEqual(len(set(before) & set(received)), 1, (before, received))
+            self.assertEqual(len(received), len(set(received)))
+        finally:
+            server.shutdown()
+            server.server_close()
 
     def test_the_ci_templates_use_flags_that_exist(self):
         import yaml

@@ -1,0 +1,111 @@
+// JSON mode (Request::response_format): what the engine returns is a JSON object, or a prefix
+// of one when max_tokens cut it; nothing else about the engine changes.
+#include <latch>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/engine_test_util.h"
+#include "engine/json_constraint.h"
+
+namespace sluice {
+namespace {
+
+using engine_test::expect_same_output;
+using engine_test::Fixture;
+
+Request json_request(const Fixture& f, std::string_view prompt, float temperature, uint64_t seed) {
+  Request r = f.request(prompt, 400);
+  r.ignore_eos = false;
+  r.response_format = ResponseFormat::kJsonObject;
+  r.sampling.temperature = temperature;
+  r.seed = seed;
+  r.logprobs = true;
+  return r;
+}
+
+TEST(EngineJson, OutputsAreJsonObjectsEndedWhenTheyClose) {
+  Fixture f;
+  int num_complete = 0;
+  for (float temperature : {0.0f, 0.7f, 1.0f}) {
+    for (uint64_t seed = 1; seed <= 6; ++seed) {
+      const StreamOutput o = f.run(json_request(f, "Write the answer as JSON:", temperature, seed));
+      SCOPED_TRACE(o.text);
+      JsonState s;
+      ASSERT_TRUE(s.feed(o.text)) << "not a prefix of a JSON object";
+      for (const TokenOutput& t : o.tokens) EXPECT_TRUE(std::isfinite(t.logprob));
+      if (o.finish_reason == FinishReason::kStop) {
+        EXPECT_TRUE(s.done());
+        EXPECT_TRUE(nlohmann::json::parse(o.text).is_object());
+        ++num_complete;
+      } else {
+        EXPECT_EQ(o.finish_reason, FinishReason::kLength);
+        EXPECT_EQ(o.tokens.size(), 400u);
+      }
+      if (temperature == 0.0f) break;  // greedy: every seed gives the same output
+    }
+  }
+  EXPECT_GT(num_complete, 0);
+}
+
+TEST(EngineJson, TheSameOutputAloneAmongOthersAndWithSpeculation) {
+  std::vector<StreamOutput> alone;
+  {
+    Fixture f;
+    for (uint64_t seed = 1; seed <= 3; ++seed) alone.push_back(f.run(json_request(f, "A JSON object:", 1.0f, seed)));
+  }
+  {
+    // Among other requests, in a batch of JSON and text requests on several threads.
+    Fixture f;
+    std::vector<Request> reqs;
+    for (uint64_t seed = 1; seed <= 3; ++seed) {
+      reqs.push_back(json_request(f, "A JSON object:", 1.0f, seed));
+      Request text = f.request("A JSON object:", 50);
+      text.sampling.temperature = 1.0f;
+      text.seed = seed;
+      reqs.push_back(text);
+    }
+    const std::vector<StreamOutput> outs = engine_test::run_concurrently(*f.engine, reqs, 3);
+    for (size_t i = 0; i < alone.size(); ++i) expect_same_output(alone[i], outs[2 * i], "batched");
+  }
+  for (const char* method : {"ngram"}) {
+    EngineConfig config;
+    config.spec.method = method;
+    config.spec.num_tokens = 4;
+    Fixture f(config);
+    for (uint64_t seed = 1; seed <= 3; ++seed) {
+      expect_same_output(alone[seed - 1], f.run(json_request(f, "A JSON object:", 1.0f, seed)), method);
+    }
+  }
+}
+
+TEST(EngineJson, IsNotCoalescedWithTheSameRequestInText) {
+  std::latch release(1);
+  EngineConfig config;
+  engine_test::hold_first_step(config, release);
+  Fixture f(config);
+  Request text = f.request("Once", 30);
+  Request json = text;
+  json.response_format = ResponseFormat::kJsonObject;
+  auto a = f.engine->submit(text);
+  auto b = f.engine->submit(json);
+  ASSERT_TRUE(a && b);
+  release.count_down();
+  const StreamOutput ta = a->wait(), tb = b->wait();
+  EXPECT_FALSE(ta.metrics.coalesced);
+  EXPECT_FALSE(tb.metrics.coalesced);
+  JsonState s;
+  EXPECT_TRUE(s.feed(tb.text));
+  EXPECT_NE(ta.text, tb.text);
+}
+
+TEST(EngineJson, MinTokensIsRefused) {
+  Fixture f;
+  Request r = json_request(f, "x", 0.0f, 1);
+  r.min_tokens = 3;
+  auto h = f.engine->submit(r);
+  ASSERT_FALSE(h.has_value());
+  EXPECT_NE(h.error().message().find("min_tokens cannot be combined with a JSON response format"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sluice
