@@ -16,6 +16,7 @@ packages=(
   libpcre2-dev        # BPE pre-tokenizer regexes (Unicode properties)
   libyaml-cpp-dev     # eval suites and promptfoo configs (sluice eval)
   libsqlite3-dev      # the eval run store and request cache (sluice eval)
+  libssl-dev openssl  # TLS for https:// endpoints (eval, bench); the openssl CLI makes test certificates
   chromium            # headless browser: renders the eval HTML report in its test
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-jinja2      # oracle for chat templates (src/chat conformance test, testdata/render.py)

@@ -102,7 +102,7 @@ TEST_F(BenchCli, BadFlagsAreUsageErrorsThatNameTheFlag) {
       {"--token-range 9", "--token-range"},
       {"--token-range 50:40", "--token-range"},
       {"--extra-body '{oops'", "--extra-body"},
-      {"--url https://example.com", "https is not supported"},
+      {"--url ftp://example.com", "not http or https"},
       {"--workload nope", "--workload"},
   };
   for (const auto& [flags, word] : cases) {

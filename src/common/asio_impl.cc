@@ -3,4 +3,5 @@
 // BOOST_BEAST_SEPARATE_COMPILATION (sluice_common's public definitions), so it declares what
 // this file defines instead of compiling it again.
 #include <boost/asio/impl/src.hpp>
+#include <boost/asio/ssl/impl/src.hpp>
 #include <boost/beast/src.hpp>

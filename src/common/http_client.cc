@@ -3,15 +3,19 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <optional>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <openssl/ssl.h>
 
 namespace sluice::http {
 namespace {
@@ -19,6 +23,7 @@ namespace {
 namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
+namespace ssl = boost::asio::ssl;
 using tcp = net::ip::tcp;
 using Clock = std::chrono::steady_clock;
 constexpr auto kTuple = net::as_tuple(net::use_awaitable);
@@ -30,6 +35,33 @@ std::string excerpt(std::string_view body) {
   std::replace(s.begin(), s.end(), '\n', ' ');
   if (body.size() > kMax) s += "...";
   return s;
+}
+
+// One TLS context for every client connection of the process: the system's trusted
+// certificates (OpenSSL's default paths, which SSL_CERT_FILE and SSL_CERT_DIR override, as for
+// curl), TLS 1.2 or later, peers verified. Loading the store once keeps a connection cheap.
+ssl::context& client_tls_context() {
+  static ssl::context* context = [] {
+    auto* c = new ssl::context(ssl::context::tls_client);
+    c->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
+                   ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
+    boost::system::error_code ignored;  // no store at all: every handshake fails, with a message
+    c->set_default_verify_paths(ignored);
+    c->set_verify_mode(ssl::verify_peer);
+    return c;
+  }();
+  return *context;
+}
+
+// What OpenSSL says about a failed handshake, e.g. "certificate verify failed (self-signed
+// certificate)".
+std::string tls_error(const beast::error_code& ec, SSL* ssl) {
+  std::string message = ec.message();
+  if (ssl != nullptr) {
+    const long verify = SSL_get_verify_result(ssl);
+    if (verify != X509_V_OK) message += fmt::format(" ({})", X509_verify_cert_error_string(verify));
+  }
+  return message;
 }
 
 }  // namespace
@@ -69,9 +101,13 @@ std::string_view find_header(const std::vector<Header>& headers, std::string_vie
 
 struct HttpConnection::Impl {
   Impl(net::any_io_executor ex, Url u, HttpOptions o)
-      : stream(ex), resolver(ex), url(std::move(u)), options(std::move(o)) {}
+      : executor(ex), plain(ex), resolver(ex), url(std::move(u)), options(std::move(o)) {}
 
-  beast::tcp_stream stream;
+  net::any_io_executor executor;
+  // Plain HTTP reads and writes `plain`; HTTPS a TLS stream over a TCP stream of its own, made
+  // anew for each connection (a TLS stream is not reused after its connection ends).
+  beast::tcp_stream plain;
+  std::optional<beast::ssl_stream<beast::tcp_stream>> tls;
   tcp::resolver resolver;
   beast::flat_buffer buffer;
   Url url;
@@ -80,7 +116,11 @@ struct HttpConnection::Impl {
   bool cancelled = false;  // set by cancel(); the failing operation then reports kCancelled
 
   // "POST http://host:port/v1/completions", the start of every error message.
-  std::string what(const HttpRequest& r) const { return fmt::format("{} http://{}{}", r.method, url.authority(), r.target); }
+  std::string what(const HttpRequest& r) const {
+    return fmt::format("{} {}://{}{}", r.method, url.tls ? "https" : "http", url.authority(), r.target);
+  }
+
+  beast::tcp_stream& tcp_layer() { return tls ? beast::get_lowest_layer(*tls) : plain; }
 
   HttpError fail(const HttpRequest& r, ErrorKind kind, std::string_view message) const {
     return HttpError{cancelled ? ErrorKind::kCancelled : kind, 0, fmt::format("{}: {}", what(r), cancelled ? "cancelled" : message), {}};
@@ -99,17 +139,28 @@ struct HttpConnection::Impl {
     return fail(r, ErrorKind::kClosed, fmt::format("connection closed {} ({})", during, ec.message()));
   }
 
+  // NOTE: a TLS connection is closed without close_notify: every response here is delimited by
+  // HTTP framing, so a truncation cannot pass for an end, and waiting on the peer's reply to a
+  // shutdown would only delay a close.
   void close() {
     beast::error_code ignored;
-    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream.close();
+    beast::tcp_stream& s = tcp_layer();
+    s.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    s.close();
     buffer.clear();
     connected = false;
   }
 
   net::awaitable<HttpResult<void>> connect(const HttpRequest& r);
+  net::awaitable<HttpResult<void>> handshake(const HttpRequest& r);
   net::awaitable<HttpResult<HttpResponse>> exchange(const HttpRequest& r, const BodyFn& on_body,
-                                                    Clock::time_point deadline, bool& got_response);
+                                                    Clock::time_point deadline, bool& got_response) {
+    if (tls) co_return co_await exchange_on(*tls, r, on_body, deadline, got_response);
+    co_return co_await exchange_on(plain, r, on_body, deadline, got_response);
+  }
+  template <typename Stream>
+  net::awaitable<HttpResult<HttpResponse>> exchange_on(Stream& stream, const HttpRequest& r, const BodyFn& on_body,
+                                                       Clock::time_point deadline, bool& got_response);
 };
 
 net::awaitable<HttpResult<void>> HttpConnection::Impl::connect(const HttpRequest& r) {
@@ -117,6 +168,8 @@ net::awaitable<HttpResult<void>> HttpConnection::Impl::connect(const HttpRequest
   if (rec || cancelled) {
     co_return std::unexpected(fail(r, ErrorKind::kConnect, fmt::format("cannot resolve '{}': {}", url.host, rec.message())));
   }
+  if (url.tls) tls.emplace(executor, client_tls_context());
+  beast::tcp_stream& stream = tcp_layer();
   stream.expires_after(options.connect_timeout);
   auto [ec, endpoint] = co_await stream.async_connect(endpoints, kTuple);
   if (ec == beast::error::timeout) {
@@ -130,13 +183,43 @@ net::awaitable<HttpResult<void>> HttpConnection::Impl::connect(const HttpRequest
   // Small writes (a request) and small reads (one token) matter more here than packet counts.
   beast::error_code ignored;
   stream.socket().set_option(tcp::no_delay(true), ignored);
+  if (tls) {
+    if (auto shaken = co_await handshake(r); !shaken) {
+      close();
+      co_return std::unexpected(std::move(shaken).error());
+    }
+  }
   connected = true;
   co_return HttpResult<void>();
 }
 
-net::awaitable<HttpResult<HttpResponse>> HttpConnection::Impl::exchange(const HttpRequest& r, const BodyFn& on_body,
-                                                                        Clock::time_point deadline,
-                                                                        bool& got_response) {
+// TLS: the server name sent (SNI) and checked against the certificate (RFC 6125 rules, by
+// OpenSSL), within the connect timeout. A refused certificate is a kConnect error that says why.
+net::awaitable<HttpResult<void>> HttpConnection::Impl::handshake(const HttpRequest& r) {
+  boost::system::error_code not_an_address;
+  net::ip::make_address(url.host, not_an_address);
+  if (not_an_address && !SSL_set_tlsext_host_name(tls->native_handle(), url.host.c_str())) {
+    co_return std::unexpected(fail(r, ErrorKind::kConnect, "TLS: cannot set the server name"));
+  }
+  tls->set_verify_callback(ssl::host_name_verification(url.host));
+  beast::get_lowest_layer(*tls).expires_after(options.connect_timeout);
+  auto [ec] = co_await tls->async_handshake(ssl::stream_base::client, kTuple);
+  if (ec == beast::error::timeout) {
+    co_return std::unexpected(fail(r, ErrorKind::kTimeout,
+                                   fmt::format("TLS handshake timed out after {} ms", options.connect_timeout.count())));
+  }
+  if (ec || cancelled) {
+    co_return std::unexpected(fail(r, ErrorKind::kConnect,
+                                   fmt::format("TLS handshake failed: {}", tls_error(ec, tls->native_handle()))));
+  }
+  co_return HttpResult<void>();
+}
+
+template <typename Stream>
+net::awaitable<HttpResult<HttpResponse>> HttpConnection::Impl::exchange_on(Stream& stream, const HttpRequest& r,
+                                                                           const BodyFn& on_body,
+                                                                           Clock::time_point deadline,
+                                                                           bool& got_response) {
   bhttp::request<bhttp::string_body> req(bhttp::string_to_verb(r.method), r.target, 11);
   if (req.method() == bhttp::verb::unknown) req.method_string(r.method);
   req.set(bhttp::field::host, url.authority());
@@ -151,7 +234,7 @@ net::awaitable<HttpResult<HttpResponse>> HttpConnection::Impl::exchange(const Ht
   req.keep_alive(true);
   req.prepare_payload();
 
-  stream.expires_at(deadline);
+  beast::get_lowest_layer(stream).expires_at(deadline);
   if (auto [ec, n] = co_await bhttp::async_write(stream, req, kTuple); ec || cancelled) {
     co_return std::unexpected(io_error(r, ec, "while sending the request"));
   }

@@ -182,6 +182,22 @@ TEST(HttpClient, RefusedConnectionIsAConnectError) {
   EXPECT_NE(r.error().message.find(fmt::format("127.0.0.1:{}", port)), std::string::npos) << r.error().message;
 }
 
+// https to a server that speaks plain HTTP: the TLS handshake fails, a connect error that
+// says so (the certificate checks themselves are tested against a real TLS server in
+// tests/eval/eval_test.py).
+TEST(HttpClient, HttpsToAPlainServerIsATlsConnectError) {
+  TestHttpServer server([](const ReceivedRequest&, TestExchange& ex) -> net::awaitable<void> {
+    co_await ex.respond(200, "{}");
+  });
+  Url url = server.url();
+  url.tls = true;
+  auto r = fetch(url, HttpRequest{}, HttpOptions{.connect_timeout = 2000ms});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().kind, ErrorKind::kConnect) << r.error().message;
+  EXPECT_NE(r.error().message.find("TLS handshake failed"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("https://127.0.0.1"), std::string::npos) << r.error().message;
+}
+
 TEST(HttpClient, SlowResponseTimesOut) {
   TestHttpServer server([&](const ReceivedRequest&, TestExchange& ex) -> net::awaitable<void> {
     co_await ex.sleep(10s);  // cut short when the server is destroyed

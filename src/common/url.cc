@@ -17,7 +17,7 @@ std::string Url::authority() const {
   return fmt::format("{}{}{}:{}", v6 ? "[" : "", host, v6 ? "]" : "", port);
 }
 
-std::string Url::to_string() const { return fmt::format("http://{}{}", authority(), path); }
+std::string Url::to_string() const { return fmt::format("{}://{}{}", tls ? "https" : "http", authority(), path); }
 
 Result<Url> parse_url(std::string_view text) {
   const std::string_view original = text;
@@ -27,11 +27,9 @@ Result<Url> parse_url(std::string_view text) {
   }
   std::string scheme(text.substr(0, scheme_end));
   for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (scheme == "https") {
-    return Error(StatusCode::kInvalid, "URL '{}': https is not supported; use http:// (put a TLS proxy in front)",
-                 original);
+  if (scheme != "http" && scheme != "https") {
+    return Error(StatusCode::kInvalid, "URL '{}': scheme '{}' is not http or https", original, scheme);
   }
-  if (scheme != "http") return Error(StatusCode::kInvalid, "URL '{}': scheme '{}' is not http", original, scheme);
   text.remove_prefix(scheme_end + 3);
   if (text.find_first_of("?#") != std::string_view::npos) {
     return Error(StatusCode::kInvalid, "URL '{}': a base URL takes no query or fragment", original);
@@ -43,6 +41,8 @@ Result<Url> parse_url(std::string_view text) {
     return Error(StatusCode::kInvalid, "URL '{}': user info is not supported (use --api-key)", original);
   }
   Url url;
+  url.tls = scheme == "https";
+  url.port = url.tls ? 443 : 80;
   std::string_view port_text;
   if (!authority.empty() && authority.front() == '[') {  // [IPv6]:port
     const size_t close = authority.find(']');

@@ -31,12 +31,24 @@ TEST(Url, KeepsIpv6InBrackets) {
   EXPECT_EQ(u->authority(), "[::1]:9000");
 }
 
+TEST(Url, HttpsMeansTlsOnPort443UnlessNamed) {
+  auto u = parse_url("HTTPS://api.example.com/v1/");
+  ASSERT_TRUE(u) << u.error().message();
+  EXPECT_TRUE(u->tls);
+  EXPECT_EQ(u->port, 443);
+  EXPECT_EQ(u->to_string(), "https://api.example.com:443/v1");
+  auto v = parse_url("https://127.0.0.1:8443");
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->port, 8443);
+  EXPECT_FALSE(parse_url("http://h")->tls);
+  EXPECT_EQ(parse_url("http://h")->port, 80);
+}
+
 TEST(Url, RejectsWhatItCannotServe) {
   // input                      -> a word the message must contain
   const std::pair<const char*, const char*> cases[] = {
-      {"https://api.example.com", "https is not supported"},
       {"localhost:8000", "no scheme"},
-      {"ftp://host", "not http"},
+      {"ftp://host", "not http or https"},
       {"http://:8000", "no host"},
       {"http://host:", "empty port"},
       {"http://host:99999", "1..65535"},

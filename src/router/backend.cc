@@ -61,6 +61,10 @@ Result<BackendConfig> parse_backend(std::string_view text) {
   }
   auto parsed = http::parse_url(url);
   if (!parsed) return Error(StatusCode::kInvalid, "backend '{}': {}", text, parsed.error().message());
+  if (parsed->tls) {
+    return Error(StatusCode::kInvalid, "backend '{}': https replicas are not supported (the router proxies plain HTTP to "
+                 "replicas on its own network; terminate TLS in front of the router, not behind it)", text);
+  }
   c.url = *parsed;
   c.name = c.url.to_string();
   return c;

@@ -38,6 +38,42 @@ def serve(*extra, model=MODEL):
     raise RuntimeError("sluice serve did not start:\n" + seen)
 
 
+def scripted_endpoint(delay=0.0, tls_context=None):
+    """An OpenAI-style completions endpoint that answers "ok" after `delay` seconds and records
+    every prompt but the endpoint probe's; over TLS with `tls_context`."""
+    import http.server
+    received, lock = [], threading.Lock()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if body["prompt"] != "Hello":  # the endpoint probe
+                with lock:
+                    received.append(body["prompt"])
+                time.sleep(delay)
+            reply = json.dumps({"id": "x", "object": "text_completion", "model": "m", "system_fingerprint": "fp-1",
+                                "choices": [{"index": 0, "text": "ok", "finish_reason": "stop"}],
+                                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            try:
+                self.wfile.write(reply)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # a client killed on purpose
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.handle_error = lambda *args: None  # refused handshakes and killed clients are the point
+    if tls_context:
+        server.socket = tls_context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, received, lock
+
+
 def serve_demo():
     return serve(model="demo")
 
@@ -67,11 +103,11 @@ class EvalTest(unittest.TestCase):
     def tearDown(self):
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def eval(self, *args, url=None):
+    def eval(self, *args, url=None, env=None):
         cmd = [BIN, "eval", "--db", self.db, *args]
         if args and args[0] == "run":
             cmd += ["--base-url", url or self.url, "--no-progress"]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
         return r.returncode, r.stdout + r.stderr
 
     def test_baseline_then_a_worse_candidate_regresses_and_the_same_config_does_not(self):
@@ -190,30 +226,7 @@ class EvalTest(unittest.TestCase):
 
     def test_a_run_killed_midway_resumes_without_resending_finished_requests(self):
         # A scripted endpoint that answers slowly and records every prompt it is sent.
-        import http.server
-        received, lock = [], threading.Lock()
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                if body["prompt"] != "Hello":  # the endpoint probe
-                    with lock:
-                        received.append(body["prompt"])
-                    time.sleep(0.2)
-                reply = json.dumps({"id": "x", "object": "text_completion", "model": "m", "system_fingerprint": "fp-1",
-                                    "choices": [{"index": 0, "text": "ok", "finish_reason": "stop"}],
-                                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
-
-            def log_message(self, *args):
-                pass
-
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        server, received, lock = scripted_endpoint(delay=0.2)
         url = f"http://127.0.0.1:{server.server_address[1]}/v1"
         suite = os.path.join(self.dir, "suite.yaml")
         with open(suite, "w") as f:
@@ -241,6 +254,39 @@ class EvalTest(unittest.TestCase):
             self.assertEqual(set(before) | set(received), {f"question {i}" for i in range(12)})
             self.assertLessEqual(len(set(before) & set(received)), 1, (before, received))
             self.assertEqual(len(received), len(set(received)))
+        finally:
+            server.shutdown()
+            server.server_close()
+
+    def test_an_https_endpoint_is_reached_with_its_certificate_verified(self):
+        import ssl
+        cert, key = os.path.join(self.dir, "cert.pem"), os.path.join(self.dir, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
+                        "-addext", "subjectAltName=DNS:localhost", "-keyout", key, "-out", cert],
+                       check=True, capture_output=True)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        server, received, _ = scripted_endpoint(tls_context=context)
+        port = server.server_address[1]
+        suite = os.path.join(self.dir, "suite.yaml")
+        with open(suite, "w") as f:
+            f.write("providers: [openai:completion:m]\nprompts: ['{{ q }}']\n"
+                    "tests:\n  - vars: {q: over tls}\n    assert: [{type: equals, value: ok}]\n")
+        trusting = dict(os.environ, SSL_CERT_FILE=cert)
+        untrusting = {k: v for k, v in os.environ.items() if k not in ("SSL_CERT_FILE", "SSL_CERT_DIR")}
+        try:
+            rc, out = self.eval("run", suite, "--no-cache", url=f"https://localhost:{port}/v1", env=trusting)
+            self.assertEqual(rc, 0, out)
+            self.assertIn("pass rate 100.0%", out)
+            self.assertEqual(received, ["over tls"])
+            # A certificate nobody vouches for, and one for another name, are refused: exit 3.
+            rc, out = self.eval("run", suite, "--retries", "0", url=f"https://localhost:{port}/v1", env=untrusting)
+            self.assertEqual(rc, 3, out)
+            self.assertIn("certificate verify failed", out)
+            rc, out = self.eval("run", suite, "--retries", "0", url=f"https://127.0.0.1:{port}/v1", env=trusting)
+            self.assertEqual(rc, 3, out)
+            self.assertIn("certificate verify failed", out)
+            self.assertEqual(received, ["over tls"])
         finally:
             server.shutdown()
             server.server_close()
