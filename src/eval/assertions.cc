@@ -293,11 +293,13 @@ Result<AssertionResult> check_assertion(const Assertion& a, const Reply& reply, 
       r.reason = "the judge's answer is not a JSON object: " + jr.text.substr(0, 200);
     } else {
       const Json& v = *verdict;
-      const bool judged_pass = v.contains("pass") && v["pass"].is_boolean() ? v["pass"].get<bool>() : false;
+      const bool has_pass = v.contains("pass") && v["pass"].is_boolean();
+      const bool judged_pass = has_pass && v["pass"].get<bool>();
       score = v.contains("score") && v["score"].is_number() ? std::clamp(v["score"].get<double>(), 0.0, 1.0)
                                                           : (judged_pass ? 1.0 : 0.0);
       pass = judged_pass && (!a.threshold || score >= *a.threshold);
       r.reason = v.contains("reason") && v["reason"].is_string() ? v["reason"].get<std::string>() : "";
+      if (!has_pass) r.reason = "the judge's verdict has no boolean \"pass\" (failed): " + v.dump().substr(0, 200);
     }
   } else {
     return Error(StatusCode::kInvalid, "assertion type '{}' is not implemented", t);

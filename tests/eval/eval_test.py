@@ -291,6 +291,37 @@ class EvalTest(unittest.TestCase):
             server.shutdown()
             server.server_close()
 
+    def test_llm_rubric_asks_a_real_judge_and_records_its_answer(self):
+        # The judge is another sluice serve (the demo model) in JSON mode: its answers parse,
+        # but a random model's objects carry no verdict, so the items fail saying why, and the
+        # judge's own answer and fingerprint are kept with each result.
+        judge, judge_url = serve_demo()
+        try:
+            suite = os.path.join(self.dir, "judged.yaml")
+            with open(suite, "w") as f:
+                f.write(f"""providers: [{{id: "openai:completion:stories260K", config: {{temperature: 0, max_tokens: 16}}}}]
+judge: {{id: "openai:completion:demo", config: {{apiBaseUrl: "{judge_url}", temperature: 0, max_tokens: 300,
+         response_format: {{type: json_object}}}}}}
+prompts: ["{{{{ start }}}}"]
+tests:
+  - vars: {{start: "Once upon a time"}}
+    assert: [{{type: llm-rubric, value: "The output continues a story."}}]
+""")
+            rc, out = self.eval("run", suite)
+            self.assertEqual(rc, 0, out)
+            rc, out = self.eval("show", "1", "--json")
+            self.assertEqual(rc, 0, out)
+            result = json.loads(out)["results"][0]
+            grade = result["grades"]["assertions"][0]
+            self.assertEqual(grade["type"], "llm-rubric")
+            self.assertFalse(grade["pass"])
+            self.assertTrue(grade["judge"]["text"].strip().startswith("{"), grade)
+            self.assertTrue(grade["judge"]["system_fingerprint"].startswith("fp_"), grade)
+            self.assertNotEqual(grade["judge"]["system_fingerprint"], result["system_fingerprint"])
+            self.assertRegex(grade["reason"], "no boolean \"pass\"|not a JSON object")
+        finally:
+            stop(judge)
+
     def test_the_ci_templates_use_flags_that_exist(self):
         import yaml
         help_text = subprocess.run([BIN, "eval", "run", "--help"], capture_output=True, text=True).stdout
