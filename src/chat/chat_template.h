@@ -32,6 +32,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -59,6 +60,28 @@ class ChatTemplate {
   std::string source_;
   std::shared_ptr<const TemplateAst> ast_;
 };
+
+// The variables a chat template is rendered with, as Hugging Face's apply_chat_template passes
+// them: `kwargs` (chat_template_kwargs) first, then what they do not set of messages, tools
+// (null unless an array), documents (null), add_generation_prompt, bos_token and eos_token.
+// JsonT: nlohmann::json, or ordered_json where key order reaches the template (tool schemas).
+template <typename JsonT>
+JsonT template_context(const JsonT& messages, const JsonT& tools, const JsonT& kwargs, bool add_generation_prompt,
+                       const std::string& bos_token, const std::string& eos_token) {
+  // One lookup per variable, so kwargs with 100,000 keys cost linear time (ordered_json
+  // searches keys from the front).
+  JsonT context = kwargs.is_object() ? kwargs : JsonT::object();
+  const std::pair<const char*, JsonT> variables[] = {{"messages", messages},
+                                                     {"tools", tools.is_array() ? tools : JsonT(nullptr)},
+                                                     {"documents", nullptr},
+                                                     {"add_generation_prompt", add_generation_prompt},
+                                                     {"bos_token", bos_token},
+                                                     {"eos_token", eos_token}};
+  for (const auto& [key, value] : variables) {
+    if (!context.contains(key)) context[key] = value;
+  }
+  return context;
+}
 
 // ChatML, for models that ship no template:
 //   <|im_start|>{role}\n{content}<|im_end|>\n ... and, with add_generation_prompt,

@@ -419,5 +419,38 @@ TEST(Cli, PairRanksDraftsAndWritesItsReports) {
   EXPECT_NE(no_prompts.out.find("give the prompts"), std::string::npos) << no_prompts.out;
 }
 
+// pair --suite: an eval suite's prompts (a completion template and a chat prompt, over each
+// test's vars) are the prompts, chat ones through the target's chat template.
+TEST(Cli, PairTakesItsPromptsFromAnEvalSuite) {
+  const std::string q = kShared + "/models/quant/llama-d256-s21-";
+  const std::string dir = ::testing::TempDir();
+  {
+    std::ofstream suite(dir + "/pair_suite.yaml");
+    suite << "providers: [openai:completion:m]\n"
+             "prompts:\n"
+             "  - 'Tell me about {{ topic }}.'\n"
+             "  - {label: chat, messages: [{role: user, content: 'A story about {{ topic }}'}]}\n"
+             "tests:\n"
+             "  - vars: {topic: cats}\n"
+             "  - vars: {topic: rivers}\n"
+             "  - vars: {topic: trains}\n"
+             "likelihood:\n"
+             "  - {name: ppl, type: perplexity, items: [{text: 'Some text.'}]}\n";
+  }
+  const std::string json = dir + "/pair_suite.json";
+  Output o = run("pair --target " + q + "F32.gguf --draft " + q + "Q8_0.gguf --suite " + dir + "/pair_suite.yaml " +
+                 "--max-tokens 8 --spec-tokens 2 --batch-sizes 1 --confirm 0 --json " + json, true);
+  ASSERT_EQ(o.exit_code, 0) << o.out;
+  EXPECT_NE(o.out.find("--suite " + dir + "/pair_suite.yaml: 6 prompts"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("1 likelihood items skipped"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("the suite's chat prompts use the default ChatML template"), std::string::npos) << o.out;
+  const auto report = nlohmann::json::parse(std::ifstream(json), nullptr, false);
+  ASSERT_FALSE(report.is_discarded());
+  EXPECT_EQ(report["prompts"], 6) << report.dump().substr(0, 300);
+  Output both = run("pair --target " + q + "F32.gguf --ngram -p x --suite " + dir + "/pair_suite.yaml", true);
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.out.find("give the prompts one way"), std::string::npos) << both.out;
+}
+
 }  // namespace
 }  // namespace sluice

@@ -4,8 +4,11 @@
 #include <iostream>
 #include <memory>
 
+#include "cli/chat_template_option.h"
 #include "cli/commands.h"
 #include "common/thread_pool.h"
+#include "eval/render.h"
+#include "eval/suite.h"
 #include "model/loader.h"
 #include "pair/pair.h"
 #include "pair/report.h"
@@ -20,15 +23,63 @@ struct PairCliOptions {
   int32_t ngram_min = 2, ngram_max = 4;
   std::string prompts_file;
   std::vector<std::string> prompts;
+  std::string suite_file;      // an eval suite: its tests' prompts
+  std::string chat_template_file;
   pair::PairOptions pair;
   int32_t confirm = 2;
   std::string json_file, svg_file;
   int threads = 0;
 };
 
+struct SuitePrompt {
+  std::string text;
+  bool chat = false;  // rendered by the chat template
+};
+
+// Every test's prompt of an eval suite (each prompt template over each test's vars), chat ones
+// rendered by the target's chat template with the generation prompt. Likelihood tasks score
+// texts rather than generate, so they give no prompt here (said on stderr).
+Result<std::vector<SuitePrompt>> suite_prompts(const std::string& path, const LoadedModel& target,
+                                               const std::string& template_file) {
+  SLUICE_ASSIGN_OR_RETURN(const eval::Suite suite, eval::load_suite(path));
+  std::optional<ChosenChatTemplate> chat;
+  std::vector<SuitePrompt> out;
+  const Tokenizer& tok = *target.tokenizer;
+  auto token_text = [&](int32_t id) { return id >= 0 && id < tok.vocab_size() ? tok.token_text(id) : std::string(); };
+  for (const eval::TestCase& test : suite.tests) {
+    for (const eval::Prompt& prompt : suite.prompts) {
+      SLUICE_ASSIGN_OR_RETURN(const eval::RenderedPrompt r, eval::render_prompt(prompt, test.vars));
+      if (r.messages.is_null()) {
+        out.push_back({r.text, false});
+        continue;
+      }
+      if (!chat) {
+        SLUICE_ASSIGN_OR_RETURN(ChosenChatTemplate chosen, choose_chat_template(target.model->file(), template_file,
+                                                                                "the suite's chat prompts use"));
+        chat = std::move(chosen);
+      }
+      const eval::Json context = chat::template_context<eval::Json>(r.messages, nullptr, eval::Json::object(), true,
+                                                                    token_text(tok.bos_id()), token_text(tok.eos_id()));
+      auto text = chat->chat_template.render(context);
+      if (!text) return Error(text.error().with_context(fmt::format("test '{}'", test.description)));
+      out.push_back({std::move(*text), true});
+    }
+  }
+  size_t num_likelihood = 0;
+  for (const eval::LikelihoodTask& t : suite.likelihood) num_likelihood += t.items.size();
+  if (num_likelihood > 0) {
+    std::cerr << fmt::format("--suite: {} likelihood items skipped (they score texts; pair needs prompts to "
+                             "generate from)\n", num_likelihood);
+  }
+  if (out.empty()) return Error(StatusCode::kInvalid, "the suite has no test with a prompt");
+  return out;
+}
+
 int run_pair(PairCliOptions& o) {
   if (o.drafts.empty() && !o.ngram) return fail_usage("give at least one candidate: --draft FILE or --ngram");
-  if (o.prompts.empty() == o.prompts_file.empty()) return fail_usage("give the prompts: --prompts FILE or -p TEXT (not both)");
+  if (!o.prompts.empty() + !o.prompts_file.empty() + !o.suite_file.empty() != 1) {
+    return fail_usage("give the prompts one way: --prompts FILE, -p TEXT or --suite FILE");
+  }
   if (o.ngram_min > o.ngram_max) return fail_usage("--ngram-min must not exceed --ngram-max");
   std::vector<std::string> texts = o.prompts;
   if (!o.prompts_file.empty()) {
@@ -38,10 +89,23 @@ int run_pair(PairCliOptions& o) {
   }
   auto target = load_model(o.target, terminal_progress("loading " + o.target));
   if (!target) return fail(fmt::format("--target: {}", target.error().message()));
+  // How each text becomes tokens: --prompts and -p as `sluice generate` encodes; a suite's as
+  // `sluice serve` would (completions: BOS added, special tokens parsed; chat: the rendered
+  // template as it is, special tokens parsed).
+  std::vector<EncodeOptions> encoding(texts.size());
+  if (!o.suite_file.empty()) {
+    auto p = suite_prompts(o.suite_file, *target, o.chat_template_file);
+    if (!p) return fail(fmt::format("--suite {}: {}", o.suite_file, p.error().message()));
+    for (SuitePrompt& sp : *p) {
+      texts.push_back(std::move(sp.text));
+      encoding.push_back({.add_bos = !sp.chat, .parse_special = true});
+    }
+    std::cerr << fmt::format("--suite {}: {} prompts\n", o.suite_file, texts.size());
+  }
   std::vector<std::vector<int32_t>> prompts;
   int32_t longest = 0;
   for (size_t i = 0; i < texts.size(); ++i) {
-    auto ids = target->tokenizer->encode(texts[i]);
+    auto ids = target->tokenizer->encode(texts[i], encoding[i]);
     if (!ids) return fail(fmt::format("prompt {}: {}", i, ids.error().message()));
     if (static_cast<int64_t>(ids->size()) + o.pair.max_tokens + o.pair.max_k >= target->model->config().context_length) {
       return fail(fmt::format("prompt {} has {} tokens: with --max-tokens {} it does not fit the target's context of {}",
@@ -130,6 +194,12 @@ CommandFn add_pair_command(CLI::App& app) {
   cmd->add_option("--ngram-max", o->ngram_max, "Prompt lookup: longest suffix matched")->capture_default_str()->check(CLI::Range(1, 64));
   cmd->add_option("--prompts", o->prompts_file, "Prompts, one per line (a line starting with '\"' is a JSON string)");
   cmd->add_option("-p,--prompt", o->prompts, "A prompt; repeatable");
+  cmd->add_option("--suite", o->suite_file,
+                  "An eval suite (sluice eval's YAML or promptfoo's): every test's prompt, rendered over its vars; "
+                  "chat prompts through the target's chat template")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--chat-template", o->chat_template_file,
+                  "With --suite: the Jinja chat template for chat prompts, instead of the target's own");
   cmd->add_option("--temperature", o->pair.temperature, "The temperature you serve at (0: greedy)")
       ->capture_default_str()->check(CLI::Range(0.0, 2.0));
   cmd->add_option("--max-tokens", o->pair.max_tokens, "Output tokens of the target per prompt, along which acceptance is measured")

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "cli/chat_template_option.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "kernels/kernel_path.h"
@@ -86,28 +87,10 @@ int run(ServeOptions& o) {
   Model& model = *loaded->model;
   const ModelConfig& mc = model.config();
 
-  std::string template_source;
-  std::string template_from;
-  if (!o.chat_template_file.empty()) {
-    std::ifstream in(o.chat_template_file);
-    if (!in) return fail(fmt::format("cannot read --chat-template '{}': {}", o.chat_template_file, std::strerror(errno)));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    template_source = ss.str();
-    template_from = o.chat_template_file;
-  } else if (auto t = model.file().get_string("tokenizer.chat_template")) {
-    template_source = std::string(*t);
-    template_from = "the model's own (tokenizer.chat_template)";
-  } else {
-    template_source = std::string(chat::default_chatml_template());
-    template_from = "the default ChatML";
-    std::cerr << "warning: the model has no chat template (tokenizer.chat_template); /v1/chat/completions uses the "
-                 "default ChatML template. Pass --chat-template FILE to use another.\n";
-  }
-  auto chat_template = chat::ChatTemplate::parse(template_source);
-  if (!chat_template) {
-    return fail(fmt::format("chat template ({}): {}", template_from, chat_template.error().message()));
-  }
+  auto chosen = choose_chat_template(model.file(), o.chat_template_file, "/v1/chat/completions uses");
+  if (!chosen) return fail(chosen.error().message());
+  const std::string template_source = chosen->chat_template.source();
+  const std::string template_from = chosen->from;
 
   auto config = o.engine.to_config(mc, tok);
   if (!config) return fail_config(config.error());
@@ -121,7 +104,7 @@ int run(ServeOptions& o) {
   api_config.model_name = o.served_model_name.empty() ? default_model_name(o.model) : o.served_model_name;
   api_config.system_fingerprint = system_fingerprint(model.file(), *config, template_source);
   api_config.created = static_cast<int64_t>(std::time(nullptr));
-  server::OpenAiApi api(**engine, tok, std::move(*chat_template), api_config);
+  server::OpenAiApi api(**engine, tok, std::move(chosen->chat_template), api_config);
 
   auto server = server::HttpServer::create(api, o.http);
   if (!server) return fail(server.error().message());

@@ -31,4 +31,20 @@ Result<Json> render_value(const Json& value, const Json& vars) {
   return value;
 }
 
+Result<RenderedPrompt> render_prompt(const Prompt& prompt, const Json& vars) {
+  RenderedPrompt r;
+  if (!prompt.messages.is_array()) {
+    SLUICE_ASSIGN_OR_RETURN(r.text, render(prompt.text, vars));
+    return r;
+  }
+  r.messages = Json::array();
+  for (const Json& m : prompt.messages) {
+    SLUICE_ASSIGN_OR_RETURN(std::string content, render(m["content"].get<std::string>(), vars));
+    Json rendered = m;
+    rendered["content"] = std::move(content);
+    r.messages.push_back(std::move(rendered));
+  }
+  return r;
+}
+
 }  // namespace sluice::eval

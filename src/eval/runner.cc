@@ -106,24 +106,12 @@ Result<Plan> plan_run(const Suite& suite_in, const RunOptions& options) {
     for (size_t ti = 0; ti < suite.tests.size(); ++ti) {
       const TestCase& test = suite.tests[ti];
       for (const Prompt& prompt : suite.prompts) {
-        std::string text;
-        Json messages;
-        if (prompt.messages.is_array()) {
-          messages = Json::array();
-          for (const Json& m : prompt.messages) {
-            SLUICE_ASSIGN_OR_RETURN(std::string content, render(m["content"].get<std::string>(), test.vars));
-            Json rendered = m;
-            rendered["content"] = std::move(content);
-            messages.push_back(std::move(rendered));
-          }
-        } else {
-          SLUICE_ASSIGN_OR_RETURN(text, render(prompt.text, test.vars));
-        }
+        SLUICE_ASSIGN_OR_RETURN(const RenderedPrompt rendered, render_prompt(prompt, test.vars));
         const std::string key = content_hash(p.label + "\n" + prompt.label + "\n" + test.description + "\n" + test.vars.dump());
         for (int32_t s = 0; s < suite.repeat; ++s) {
           std::optional<int64_t> seed;
           if (p.params.contains("seed") && p.params["seed"].is_number_integer()) seed = p.params["seed"].get<int64_t>() + s;
-          auto body = build_body(p, text, messages, nullptr, seed);
+          auto body = build_body(p, rendered.text, rendered.messages, nullptr, seed);
           if (!body) return Error(body.error().with_context(fmt::format("test '{}'", test.description)));
           add(Task{.kind = Task::kTest, .item_key = key, .sample = s, .test = ti, .prompt_label = prompt.label, .body = std::move(*body)});
         }

@@ -364,18 +364,8 @@ ApiResult<std::string> OpenAiApi::render_chat(const Json& messages, const Json& 
   auto token_text = [&](int32_t id) {
     return id >= 0 && id < tokenizer_.vocab_size() ? tokenizer_.token_text(id) : std::string();
   };
-  // chat_template_kwargs first, then what they do not set: one lookup per variable, so a
-  // body with 100,000 kwargs costs linear time (ordered_json searches keys from the front).
-  Json context = kwargs.is_object() ? kwargs : Json::object();
-  const std::pair<const char*, Json> variables[] = {{"messages", messages},
-                                                    {"tools", tools.is_array() ? tools : Json(nullptr)},
-                                                    {"documents", nullptr},
-                                                    {"add_generation_prompt", add_generation_prompt},
-                                                    {"bos_token", token_text(tokenizer_.bos_id())},
-                                                    {"eos_token", token_text(tokenizer_.eos_id())}};
-  for (const auto& [key, value] : variables) {
-    if (!context.contains(key)) context[key] = value;
-  }
+  const Json context = chat::template_context(messages, tools, kwargs, add_generation_prompt,
+                                              token_text(tokenizer_.bos_id()), token_text(tokenizer_.eos_id()));
   chat::RenderOptions options;
   options.now = config_.now();
   auto prompt = chat_template_.render(context, options);
