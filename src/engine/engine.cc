@@ -396,6 +396,7 @@ void Engine::handle_cancel(uint64_t request_id) {
 }
 
 void Engine::step() {
+  const auto step_started = std::chrono::steady_clock::now();  // drafting included, for the outcome
   propose_drafts();
   ScheduleOutput out = scheduler_.schedule();
   for (SeqId id : out.preempted) ++computations_.at(id)->num_preemptions;
@@ -417,10 +418,18 @@ void Engine::step() {
   // engine's clock is (a test's fake clock does not move).
   const auto started = std::chrono::steady_clock::now();
   Result<RunnerOutput> result = runner_.run(out);
-  int32_t num_logits = 0;
-  for (const ScheduledSeq& s : out.seqs) num_logits += s.sample ? s.num_draft + 1 : 0;
-  draft_length_.observe_step(out.num_tokens, num_logits,
-                             std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  int32_t num_logits = 0, num_drafts = 0;
+  for (const ScheduledSeq& s : out.seqs) {
+    num_logits += s.sample ? s.num_draft + 1 : 0;
+    num_drafts += s.num_draft;
+  }
+  const auto ended = std::chrono::steady_clock::now();
+  draft_length_.observe_step(out.num_tokens, num_logits, std::chrono::duration<double>(ended - started).count());
+  if (result && num_logits == out.num_tokens) {
+    draft_length_.observe_outcome(static_cast<int32_t>(out.seqs.size()), num_drafts,
+                                  static_cast<int32_t>(result->sampled.size()),
+                                  std::chrono::duration<double>(ended - step_started).count());
+  }
   if (!result) {
     for (const ScheduledSeq& s : out.seqs) finish(*computations_.at(s.seq_id), FinishReason::kError, result.error().message());
     return;

@@ -54,6 +54,11 @@ void Engine::propose_drafts() {
     const bool pure_decode = num_decoding == scheduler_.num_running() &&
                              (scheduler_.num_waiting() == 0 || scheduler_.num_running() >= config_.max_num_seqs);
     k = draft_length_.choose(num_decoding, candidates, pure_decode);
+    // The outcomes of past steps can overrule the estimates (draft_length.h, Outcomes).
+    if (pure_decode && std::any_of(k.begin(), k.end(), [](int32_t n) { return n > 0; }) &&
+        !draft_length_.allow_drafts(num_decoding)) {
+      std::fill(k.begin(), k.end(), 0);
+    }
   }
   // The draft model drafts now, batched over the sequences it was asked for.
   std::vector<spec::DraftQuery> costly;

@@ -38,6 +38,31 @@ void DraftLength::observe_verify(SeqId seq_id, std::string_view proposer, int32_
   update(global, 0.99);
 }
 
+void DraftLength::observe_outcome(int32_t num_seqs, int32_t num_drafts, int32_t num_emitted, double seconds) {
+  if (!(seconds > 0) || num_seqs < 1) return;
+  Outcome& o = outcomes_[bucket(num_seqs)];
+  const double rate = num_emitted / seconds;
+  double& avg = num_drafts > 0 ? o.with_drafts : o.without;
+  int32_t& n = num_drafts > 0 ? o.num_with : o.num_without;
+  avg = n == 0 ? rate : (1 - kOutcomeWeight) * avg + kOutcomeWeight * rate;
+  ++n;
+}
+
+bool DraftLength::allow_drafts(int32_t num_seqs) {
+  auto it = outcomes_.find(bucket(std::max(1, num_seqs)));
+  if (it == outcomes_.end()) return true;
+  Outcome& o = it->second;
+  if (o.num_with < kMinOutcomes || o.num_without < kMinOutcomes || o.with_drafts >= o.without) {
+    o.vetoed = 0;
+    o.explore_every = kExploreFirst;
+    return true;
+  }
+  if (++o.vetoed < o.explore_every) return false;
+  o.vetoed = 0;
+  o.explore_every = std::min(2 * o.explore_every, kExploreMax);
+  return true;
+}
+
 double DraftLength::acceptance(SeqId seq_id, std::string_view proposer) const {
   Rate r;
   if (auto it = seqs_.find(seq_id); it != seqs_.end()) {

@@ -26,6 +26,16 @@
 // with a stale or extrapolated baseline for ever. A draft model's passes are measured the same way, by the sequences in them, and
 // their time is added: depth j costs one pass over the sequences drafting j or more.
 //
+// Outcomes. The estimates can be wrong (step times measured on a noisy, shared machine: a slow
+// t(16) beside a quick t(32) makes drafts look cheap), so what the policy chose is checked
+// against what happened: per batch size (the decoding sequences, bucketed as token counts),
+// the realized tokens per second of decode-only steps with drafts and of those without
+// (moving averages, drafting time included). Where steps without drafts have done better,
+// drafting is vetoed (allow_drafts()), but for an exploration step every kExploreFirst vetoed
+// ones, the interval doubling up to kExploreMax while the veto holds: losses from trying are
+// bounded by about 1/kExploreMax of a step's worth, and a workload that turns favourable is
+// found again.
+//
 // Thread-safety: owned by the engine thread.
 #pragma once
 
@@ -65,6 +75,14 @@ class DraftLength {
   std::vector<int32_t> choose(int32_t num_decodes, std::span<const Candidate> candidates,
                               bool pure_decode = true) const;
 
+  // A decode-only step (every token with logits) with `num_seqs` sequences, `num_drafts` of its
+  // tokens drafts (0: a step without speculation), emitted `num_emitted` tokens in `seconds`
+  // (its drafting included).
+  void observe_outcome(int32_t num_seqs, int32_t num_drafts, int32_t num_emitted, double seconds);
+  // Whether drafts chosen for a decode-only step of `num_seqs` sequences may run (see
+  // Outcomes above). Counts the vetoed steps toward the next exploration.
+  bool allow_drafts(int32_t num_seqs);
+
   // Estimates, exposed for tests and metrics.
   double step_seconds(int64_t num_tokens) const;
   double acceptance(SeqId seq_id, std::string_view proposer) const;
@@ -86,6 +104,17 @@ class DraftLength {
   using Table = std::map<int64_t, Timing>;     // bucket -> timing
   void observe(Table& table, int64_t n, double seconds);
   static double estimate(const Table& table, int64_t n);
+  struct Outcome {
+    double with_drafts = 0, without = 0;  // tokens per second, moving averages
+    int32_t num_with = 0, num_without = 0;
+    int32_t vetoed = 0;                    // since the last exploration
+    int32_t explore_every = kExploreFirst;
+  };
+  static constexpr double kOutcomeWeight = 0.2;
+  static constexpr int32_t kMinOutcomes = 3;  // of each kind before a veto
+  static constexpr int32_t kExploreFirst = 16;
+  static constexpr int32_t kExploreMax = 128;
+  std::map<int64_t, Outcome> outcomes_;  // by bucket(num_seqs)
   Table step_seconds_;
   Table draft_seconds_;  // the same for draft model passes, by sequences
   int64_t num_observed_ = 0;

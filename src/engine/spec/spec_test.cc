@@ -120,6 +120,35 @@ TEST(DraftLength, DraftsWhereStepsAreMemoryBoundNoneWhereComputeBound) {
   EXPECT_EQ(stale.choose(4, three), (std::vector<int32_t>{8, 8, 8}));
 }
 
+// What happened overrules what was estimated: where decode steps with drafts have emitted
+// fewer tokens per second than those without, drafts are vetoed but for exploration steps,
+// ever rarer while the veto holds; where they did better, or too little is known, allowed.
+TEST(DraftLength, OutcomesVetoDraftsThatDidWorseThanNone) {
+  spec::DraftLength d = trained(20, 0.01, 0.9);
+  const std::vector<spec::DraftLength::Candidate> three{{1, "p", 8}, {2, "p", 8}, {3, "p", 8}};
+  EXPECT_EQ(d.choose(4, three), (std::vector<int32_t>{8, 8, 8}));  // the estimates say: draft
+  EXPECT_TRUE(d.allow_drafts(4));                                     // nothing observed yet
+  for (int i = 0; i < 3; ++i) {
+    d.observe_outcome(4, 24, 6, 0.05);  // with drafts: 120 tokens/s
+    d.observe_outcome(4, 0, 4, 0.01);   // without: 400 tokens/s
+  }
+  auto allowed_in = [&](int steps) {
+    int n = 0;
+    for (int i = 0; i < steps; ++i) n += d.allow_drafts(4);
+    return n;
+  };
+  EXPECT_EQ(allowed_in(15), 0);
+  EXPECT_TRUE(d.allow_drafts(4));   // the 16th: an exploration step
+  EXPECT_EQ(allowed_in(31), 0);     // then every 32nd, 64th, ... up to every 128th
+  EXPECT_TRUE(d.allow_drafts(4));
+  EXPECT_EQ(allowed_in(63 + 128), 1);
+  // Another batch size has its own figures (none yet): allowed.
+  EXPECT_TRUE(d.allow_drafts(16));
+  // Drafts that turn out better lift the veto at once.
+  for (int i = 0; i < 10; ++i) d.observe_outcome(4, 24, 30, 0.05);  // 600 tokens/s
+  EXPECT_EQ(allowed_in(10), 10);
+}
+
 Request with_prediction(Request r, std::vector<int32_t> prediction) {
   r.prediction_tokens = std::move(prediction);
   return r;
