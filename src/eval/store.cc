@@ -4,7 +4,8 @@
 #include <type_traits>
 
 #include <fmt/format.h>
-#include <sqlite3.h>
+
+#include "common/sqlite.h"
 
 namespace sluice::eval {
 namespace {
@@ -23,42 +24,16 @@ CREATE TABLE IF NOT EXISTS cache (key TEXT PRIMARY KEY, response TEXT, latency_m
 CREATE TABLE IF NOT EXISTS baselines (name TEXT PRIMARY KEY, run_id INTEGER, set_at TEXT);
 )sql";
 
-// A prepared statement, finalized on scope exit.
-class Stmt {
- public:
-  Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
-  ~Stmt() { sqlite3_finalize(s_); }
-  bool ok() const { return rc_ == SQLITE_OK; }
-  Stmt& text(int i, const std::string& v) {
-    if (s_) sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  Stmt& integer(int i, int64_t v) {
-    if (s_) sqlite3_bind_int64(s_, i, v);
-    return *this;
-  }
-  Stmt& real(int i, double v) {
-    if (s_) sqlite3_bind_double(s_, i, v);
-    return *this;
-  }
-  int step() { return sqlite3_step(s_); }
-  std::string col_text(int i) const {
-    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s_, i));
-    return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(s_, i))) : std::string();
-  }
-  int64_t col_int(int i) const { return sqlite3_column_int64(s_, i); }
-  double col_real(int i) const { return sqlite3_column_double(s_, i); }
-  Json col_json(int i) const {
-    const std::string t = col_text(i);
-    if (t.empty()) return nullptr;
-    Json j = Json::parse(t, nullptr, false);
-    return j.is_discarded() ? Json(t) : j;
-  }
+using sqlite::Stmt;
+constexpr std::string_view kStore = "eval store";
 
- private:
-  sqlite3_stmt* s_ = nullptr;
-  int rc_ = SQLITE_ERROR;
-};
+// A JSON column ("" is null; text that is not JSON comes back as a string).
+Json col_json(const Stmt& s, int i) {
+  const std::string t = s.col_text(i);
+  if (t.empty()) return nullptr;
+  Json j = Json::parse(t, nullptr, false);
+  return j.is_discarded() ? Json(t) : j;
+}
 
 std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
@@ -71,24 +46,14 @@ RunRow read_run(const Stmt& s) {
   r.started = s.col_text(4);
   r.finished = s.col_text(5);
   r.status = s.col_text(6);
-  r.options = s.col_json(7);
-  r.summary = s.col_json(8);
+  r.options = col_json(s, 7);
+  r.summary = col_json(s, 8);
   return r;
 }
 
-Status sql_error(sqlite3* db, const std::string& path, const char* what) {
-  return Status::error(fmt::format("eval store '{}': {}: {}", path, what, sqlite3_errmsg(db)));
-}
-
-// The row a one-row query finds, read by `read`; none when it finds nothing.
 template <typename Read>
-auto first_row(Stmt& s, Read read, sqlite3* db, const std::string& path, const char* what)
-    -> Result<std::optional<std::invoke_result_t<Read, const Stmt&>>> {
-  using T = std::invoke_result_t<Read, const Stmt&>;
-  const int rc = s.ok() ? s.step() : SQLITE_ERROR;
-  if (rc == SQLITE_DONE) return std::optional<T>();
-  if (rc != SQLITE_ROW) return Error(sql_error(db, path, what));
-  return std::optional<T>(read(s));
+auto first_row(Stmt& s, Read read, sqlite3* db, const std::string& path, const char* what) {
+  return sqlite::first_row(s, read, db, kStore, path, what);
 }
 
 constexpr const char* kRunColumns = "id, suite, suite_path, fingerprint, started, finished, status, options, summary";
@@ -105,18 +70,8 @@ std::string utc_now() {
 }
 
 Result<std::unique_ptr<Store>> Store::open(const std::string& path) {
-  sqlite3* db = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr) !=
-      SQLITE_OK) {
-    std::string message = db ? sqlite3_errmsg(db) : "out of memory";
-    sqlite3_close(db);
-    return Error("cannot open the eval store '{}': {}", path, message);
-  }
-  sqlite3_busy_timeout(db, 10'000);
-  std::unique_ptr<Store> store(new Store(db, path));
-  MutexLock lock(store->mu_);
-  if (Status s = store->exec(kSchema); !s) return Error(s.with_context("eval store '" + path + "'"));
-  return store;
+  SLUICE_ASSIGN_OR_RETURN(sqlite3* db, sqlite::open(path, kSchema, kStore));
+  return std::unique_ptr<Store>(new Store(db, path));
 }
 
 Store::~Store() {
@@ -124,17 +79,9 @@ Store::~Store() {
   sqlite3_close(db_);
 }
 
-Status Store::exec(const std::string& sql) {
-  char* message = nullptr;
-  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &message) != SQLITE_OK) {
-    std::string m = message ? message : "unknown error";
-    sqlite3_free(message);
-    return Status::error(m);
-  }
-  return Status::ok();
-}
+Status Store::exec(const std::string& sql) { return sqlite::exec(db_, sql); }
 
-Status Store::error(const char* what) { return sql_error(db_, path_, what); }
+Status Store::error(const char* what) { return sqlite::error(db_, kStore, path_, what); }
 
 Result<int64_t> Store::begin_run(const RunRow& run) {
   MutexLock lock(mu_);
@@ -173,7 +120,7 @@ Result<std::optional<CachedReply>> Store::cache_get(const std::string& key) {
   MutexLock lock(mu_);
   Stmt s(db_, "SELECT response, latency_ms FROM cache WHERE key = ?");
   s.text(1, key);
-  return first_row(s, [](const Stmt& r) { return CachedReply{r.col_json(0), r.col_real(1)}; }, db_, path_,
+  return first_row(s, [](const Stmt& r) { return CachedReply{col_json(r, 0), r.col_real(1)}; }, db_, path_,
                    "read the cache");
 }
 
@@ -229,13 +176,13 @@ Result<std::vector<ResultRow>> Store::results(int64_t run_id) {
     r.provider = s.col_text(2);
     r.prompt = s.col_text(3);
     r.test = s.col_text(4);
-    r.vars = s.col_json(5);
-    r.request = s.col_json(6);
-    r.response = s.col_json(7);
+    r.vars = col_json(s, 5);
+    r.request = col_json(s, 6);
+    r.response = col_json(s, 7);
     r.output = s.col_text(8);
     r.pass = s.col_int(9) != 0;
     r.score = s.col_real(10);
-    r.grades = s.col_json(11);
+    r.grades = col_json(s, 11);
     r.latency_ms = s.col_real(12);
     r.system_fingerprint = s.col_text(13);
     r.error = s.col_text(14);

@@ -1,0 +1,310 @@
+#include "router/rollout.h"
+
+#include <cmath>
+#include <initializer_list>
+
+namespace sluice::router {
+namespace {
+
+using Json = nlohmann::json;
+
+Status bad(std::string message) { return Status::error(std::move(message), StatusCode::kInvalid); }
+
+// Only `allowed` keys in `object` (named `where` in the message).
+Status known_keys(const Json& object, std::initializer_list<std::string_view> allowed, std::string_view where) {
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    bool ok = false;
+    for (std::string_view k : allowed) ok = ok || it.key() == k;
+    if (!ok) return bad(fmt::format("{}: unknown field '{}'", where, it.key()));
+  }
+  return Status::ok();
+}
+
+// Seconds: a number, or a string of digits with a unit s, m or h ("90s", "2m", "1h").
+Result<double> parse_duration(const Json& v, std::string_view where) {
+  if (v.is_number() && v.get<double>() >= 0 && std::isfinite(v.get<double>())) return v.get<double>();
+  if (v.is_string()) {
+    const std::string s = v.get<std::string>();
+    double scale = 1;
+    std::string digits = s;
+    if (!s.empty() && (s.back() == 's' || s.back() == 'm' || s.back() == 'h')) {
+      scale = s.back() == 'h' ? 3600 : s.back() == 'm' ? 60 : 1;
+      digits = s.substr(0, s.size() - 1);
+    }
+    char* end = nullptr;
+    const double x = digits.empty() ? -1 : std::strtod(digits.c_str(), &end);
+    if (end != nullptr && *end == '\0' && x >= 0 && std::isfinite(x)) return x * scale;
+  }
+  return Error(StatusCode::kInvalid, "{}: a duration is seconds or a string such as \"90s\", \"2m\", \"1h\"; got {}",
+               where, v.dump());
+}
+
+std::vector<RolloutStep> default_steps() {
+  std::vector<RolloutStep> steps;
+  for (double w : {1.0, 5.0, 10.0, 25.0, 50.0}) {
+    steps.push_back({RolloutStep::Kind::kSetWeight, w, -1, 0});
+    steps.push_back({RolloutStep::Kind::kPause, 0, 60, 100});
+  }
+  steps.push_back({RolloutStep::Kind::kSetWeight, 100, -1, 0});
+  return steps;
+}
+
+}  // namespace
+
+uint64_t session_hash(std::string_view session) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (char c : session) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+bool assigned_to_candidate(std::string_view session, double weight_percent) {
+  return static_cast<double>(session_hash(session) % 10000) < weight_percent * 100;
+}
+
+std::string_view phase_name(RolloutPhase phase) {
+  switch (phase) {
+    case RolloutPhase::kProgressing: return "progressing";
+    case RolloutPhase::kPaused: return "paused";
+    case RolloutPhase::kPromoted: return "promoted";
+    case RolloutPhase::kAborted: return "aborted";
+  }
+  return "unknown";
+}
+
+Result<RolloutSpec> parse_rollout(const Json& j) {
+  if (!j.is_object()) return Error(StatusCode::kInvalid, "a rollout is an object, got {}", j.type_name());
+  SLUICE_RETURN_IF_ERROR(known_keys(j, {"name", "stable", "candidate", "steps", "analysis"}, "rollout"));
+  RolloutSpec spec;
+  for (auto [key, out] : {std::pair{"name", &spec.name}, std::pair{"stable", &spec.stable},
+                          std::pair{"candidate", &spec.candidate}}) {
+    if (!j.contains(key) || !j[key].is_string() || j[key].get<std::string>().empty()) {
+      return Error(StatusCode::kInvalid, "rollout: '{}' is required (a non-empty string)", key);
+    }
+    *out = j[key].get<std::string>();
+  }
+  if (spec.stable == spec.candidate) {
+    return Error(StatusCode::kInvalid, "rollout: stable and candidate are the same version '{}'", spec.stable);
+  }
+  if (!j.contains("steps") || j["steps"].is_null()) {
+    spec.steps = default_steps();
+  } else {
+    if (!j["steps"].is_array() || j["steps"].empty()) return Error(StatusCode::kInvalid, "rollout: 'steps' must be a non-empty list");
+    for (size_t i = 0; i < j["steps"].size(); ++i) {
+      const Json& s = j["steps"][i];
+      const std::string where = fmt::format("rollout: steps[{}]", i);
+      if (!s.is_object() || s.size() != 1) {
+        return Error(StatusCode::kInvalid, "{}: one of {{setWeight: N}}, {{pause: {{...}}}}, {{analysis: {{}}}}", where);
+      }
+      RolloutStep step;
+      if (s.contains("setWeight")) {
+        const Json& w = s["setWeight"];
+        if (!w.is_number() || !(w.get<double>() >= 0 && w.get<double>() <= 100)) {
+          return Error(StatusCode::kInvalid, "{}: setWeight must be a number in [0, 100], got {}", where, w.dump());
+        }
+        step = {RolloutStep::Kind::kSetWeight, w.get<double>(), -1, 0};
+      } else if (s.contains("pause")) {
+        const Json& p = s["pause"].is_null() ? Json::object() : s["pause"];
+        if (!p.is_object()) return Error(StatusCode::kInvalid, "{}: pause takes {{duration, minRequests}}", where);
+        SLUICE_RETURN_IF_ERROR(known_keys(p, {"duration", "minRequests"}, where + ".pause"));
+        step.kind = RolloutStep::Kind::kPause;
+        if (p.contains("duration")) {
+          SLUICE_ASSIGN_OR_RETURN(step.pause_seconds, parse_duration(p["duration"], where + ".pause.duration"));
+        }
+        if (p.contains("minRequests")) {
+          if (!p["minRequests"].is_number_integer() || p["minRequests"].get<int64_t>() < 0) {
+            return Error(StatusCode::kInvalid, "{}.pause.minRequests must be an integer >= 0", where);
+          }
+          step.min_requests = p["minRequests"].get<int64_t>();
+        }
+        if (step.pause_seconds < 0 && step.min_requests > 0) step.pause_seconds = 0;  // requests alone
+      } else if (s.contains("analysis")) {
+        const Json& a = s["analysis"];
+        if (!a.is_null() && !(a.is_object() && a.empty())) {
+          return Error(StatusCode::kInvalid, "{}: analysis takes no settings here (see the rollout's 'analysis')", where);
+        }
+        step.kind = RolloutStep::Kind::kAnalysis;
+      } else {
+        return Error(StatusCode::kInvalid, "{}: unknown step '{}' (setWeight, pause or analysis)", where, s.begin().key());
+      }
+      spec.steps.push_back(step);
+    }
+  }
+  if (j.contains("analysis") && !j["analysis"].is_null()) {
+    const Json& a = j["analysis"];
+    if (!a.is_object()) return Error(StatusCode::kInvalid, "rollout: 'analysis' must be an object");
+    SLUICE_RETURN_IF_ERROR(known_keys(a, {"interval", "failureLimit"}, "rollout.analysis"));
+    if (a.contains("interval")) {
+      SLUICE_ASSIGN_OR_RETURN(spec.analysis.interval_seconds, parse_duration(a["interval"], "rollout.analysis.interval"));
+      if (spec.analysis.interval_seconds <= 0) return Error(StatusCode::kInvalid, "rollout.analysis.interval must be > 0");
+    }
+    if (a.contains("failureLimit")) {
+      if (!a["failureLimit"].is_number_integer() || a["failureLimit"].get<int64_t>() < 0 ||
+          a["failureLimit"].get<int64_t>() > 1000) {
+        return Error(StatusCode::kInvalid, "rollout.analysis.failureLimit must be an integer in [0, 1000]");
+      }
+      spec.analysis.failure_limit = a["failureLimit"].get<int32_t>();
+    }
+  }
+  return spec;
+}
+
+Json to_json(const RolloutSpec& spec) {
+  Json steps = Json::array();
+  for (const RolloutStep& s : spec.steps) {
+    switch (s.kind) {
+      case RolloutStep::Kind::kSetWeight: steps.push_back({{"setWeight", s.weight}}); break;
+      case RolloutStep::Kind::kAnalysis: steps.push_back({{"analysis", Json::object()}}); break;
+      case RolloutStep::Kind::kPause: {
+        Json p = Json::object();
+        if (s.pause_seconds >= 0) p["duration"] = s.pause_seconds;
+        if (s.min_requests > 0) p["minRequests"] = s.min_requests;
+        steps.push_back({{"pause", p}});
+        break;
+      }
+    }
+  }
+  return {{"name", spec.name},
+          {"stable", spec.stable},
+          {"candidate", spec.candidate},
+          {"steps", steps},
+          {"analysis", {{"interval", spec.analysis.interval_seconds}, {"failureLimit", spec.analysis.failure_limit}}}};
+}
+
+Rollout::Rollout(RolloutSpec spec, double now) : spec_(std::move(spec)), step_started_(now) {}
+
+Json Rollout::state() const {
+  return {{"phase", phase_name(phase_)}, {"step", step_},
+          {"weight", weight_},           {"step_started", step_started_},
+          {"requests_at_step", requests_at_step_}, {"analysis_passed_at_step", analysis_passed_at_step_},
+          {"failed_analyses", failed_}};
+}
+
+Result<Rollout> Rollout::restore(RolloutSpec spec, const Json& state) {
+  Rollout r(std::move(spec), 0);
+  try {
+    const std::string phase = state.at("phase").get<std::string>();
+    bool known = false;
+    for (RolloutPhase p : {RolloutPhase::kProgressing, RolloutPhase::kPaused, RolloutPhase::kPromoted,
+                           RolloutPhase::kAborted}) {
+      if (phase_name(p) == phase) r.phase_ = p, known = true;
+    }
+    if (!known) return Error(StatusCode::kInvalid, "stored rollout state: unknown phase '{}'", phase);
+    r.step_ = state.at("step").get<int32_t>();
+    r.weight_ = state.at("weight").get<double>();
+    r.step_started_ = state.at("step_started").get<double>();
+    r.requests_at_step_ = state.at("requests_at_step").get<int64_t>();
+    r.analysis_passed_at_step_ = state.at("analysis_passed_at_step").get<bool>();
+    r.failed_ = state.at("failed_analyses").get<int32_t>();
+  } catch (const nlohmann::json::exception& e) {
+    return Error(StatusCode::kInvalid, "stored rollout state: {}", e.what());
+  }
+  if (r.step_ < 0 || r.step_ > static_cast<int32_t>(r.spec_.steps.size()) || !(r.weight_ >= 0 && r.weight_ <= 100)) {
+    return Error(StatusCode::kInvalid, "stored rollout state: step {} or weight {} does not fit the rollout's {} steps",
+                 r.step_, r.weight_, r.spec_.steps.size());
+  }
+  return r;
+}
+
+void Rollout::count_request(bool) {
+  if (!finished()) ++requests_at_step_;
+}
+
+void Rollout::enter_step(double now) {
+  step_started_ = now;
+  requests_at_step_ = 0;
+  analysis_passed_at_step_ = false;
+}
+
+std::vector<RolloutDecision> Rollout::advance(double now) {
+  std::vector<RolloutDecision> out;
+  if (phase_ != RolloutPhase::kProgressing) return out;
+  const auto num_steps = static_cast<int32_t>(spec_.steps.size());
+  while (step_ < num_steps) {
+    const RolloutStep& s = spec_.steps[static_cast<size_t>(step_)];
+    if (s.kind == RolloutStep::Kind::kSetWeight) {
+      weight_ = s.weight;
+      out.push_back(decide(now, "set weight", fmt::format("step {}: the candidate takes {}%", step_, s.weight)));
+    } else if (s.kind == RolloutStep::Kind::kPause) {
+      if (s.pause_seconds < 0) {
+        phase_ = RolloutPhase::kPaused;
+        out.push_back(decide(now, "pause", fmt::format("step {}: paused until resumed", step_)));
+        return out;
+      }
+      if (now - step_started_ < s.pause_seconds || requests_at_step_ < s.min_requests) return out;
+      out.push_back(decide(now, "pause done", fmt::format("step {}: {:.0f} s and {} requests at {}%", step_,
+                                                          now - step_started_, requests_at_step_, weight_)));
+    } else {
+      if (!analysis_passed_at_step_) return out;
+    }
+    ++step_;
+    enter_step(now);
+  }
+  weight_ = 100;
+  phase_ = RolloutPhase::kPromoted;
+  out.push_back(decide(now, "promote", "every step passed"));
+  return out;
+}
+
+std::vector<RolloutDecision> Rollout::record_analysis(double now, bool passed, const std::string& reason) {
+  std::vector<RolloutDecision> out;
+  if (finished()) return out;
+  if (passed) {
+    analysis_passed_at_step_ = true;
+    out.push_back(decide(now, "analysis passed", reason));
+    return out;
+  }
+  ++failed_;
+  out.push_back(decide(now, "analysis failed", reason));
+  if (failed_ > spec_.analysis.failure_limit) {
+    weight_ = 0;
+    phase_ = RolloutPhase::kAborted;
+    out.push_back(decide(now, "abort",
+                         fmt::format("{} failed analyses, more than the failureLimit of {}; the last: {}", failed_,
+                                     spec_.analysis.failure_limit, reason)));
+  }
+  return out;
+}
+
+Result<RolloutDecision> Rollout::pause(double now, const std::string& reason) {
+  if (finished() || phase_ == RolloutPhase::kPaused) {
+    return Error(StatusCode::kInvalid, "the rollout is {}: it cannot be paused", phase_name(phase_));
+  }
+  phase_ = RolloutPhase::kPaused;
+  return decide(now, "pause", reason.empty() ? "paused by hand" : reason);
+}
+
+Result<RolloutDecision> Rollout::resume(double now) {
+  if (phase_ != RolloutPhase::kPaused) {
+    return Error(StatusCode::kInvalid, "the rollout is {}: only a paused one resumes", phase_name(phase_));
+  }
+  phase_ = RolloutPhase::kProgressing;
+  // An open-ended pause step is what was waited on: resuming passes it.
+  if (step_ < static_cast<int32_t>(spec_.steps.size())) {
+    const RolloutStep& s = spec_.steps[static_cast<size_t>(step_)];
+    if (s.kind == RolloutStep::Kind::kPause && s.pause_seconds < 0) {
+      ++step_;
+      enter_step(now);
+    }
+  }
+  return decide(now, "resume", "resumed by hand");
+}
+
+Result<RolloutDecision> Rollout::promote(double now, const std::string& reason) {
+  if (finished()) return Error(StatusCode::kInvalid, "the rollout is {} already", phase_name(phase_));
+  weight_ = 100;
+  step_ = static_cast<int32_t>(spec_.steps.size());
+  phase_ = RolloutPhase::kPromoted;
+  return decide(now, "promote", reason.empty() ? "promoted by hand" : reason);
+}
+
+Result<RolloutDecision> Rollout::abort(double now, const std::string& reason) {
+  if (finished()) return Error(StatusCode::kInvalid, "the rollout is {} already", phase_name(phase_));
+  weight_ = 0;
+  phase_ = RolloutPhase::kAborted;
+  return decide(now, "abort", reason.empty() ? "aborted by hand" : reason);
+}
+
+}  // namespace sluice::router

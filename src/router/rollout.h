@@ -1,0 +1,131 @@
+// Canary rollouts: a candidate version of the replicas takes a growing share of the traffic,
+// step by step, and is promoted when it passes them all or rolled back at once when its analysis
+// fails (the rollout vocabulary of Argo Rollouts: setWeight, pause, analysis, failureLimit).
+//
+// A spec (YAML through `sluice route rollout start FILE`, or JSON through POST /admin/rollouts):
+//
+//   name: qwen-v2
+//   stable: v1                   # version labels of the replicas
+//   candidate: v2
+//   steps:                       # default: setWeight 1, 5, 10, 25, 50, each followed by a
+//     - setWeight: 5             # pause of 60 s and 100 requests at that weight, then 100
+//     - pause: {duration: 120, minRequests: 200}   # no duration: until resumed by hand
+//     - analysis: {}             # wait for a passing analysis at this weight
+//     - setWeight: 100
+//   analysis:                    # checked every interval, candidate against stable
+//     interval: 30               # seconds
+//     failureLimit: 2            # failed analyses tolerated; one more aborts the rollout
+//
+// Assignment is sticky: a session goes to the candidate when hash(session) mod 10000 <
+// weight x 100 (FNV-1a 64 of the session key, the same in every router instance and after a
+// restart), so a session stays on one version while the weight only grows, and moves back to
+// stable, all at once, when the rollout is aborted.
+//
+// Rollout is the state machine, a value: its state() is what the store keeps (rollout_store.h),
+// and restore() resumes it after a restart at the same step with the same weight. Every change
+// comes back as a Decision (what, why, at which step), which the store records.
+//
+// Thread-safety: none; the router's controller owns it under its lock.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace sluice::router {
+
+struct RolloutStep {
+  enum class Kind { kSetWeight, kPause, kAnalysis };
+  Kind kind = Kind::kSetWeight;
+  double weight = 0;          // kSetWeight: the candidate's share, percent in [0, 100]
+  double pause_seconds = -1;  // kPause: how long; negative: until resumed by hand
+  int64_t min_requests = 0;   // kPause: and at least this many requests routed at the weight
+};
+
+struct AnalysisConfig {
+  double interval_seconds = 30;
+  int32_t failure_limit = 2;  // failed analyses tolerated over the rollout; one more aborts it
+};
+
+struct RolloutSpec {
+  std::string name;
+  std::string stable, candidate;  // version labels
+  std::vector<RolloutStep> steps;
+  AnalysisConfig analysis;
+};
+
+// From the spec's JSON (YAML converted); errors name the field.
+Result<RolloutSpec> parse_rollout(const nlohmann::json& spec);
+nlohmann::json to_json(const RolloutSpec& spec);
+
+// hash(session) mod 10000 < weight x 100.
+bool assigned_to_candidate(std::string_view session, double weight_percent);
+uint64_t session_hash(std::string_view session);  // FNV-1a 64
+
+enum class RolloutPhase { kProgressing, kPaused, kPromoted, kAborted };
+std::string_view phase_name(RolloutPhase phase);  // "progressing", "paused", "promoted", "aborted"
+
+struct RolloutDecision {
+  double at = 0;        // seconds since the epoch
+  int32_t step = 0;     // the step it was taken at
+  std::string action;   // "start", "set weight", "pause", "resume", "analysis passed",
+                        // "analysis failed", "promote", "abort"
+  std::string reason;
+};
+
+class Rollout {
+ public:
+  Rollout(RolloutSpec spec, double now);
+  // A rollout resumed from its stored state(); an error if the state does not fit the spec.
+  static Result<Rollout> restore(RolloutSpec spec, const nlohmann::json& state);
+  nlohmann::json state() const;
+
+  const RolloutSpec& spec() const { return spec_; }
+  RolloutPhase phase() const { return phase_; }
+  bool finished() const { return phase_ == RolloutPhase::kPromoted || phase_ == RolloutPhase::kAborted; }
+  int32_t step() const { return step_; }          // the step being waited on (steps.size() once done)
+  double weight() const { return weight_; }       // the candidate's share now, percent
+  int32_t failed_analyses() const { return failed_; }
+
+  // Where a request of `session` goes now (sticky, see above).
+  bool routes_to_candidate(std::string_view session) const {
+    return phase_ != RolloutPhase::kAborted && assigned_to_candidate(session, weight_);
+  }
+  // A request routed while the rollout runs, to the candidate or not (pause steps count them).
+  void count_request(bool to_candidate);
+
+  // Moves through every step whose condition holds at `now` (setWeight at once; a pause once
+  // its duration has passed and its requests were seen; an analysis step once an analysis
+  // passed at it); past the last step, promotes. Nothing while paused by hand or finished.
+  std::vector<RolloutDecision> advance(double now);
+  // An analysis of the candidate against stable: a failure past failure_limit aborts.
+  std::vector<RolloutDecision> record_analysis(double now, bool passed, const std::string& reason);
+
+  // By hand (the admin API). Errors when the rollout is finished (or not paused, for resume).
+  Result<RolloutDecision> pause(double now, const std::string& reason);
+  Result<RolloutDecision> resume(double now);
+  Result<RolloutDecision> promote(double now, const std::string& reason);
+  Result<RolloutDecision> abort(double now, const std::string& reason);
+
+ private:
+  RolloutDecision decide(double now, std::string action, std::string reason) const {
+    return {now, step_, std::move(action), std::move(reason)};
+  }
+  void enter_step(double now);
+
+  RolloutSpec spec_;
+  RolloutPhase phase_ = RolloutPhase::kProgressing;
+  int32_t step_ = 0;
+  double weight_ = 0;
+  double step_started_ = 0;        // when the current step was entered
+  int64_t requests_at_step_ = 0;   // requests routed since then
+  bool analysis_passed_at_step_ = false;
+  int32_t failed_ = 0;
+};
+
+}  // namespace sluice::router

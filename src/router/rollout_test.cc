@@ -1,0 +1,212 @@
+#include "router/rollout.h"
+
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "router/rollout_store.h"
+
+namespace sluice::router {
+namespace {
+
+using Json = nlohmann::json;
+
+RolloutSpec spec_of(const std::string& json) {
+  auto s = parse_rollout(Json::parse(json));
+  EXPECT_TRUE(s.has_value()) << (s ? "" : s.error().message());
+  return s ? *s : RolloutSpec{};
+}
+
+TEST(Rollout, ParsesArgoStepsAndDefaultsAndNamesWhatIsWrong) {
+  const RolloutSpec d = spec_of(R"({"name": "r", "stable": "v1", "candidate": "v2"})");
+  // setWeight 1, 5, 10, 25, 50, each with a pause of 60 s and 100 requests, then 100.
+  ASSERT_EQ(d.steps.size(), 11u);
+  EXPECT_EQ(d.steps[0].weight, 1);
+  EXPECT_EQ(d.steps[1].kind, RolloutStep::Kind::kPause);
+  EXPECT_EQ(d.steps[1].pause_seconds, 60);
+  EXPECT_EQ(d.steps[1].min_requests, 100);
+  EXPECT_EQ(d.steps[10].weight, 100);
+  const RolloutSpec s = spec_of(R"({"name": "r", "stable": "v1", "candidate": "v2",
+      "steps": [{"setWeight": 5}, {"pause": {"duration": "2m", "minRequests": 10}}, {"pause": {}}, {"analysis": {}},
+                {"setWeight": 100}],
+      "analysis": {"interval": "15s", "failureLimit": 0}})");
+  ASSERT_EQ(s.steps.size(), 5u);
+  EXPECT_EQ(s.steps[1].pause_seconds, 120);
+  EXPECT_LT(s.steps[2].pause_seconds, 0);  // until resumed
+  EXPECT_EQ(s.steps[3].kind, RolloutStep::Kind::kAnalysis);
+  EXPECT_EQ(s.analysis.interval_seconds, 15);
+  EXPECT_EQ(s.analysis.failure_limit, 0);
+  // What is stored reads back the same.
+  EXPECT_EQ(to_json(*parse_rollout(to_json(s))), to_json(s));
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"stable": "v1", "candidate": "v2"})", "'name' is required"},
+      {R"({"name": "r", "stable": "v1", "candidate": "v1"})", "the same version 'v1'"},
+      {R"({"name": "r", "stable": "v1", "candidate": "v2", "steps": [{"setWeight": 101}]})", "steps[0]: setWeight must be"},
+      {R"({"name": "r", "stable": "v1", "candidate": "v2", "steps": [{"pause": {"duration": "5 min"}}]})", "steps[0].pause.duration"},
+      {R"({"name": "r", "stable": "v1", "candidate": "v2", "steps": [{"pause": {"for": 1}}]})", "unknown field 'for'"},
+      {R"({"name": "r", "stable": "v1", "candidate": "v2", "steps": [{"setCanaryScale": {}}]})", "unknown step 'setCanaryScale'"},
+      {R"({"name": "r", "stable": "v1", "candidate": "v2", "steps": []})", "non-empty list"},
+      {R"({"name": "r", "stable": "v1", "candidate": "v2", "strategy": {}})", "unknown field 'strategy'"},
+      {R"({"name": "r", "stable": "v1", "candidate": "v2", "analysis": {"failureLimit": -1}})", "failureLimit"},
+  };
+  for (const auto& [json, word] : bad) {
+    auto r = parse_rollout(Json::parse(json));
+    ASSERT_FALSE(r.has_value()) << json;
+    EXPECT_NE(r.error().message().find(word), std::string::npos) << json << ": " << r.error().message();
+  }
+}
+
+TEST(Rollout, AssignmentIsStickyAndSplitsByWeight) {
+  int at10 = 0;
+  for (int i = 0; i < 10000; ++i) {
+    const std::string session = fmt::format("session-{}", i);
+    const bool at = assigned_to_candidate(session, 10);
+    at10 += at;
+    // Growing the weight never moves a session back to stable.
+    if (at) {
+      for (double w : {25.0, 50.0, 100.0}) EXPECT_TRUE(assigned_to_candidate(session, w)) << session;
+    }
+    EXPECT_FALSE(assigned_to_candidate(session, 0));
+    EXPECT_TRUE(assigned_to_candidate(session, 100));
+  }
+  EXPECT_NEAR(at10, 1000, 150);
+  // The same in every process: FNV-1a 64's published test value.
+  EXPECT_EQ(session_hash("a"), 0xaf63dc4c8601ec8cULL);
+}
+
+TEST(Rollout, AnIdenticalCandidatePromotesThroughEveryStep) {
+  Rollout r(spec_of(R"({"name": "r", "stable": "v1", "candidate": "v2",
+      "steps": [{"setWeight": 10}, {"pause": {"duration": 60, "minRequests": 5}}, {"analysis": {}}, {"setWeight": 50}]})"),
+            1000);
+  auto d = r.advance(1000);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].action, "set weight");
+  EXPECT_EQ(r.weight(), 10);
+  EXPECT_EQ(r.step(), 1);
+  for (int i = 0; i < 4; ++i) r.count_request(i == 0);
+  EXPECT_TRUE(r.advance(1070).empty());  // 70 s, but only 4 requests
+  r.count_request(false);
+  d = r.advance(1070);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].action, "pause done");
+  EXPECT_EQ(r.step(), 2);                // waits for an analysis that passes at this step
+  EXPECT_TRUE(r.advance(2000).empty());
+  r.record_analysis(2001, true, "error rate 0 vs 0");
+  d = r.advance(2002);
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].action, "set weight");
+  EXPECT_EQ(d[1].action, "promote");
+  EXPECT_EQ(r.phase(), RolloutPhase::kPromoted);
+  EXPECT_EQ(r.weight(), 100);
+  EXPECT_FALSE(r.abort(2003, "late").has_value());
+}
+
+TEST(Rollout, FailedAnalysesPastTheLimitAbortAndSendEverySessionBack) {
+  Rollout r(spec_of(R"({"name": "r", "stable": "v1", "candidate": "v2", "steps": [{"setWeight": 100}, {"pause": {}}],
+      "analysis": {"failureLimit": 1}})"), 0);
+  r.advance(0);
+  EXPECT_EQ(r.phase(), RolloutPhase::kPaused);  // an open-ended pause
+  EXPECT_TRUE(r.routes_to_candidate("anyone"));
+  auto d = r.record_analysis(10, false, "TTFT p95 2.1x stable's");
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(r.phase(), RolloutPhase::kPaused);
+  d = r.record_analysis(20, false, "error rate 4% vs 0%");
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[1].action, "abort");
+  EXPECT_NE(d[1].reason.find("2 failed analyses, more than the failureLimit of 1; the last: error rate 4% vs 0%"),
+            std::string::npos) << d[1].reason;
+  EXPECT_EQ(r.weight(), 0);
+  EXPECT_FALSE(r.routes_to_candidate("anyone"));
+  EXPECT_FALSE(r.resume(30).has_value());
+}
+
+TEST(Rollout, PausesResumesAndEndsByHand) {
+  Rollout r(spec_of(R"({"name": "r", "stable": "v1", "candidate": "v2",
+      "steps": [{"setWeight": 20}, {"pause": {}}, {"setWeight": 40}, {"pause": {"duration": 10}}]})"), 0);
+  r.advance(0);
+  EXPECT_EQ(r.phase(), RolloutPhase::kPaused);
+  EXPECT_FALSE(r.pause(1, "").has_value());  // paused already
+  ASSERT_TRUE(r.resume(2).has_value());
+  r.advance(2);
+  EXPECT_EQ(r.weight(), 40);
+  ASSERT_TRUE(r.pause(3, "looking at the dashboard").has_value());
+  EXPECT_TRUE(r.advance(100).empty());       // paused by hand: nothing moves
+  ASSERT_TRUE(r.resume(100).has_value());
+  ASSERT_EQ(r.advance(100).back().action, "promote");
+  Rollout s(r.spec(), 0);
+  s.advance(0);
+  auto a = s.abort(5, "");
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->reason, "aborted by hand");
+  Rollout t(r.spec(), 0);
+  ASSERT_TRUE(t.promote(5, "").has_value());
+  EXPECT_EQ(t.weight(), 100);
+}
+
+TEST(RolloutStore, ARestartedRouterResumesAtTheSameStepWithTheSameWeight) {
+  const std::string path = ::testing::TempDir() + "/rollouts.db";
+  std::filesystem::remove(path);
+  int64_t id = 0;
+  {
+    auto store = RolloutStore::open(path);
+    ASSERT_TRUE(store.has_value()) << store.error().message();
+    Rollout r(spec_of(R"({"name": "qwen-v2", "stable": "v1", "candidate": "v2",
+        "steps": [{"setWeight": 5}, {"pause": {"duration": 60}}, {"setWeight": 25}, {"pause": {"duration": 60}}]})"), 100);
+    auto created = (*store)->create(r, 100);
+    ASSERT_TRUE(created.has_value());
+    id = *created;
+    for (const RolloutDecision& d : r.advance(100)) ASSERT_TRUE((*store)->record(id, d).is_ok());
+    for (const RolloutDecision& d : r.advance(170)) ASSERT_TRUE((*store)->record(id, d).is_ok());
+    r.count_request(true);
+    ASSERT_TRUE((*store)->save(id, r, 170).is_ok());
+    ASSERT_TRUE((*store)->record_analysis(id, {170, r.step(), true, "fine", {{"error_rate", 0}}}).is_ok());
+    EXPECT_EQ(r.weight(), 25);
+  }  // the router dies here
+  auto store = RolloutStore::open(path);
+  ASSERT_TRUE(store.has_value());
+  auto active = (*store)->active();
+  ASSERT_TRUE(active.has_value() && active->has_value());
+  const StoredRollout& stored = **active;
+  EXPECT_EQ(stored.id, id);
+  EXPECT_EQ(stored.spec.name, "qwen-v2");
+  auto r = Rollout::restore(stored.spec, stored.state);
+  ASSERT_TRUE(r.has_value()) << r.error().message();
+  EXPECT_EQ(r->weight(), 25);
+  EXPECT_EQ(r->step(), 3);
+  // The same sessions on the candidate as before the restart.
+  Rollout fresh(stored.spec, 0);
+  fresh.advance(0);
+  fresh.advance(60);
+  for (int i = 0; i < 100; ++i) {
+    const std::string session = fmt::format("s{}", i);
+    EXPECT_EQ(r->routes_to_candidate(session), fresh.routes_to_candidate(session));
+  }
+  auto decisions = (*store)->decisions(id);
+  ASSERT_TRUE(decisions.has_value());
+  ASSERT_EQ(decisions->size(), 3u);
+  EXPECT_EQ((*decisions)[1].action, "pause done");
+  auto analyses = (*store)->analyses(id);
+  ASSERT_TRUE(analyses.has_value());
+  ASSERT_EQ(analyses->size(), 1u);
+  EXPECT_EQ((*analyses)[0].metrics["error_rate"], 0);
+  // Finished, it is no longer the active one.
+  ASSERT_TRUE(r->promote(200, "").has_value());
+  ASSERT_TRUE((*store)->save(id, *r, 200).is_ok());
+  auto none = (*store)->active();
+  ASSERT_TRUE(none.has_value());
+  EXPECT_FALSE(none->has_value());
+  auto list = (*store)->list(10);
+  ASSERT_TRUE(list.has_value());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].phase, "promoted");
+  // A state that does not fit its spec is refused.
+  EXPECT_FALSE(Rollout::restore(stored.spec, Json{{"phase", "progressing"}, {"step", 9}, {"weight", 5},
+                                                  {"step_started", 0}, {"requests_at_step", 0},
+                                                  {"analysis_passed_at_step", false}, {"failed_analyses", 0}})
+                   .has_value());
+  EXPECT_FALSE(Rollout::restore(stored.spec, Json{{"phase", "sideways"}}).has_value());
+}
+
+}  // namespace
+}  // namespace sluice::router
