@@ -78,6 +78,19 @@ TEST(EngineJson, TheSameOutputAloneAmongOthersAndWithSpeculation) {
   }
 }
 
+// A prompt whose blocks come from the prefix cache gives the same JSON answer.
+TEST(EngineJson, APrefixCacheHitChangesNothing) {
+  Fixture f;
+  const std::string prompt =
+      "Answer with a JSON object that describes the weather today, the place, the temperature and the wind, "
+      "and nothing else:";
+  const StreamOutput first = f.run(json_request(f, prompt, 1.0f, 7));
+  const StreamOutput again = f.run(json_request(f, prompt, 1.0f, 7));
+  EXPECT_EQ(first.metrics.cached_tokens, 0);
+  EXPECT_GT(again.metrics.cached_tokens, 0);
+  expect_same_output(first, again, "prefix cache hit");
+}
+
 TEST(EngineJson, IsNotCoalescedWithTheSameRequestInText) {
   std::latch release(1);
   EngineConfig config;
