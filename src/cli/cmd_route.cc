@@ -83,7 +83,8 @@ CommandFn add_route_command(CLI::App& app) {
   cmd->add_option("--backend", o->backends,
                   "A replica's base URL, e.g. http://10.0.0.5:8000 (repeatable); ',key=KEY' after it: the API key "
                   "sent to it (otherwise the client's Authorization is passed on); ',weight=W': its share relative to "
-                  "the others (default 1, 0.01..100)")
+                  "the others (default 1, 0.01..100); ',version=V': its version label, which canary rollouts split "
+                  "traffic by")
       ->group(replicas);
   cmd->add_option("--backends-file", o->backends_file,
                   "A file of replicas, one per line as --backend ('#' starts a comment)")
@@ -99,6 +100,10 @@ CommandFn add_route_command(CLI::App& app) {
   cmd->add_option("--admin-key", c.admin_key,
                   "Turns on the admin API (/admin/replicas: list, add, remove, drain, weight) for 'Authorization: "
                   "Bearer KEY' (also $SLUICE_ADMIN_KEY); off without it")
+      ->group(replicas);
+  cmd->add_option("--rollout-db", c.rollout_db,
+                  "SQLite file of canary rollouts (started, paused, resumed, promoted and aborted through the admin "
+                  "API's /admin/rollouts); a restarted router resumes the rollout in progress. Off without it")
       ->group(replicas);
   const char* routing = "Routing";
   cmd->add_option("--policy", c.policy,

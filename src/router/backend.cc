@@ -52,9 +52,12 @@ Result<BackendConfig> parse_backend(std::string_view text) {
         return Error(StatusCode::kInvalid, "backend '{}': weight '{}' is not a number", text, value);
       }
       if (Status s = check_weight(c.weight); !s.is_ok()) return Error(StatusCode::kInvalid, "backend '{}': {}", text, s.message());
+    } else if (option.starts_with("version=") && option.size() > 8) {
+      c.version = std::string(option.substr(8));
     } else {
-      return Error(StatusCode::kInvalid, "backend '{}': after the URL only ',key=KEY' and ',weight=W' may follow, got '{}'",
-                   text, option);
+      return Error(StatusCode::kInvalid,
+                   "backend '{}': after the URL only ',key=KEY', ',weight=W' and ',version=V' may follow, got '{}'", text,
+                   option);
     }
     if (next == std::string_view::npos) break;
     rest = rest.substr(next + 1);
@@ -254,7 +257,7 @@ std::vector<BackendPool::Stats> BackendPool::stats() const {
     if (!s.present) continue;
     out.push_back({s.config->name, s.config->source, s.weight, ramp(s, now), s.up,
                    now < s.ejected_until, s.draining, s.in_flight, s.waiting, s.kv_usage, s.ejections,
-                   s.health_failures});
+                   s.health_failures, s.config->version});
   }
   return out;
 }

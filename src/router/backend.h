@@ -50,10 +50,11 @@ struct BackendConfig {
   std::string api_key;  // sent upstream as a bearer token; empty: the client's Authorization is passed on
   double weight = 1;    // its share relative to the others (kMinWeight..kMaxWeight)
   Source source = Source::kStatic;
+  std::string version;  // its version label, which canary rollouts split traffic by (rollout.h); "" none
 };
 inline constexpr double kMinWeight = 0.01, kMaxWeight = 100;
 
-// Parses "URL[,key=KEY][,weight=W]" (a --backend flag or a line of --backends-file).
+// Parses "URL[,key=KEY][,weight=W][,version=V]" (a --backend flag or a line of --backends-file).
 Result<BackendConfig> parse_backend(std::string_view text);
 // The pool's name of a URL as a client may write it ("http://h:1/" and "http://h:1" alike).
 Result<std::string> backend_name(std::string_view url);
@@ -145,6 +146,7 @@ class BackendPool {
     double kv_usage = 0;
     int64_t ejections = 0;
     int64_t health_failures = 0;
+    std::string version;
   };
   std::vector<Stats> stats() const;
   int num_available() const;

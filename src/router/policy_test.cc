@@ -51,10 +51,15 @@ TEST(Backend, ParsesUrlAndKeyAndRefusesTheRest) {
   EXPECT_EQ(weighted->api_key, "k");
   auto bad = parse_backend("http://x:1,colour=2");
   ASSERT_FALSE(bad);
-  EXPECT_NE(bad.error().message().find("only ',key=KEY' and ',weight=W'"), std::string::npos) << bad.error().message();
+  EXPECT_NE(bad.error().message().find("only ',key=KEY', ',weight=W' and ',version=V'"), std::string::npos)
+      << bad.error().message();
+  auto versioned = parse_backend("http://x:1,version=v2,weight=2");
+  ASSERT_TRUE(versioned);
+  EXPECT_EQ(versioned->version, "v2");
+  EXPECT_EQ(parse_backend("http://x:1")->version, "");
   for (const char* w : {"http://x:1,weight=0", "http://x:1,weight=-1", "http://x:1,weight=two", "http://x:1,weight=1e9",
                         "http://x:1,weight=", "http://x:1,weight= 2", "http://x:1,weight=0x2", "http://x:1,",
-                        "http://x:1,key=k,"}) {
+                        "http://x:1,key=k,", "http://x:1,version="}) {
     EXPECT_FALSE(parse_backend(w)) << w;
   }
   EXPECT_EQ(*backend_name("http://127.0.0.1:9000/"), "http://127.0.0.1:9000");

@@ -200,6 +200,7 @@ Result<std::unique_ptr<Router>> Router::create(RouterConfig config) {
   auto policy = make_policy(impl->config.policy, impl->pool.members(), impl->config.policy_options);
   if (!policy) return Error(policy.error());
   impl->policy = std::move(*policy);
+  if (Status s = impl->open_rollouts(); !s) return Error(s.with_context("--rollout-db"));
   beast::error_code ec;
   const auto address = net::ip::make_address(impl->config.host, ec);
   if (ec) return Error(StatusCode::kInvalid, "cannot listen on '{}': not an IP address", impl->config.host);
@@ -232,6 +233,7 @@ void Router::start() {
   net::co_spawn(s.ioc, s.accept_loop(), net::detached);
   for (size_t b = 0; b < s.pool.size(); ++b) s.start_checks(static_cast<int>(b));
   for (const DiscoveryConfig& d : s.config.discover) net::co_spawn(net::make_strand(s.ioc), s.discovery_loop(d), net::detached);
+  if (s.rollout_store) net::co_spawn(net::make_strand(s.ioc), s.rollout_loop(), net::detached);
   s.signals.async_wait([this](const beast::error_code& ec, int) {
     if (!ec) request_shutdown();
   });

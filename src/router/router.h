@@ -52,6 +52,16 @@
 //   POST /admin/replicas/weight       {"url": U, "weight": W}
 // A change made there lives as long as the router: a restarted router starts from its flags.
 //
+// Canary rollouts (rollout.h; with rollout_db, through the admin API, router_rollout.cc):
+//   GET  /admin/rollouts                   the current rollout (state, decisions) and the latest ones
+//   POST /admin/rollouts                   a rollout spec (JSON): starts it (201); 409 while one runs
+//   POST /admin/rollouts/pause|resume|promote|abort   {"reason"?: text}
+// While a rollout is loaded, each request goes to one version's replicas (BackendConfig::version):
+// the candidate's when its session is assigned there (sticky), else stable's; all to the
+// candidate once promoted, all to stable once aborted, until the next rollout. An arm with no
+// available replica sends its requests to the rest. The rollout's state is saved as it changes,
+// so a restarted router resumes it.
+//
 // Shutdown (SIGINT/SIGTERM, request_shutdown()): the listener closes, in-flight requests finish
 // for up to drain_seconds, then the threads stop.
 //
@@ -96,6 +106,8 @@ struct RouterConfig {
   double health_timeout_seconds = 2;
   double metrics_interval_seconds = 5;  // 0: replicas' /metrics not scraped
   double drain_seconds = 30;
+  // Canary rollouts (rollout.h): their SQLite store; empty: rollouts are off.
+  std::string rollout_db;
 };
 
 class Router {

@@ -73,6 +73,7 @@ Json replica_json(const BackendPool::Stats& b, const Metrics& m) {
   r["ejected"] = b.ejected;
   r["draining"] = b.draining;
   r["weight"] = b.weight;
+  r["version"] = b.version;
   r["ramp"] = b.ramp;
   r["in_flight"] = b.in_flight;
   r["waiting"] = b.waiting;
@@ -138,6 +139,9 @@ net::awaitable<bool> Router::Impl::admin(beast::tcp_stream& client, bhttp::reque
                                                        "invalid_request_error", "invalid_api_key"),
                                keep);
   }
+  if (path == "/admin/rollouts" || path.starts_with("/admin/rollouts/")) {
+    co_return co_await admin_rollouts(client, req, path, keep);
+  }
   const bool get = req.method() == bhttp::verb::get, post = req.method() == bhttp::verb::post;
   if (path == "/admin/replicas" && get) {
     Json list = Json::array();
@@ -171,7 +175,7 @@ net::awaitable<bool> Router::Impl::admin(beast::tcp_stream& client, bhttp::reque
   auto name = url_of(body);
   if (!name) co_return co_await respond(client, 400, error_body(name.error().message(), "invalid_request_error"), keep);
   auto bad = [&](std::string message) { return error_body(message, "invalid_request_error"); };
-  const std::string unknown = path == "/admin/replicas"         ? unknown_field(body, {"url", "key", "weight"})
+  const std::string unknown = path == "/admin/replicas"         ? unknown_field(body, {"url", "key", "weight", "version"})
                               : path == "/admin/replicas/drain"  ? unknown_field(body, {"url", "drain"})
                               : path == "/admin/replicas/weight" ? unknown_field(body, {"url", "weight"})
                                                                  : unknown_field(body, {"url"});
@@ -192,6 +196,12 @@ net::awaitable<bool> Router::Impl::admin(beast::tcp_stream& client, bhttp::reque
     if (body.contains("weight")) {
       if (!body["weight"].is_number()) co_return co_await respond(client, 400, bad("\"weight\" must be a number"), keep);
       spec += fmt::format(",weight={}", body["weight"].get<double>());
+    }
+    if (body.contains("version")) {
+      if (!body["version"].is_string() || body["version"].get<std::string>().find(',') != std::string::npos) {
+        co_return co_await respond(client, 400, bad("\"version\" must be a string without commas"), keep);
+      }
+      if (!body["version"].get<std::string>().empty()) spec += ",version=" + body["version"].get<std::string>();
     }
     auto backend = parse_backend(spec);
     if (!backend) co_return co_await respond(client, 400, bad(backend.error().message()), keep);

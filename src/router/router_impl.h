@@ -26,6 +26,7 @@
 #include "common/http_client.h"
 #include "common/json.h"
 #include "common/mutex.h"
+#include "router/rollout_store.h"
 #include "router/router.h"
 
 namespace sluice::router {
@@ -151,6 +152,21 @@ struct Router::Impl {
 
   Mutex rng_mu;
   std::mt19937_64 rng SLUICE_GUARDED_BY(rng_mu){std::random_device{}()};
+
+  // Canary rollouts (router_rollout.cc), with config.rollout_db.
+  std::unique_ptr<RolloutStore> rollout_store;
+  Mutex rollout_mu;
+  std::optional<Rollout> rollout SLUICE_GUARDED_BY(rollout_mu);  // the latest, finished or not
+  int64_t rollout_id SLUICE_GUARDED_BY(rollout_mu) = 0;
+  std::string rollout_saved SLUICE_GUARDED_BY(rollout_mu);  // the state last written to the store
+  Status open_rollouts();
+  // The version a request of this session goes to; "" when no rollout is loaded.
+  std::string route_version(std::string_view session_key);
+  // Records the decisions and saves the state if it changed.
+  void persist_rollout(const std::vector<RolloutDecision>& decisions, double now) SLUICE_REQUIRES(rollout_mu);
+  net::awaitable<void> rollout_loop();
+  net::awaitable<bool> admin_rollouts(beast::tcp_stream& client, bhttp::request<bhttp::string_body>& req,
+                                      std::string_view path, bool keep);
 
   net::awaitable<void> accept_loop();
   net::awaitable<void> serve(tcp::socket socket);

@@ -123,6 +123,9 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
   bool saw_overload = false;
   std::string retry_after = "1";
   const auto started = Clock::now();
+  // A rollout sends the request to one version's replicas (router.h): the others are excluded,
+  // unless that version has no replica left to try.
+  const std::string version = route_version(x.route.session_key);
   for (int a = 0; a < std::max(1, config.max_attempts); ++a) {
     if (a > 0) {
       // The budget bounds retries of answers (429, 5xx: a replica under load, which a retry storm
@@ -140,7 +143,21 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
     uint64_t generation = 0;
     {
       MutexLock lock(route_mu);
-      d = policy->choose(x.route, pool.snapshot(), tried);
+      const std::vector<BackendView> views = pool.snapshot();
+      std::vector<int> exclude = tried;
+      if (!version.empty()) {
+        std::vector<int> others;
+        bool arm_has_one = false;
+        for (const BackendView& v : views) {
+          if (pool.config(v.index)->version != version) {
+            others.push_back(v.index);
+          } else if (v.available && std::find(tried.begin(), tried.end(), v.index) == tried.end()) {
+            arm_has_one = true;
+          }
+        }
+        if (arm_has_one) exclude.insert(exclude.end(), others.begin(), others.end());
+      }
+      d = policy->choose(x.route, views, exclude);
       if (d.backend >= 0) generation = pool.begin(d.backend);
     }
     if (d.backend < 0) {

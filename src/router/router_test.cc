@@ -3,6 +3,7 @@
 #include "router/router.h"
 
 #include <atomic>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <thread>
@@ -21,6 +22,7 @@
 
 #include "common/http_test_server.h"
 #include "common/json.h"
+#include "router/rollout.h"
 
 namespace sluice::router {
 namespace {
@@ -555,6 +557,97 @@ TEST(Router, StreamsToAnHttp10ClientWithoutChunks) {
   EXPECT_EQ(got.find("chunked"), std::string::npos) << got;
   EXPECT_NE(got.find("Connection: close"), std::string::npos) << got;
   EXPECT_TRUE(got.ends_with("\r\n\r\ndata: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: [DONE]\n\n")) << got;
+}
+
+// A canary rollout through the admin API: sessions split by the weight and sticky, the rollout
+// resumed by a restarted router from its store, an abort sending everyone back to stable.
+TEST(Router, ARolloutSplitsStickySessionsByVersionAndResumesAfterARestart) {
+  TestHttpServer a(named("a")), b(named("b"));
+  const std::string db = ::testing::TempDir() + "/router_rollouts.db";
+  std::filesystem::remove(db);
+  auto configure = [&](RouterConfig& rc) {
+    rc.admin_key = "adm";
+    rc.rollout_db = db;
+    rc.backends.push_back(*parse_backend(a.url().to_string() + ",version=v1"));
+    rc.backends.push_back(*parse_backend(b.url().to_string() + ",version=v2"));
+  };
+  // Which replica each of 200 sessions is answered by.
+  auto route_sessions = [](Fixture& f) {
+    std::vector<std::string> by;
+    for (int i = 0; i < 200; ++i) {
+      auto r = f.post("/v1/completions", R"({"prompt":"x"})", {{"X-Session-ID", fmt::format("s{}", i)}});
+      EXPECT_TRUE(r) << r.error().message;
+      by.push_back(r ? r->body : "");
+    }
+    return by;
+  };
+  const std::string on_b = R"({"replica":"b"})", on_a = R"({"replica":"a"})";
+  std::vector<std::string> first;
+  {
+    Fixture f({}, "round_robin", {}, configure);
+    auto typo = admin(f, "POST", "/admin/rollouts", R"({"name":"r","stable":"v1","candidate":"v3"})");
+    ASSERT_FALSE(typo);
+    EXPECT_EQ(typo.error().status, 400);
+    EXPECT_NE(typo.error().body.find("no replica has version 'v3'"), std::string::npos) << typo.error().body;
+    auto started = admin(f, "POST", "/admin/rollouts",
+                         R"({"name":"r","stable":"v1","candidate":"v2","steps":[{"setWeight":30},{"pause":{}},{"setWeight":60},{"pause":{}}]})");
+    ASSERT_TRUE(started) << started.error().message;
+    EXPECT_EQ(started->status, 201);
+    auto state = parse_json(started->body);
+    ASSERT_TRUE(state);
+    EXPECT_EQ((*state)["phase"], "paused");
+    EXPECT_EQ((*state)["weight"], 30);
+    auto again = admin(f, "POST", "/admin/rollouts", R"({"name":"r2","stable":"v1","candidate":"v2"})");
+    ASSERT_FALSE(again);
+    EXPECT_EQ(again.error().status, 409);
+    first = route_sessions(f);
+    int to_b = 0;
+    for (int i = 0; i < 200; ++i) {
+      const bool expected_b = assigned_to_candidate(fmt::format("s{}", i), 30);
+      EXPECT_EQ(first[i] == on_b, expected_b) << i;
+      to_b += first[i] == on_b;
+    }
+    EXPECT_GT(to_b, 30);
+    EXPECT_LT(to_b, 90);
+    EXPECT_EQ(route_sessions(f), first);  // sticky
+  }  // the router stops here
+  Fixture f({}, "round_robin", {}, configure);
+  auto listed = admin(f, "GET", "/admin/rollouts");
+  ASSERT_TRUE(listed);
+  auto current = parse_json(listed->body);
+  ASSERT_TRUE(current);
+  EXPECT_EQ((*current)["current"]["phase"], "paused") << listed->body;
+  EXPECT_EQ((*current)["current"]["weight"], 30);
+  EXPECT_EQ(route_sessions(f), first);  // the same sessions on the same versions after the restart
+  // Resumed: the open-ended pause passes and the weight grows; no session leaves the candidate.
+  auto resumed = admin(f, "POST", "/admin/rollouts/resume");
+  ASSERT_TRUE(resumed) << resumed.error().message;
+  EXPECT_EQ((*parse_json(resumed->body))["weight"], 60);
+  const std::vector<std::string> at60 = route_sessions(f);
+  for (int i = 0; i < 200; ++i) {
+    if (first[i] == on_b) {
+      EXPECT_EQ(at60[i], on_b) << i;
+    }
+  }
+  auto aborted = admin(f, "POST", "/admin/rollouts/abort", R"({"reason":"TTFT p95 twice stable's"})");
+  ASSERT_TRUE(aborted) << aborted.error().message;
+  auto after = parse_json(aborted->body);
+  EXPECT_EQ((*after)["phase"], "aborted");
+  EXPECT_EQ((*after)["weight"], 0);
+  const auto& decisions = (*after)["decisions"];
+  ASSERT_GE(decisions.size(), 5u) << aborted->body;
+  EXPECT_EQ(decisions[0]["action"], "start");
+  EXPECT_EQ(decisions.back()["action"], "abort");
+  EXPECT_EQ(decisions.back()["reason"], "TTFT p95 twice stable's");
+  for (const std::string& answer : route_sessions(f)) EXPECT_EQ(answer, on_a);
+  auto late = admin(f, "POST", "/admin/rollouts/resume");
+  ASSERT_FALSE(late);
+  EXPECT_EQ(late.error().status, 409);
+  auto nothing = admin(f, "POST", "/admin/rollouts/rewind");
+  ASSERT_FALSE(nothing);
+  EXPECT_EQ(nothing.error().status, 404);
+  auto replicas = parse_json(admin(f, "GET", "/admin/replicas")->body);
+  EXPECT_EQ((*replicas)["replicas"][1]["version"], "v2");
 }
 
 }  // namespace

@@ -1,0 +1,232 @@
+// Canary rollouts in the router (router.h, rollout.h): the rollout loaded from its store at start,
+// the version each request goes to, the loop that moves the steps on, and the admin routes.
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+
+#include "router/router_impl.h"
+
+namespace sluice::router {
+namespace {
+
+double epoch_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+constexpr auto kRolloutTick = std::chrono::milliseconds(200);
+
+}  // namespace
+
+Status Router::Impl::open_rollouts() {
+  if (config.rollout_db.empty()) return Status::ok();
+  auto store = RolloutStore::open(config.rollout_db);
+  if (!store) return store.error();
+  rollout_store = std::move(*store);
+  auto active = rollout_store->active();
+  if (!active) return active.error();
+  if (!*active) return Status::ok();
+  const StoredRollout& stored = **active;
+  auto restored = Rollout::restore(stored.spec, stored.state);
+  if (!restored) return restored.error().with_context(fmt::format("rollout {} in {}", stored.id, config.rollout_db));
+  MutexLock lock(rollout_mu);
+  rollout = std::move(*restored);
+  rollout_id = stored.id;
+  rollout_saved = rollout->state().dump();
+  fmt::print(stderr, "sluice route: resuming rollout {} '{}' ({} -> {}) at step {}, the candidate at {}%\n", stored.id,
+             stored.spec.name, stored.spec.stable, stored.spec.candidate, rollout->step(), rollout->weight());
+  return Status::ok();
+}
+
+std::string Router::Impl::route_version(std::string_view session_key) {
+  if (!rollout_store) return {};
+  // A request without a session key is assigned at random (with the same split).
+  std::string key(session_key);
+  if (key.empty()) {
+    MutexLock lock(rng_mu);
+    key = fmt::format("request {}", rng());
+  }
+  MutexLock lock(rollout_mu);
+  if (!rollout) return {};
+  const RolloutSpec& spec = rollout->spec();
+  if (rollout->phase() == RolloutPhase::kPromoted) return spec.candidate;
+  const bool to_candidate = rollout->routes_to_candidate(key);
+  rollout->count_request(to_candidate);
+  return to_candidate ? spec.candidate : spec.stable;
+}
+
+void Router::Impl::persist_rollout(const std::vector<RolloutDecision>& decisions, double now) {
+  for (const RolloutDecision& d : decisions) {
+    fmt::print(stderr, "sluice route: rollout {} '{}' step {}: {}: {}\n", rollout_id, rollout->spec().name, d.step,
+               d.action, d.reason);
+    if (Status s = rollout_store->record(rollout_id, d); !s) fmt::print(stderr, "sluice route: {}\n", s.message());
+  }
+  std::string state = rollout->state().dump();
+  if (state == rollout_saved) return;
+  if (Status s = rollout_store->save(rollout_id, *rollout, now); !s) {
+    fmt::print(stderr, "sluice route: {}\n", s.message());
+    return;
+  }
+  rollout_saved = std::move(state);
+}
+
+net::awaitable<void> Router::Impl::rollout_loop() {
+  net::steady_timer timer(co_await net::this_coro::executor);
+  while (!stopping) {
+    {
+      MutexLock lock(rollout_mu);
+      if (rollout && !rollout->finished()) {
+        const double now = epoch_now();
+        persist_rollout(rollout->advance(now), now);
+      }
+    }
+    timer.expires_after(kRolloutTick);
+    co_await timer.async_wait(kTuple);
+  }
+}
+
+namespace {
+
+Json rollout_json(const Rollout& r, int64_t id, const std::vector<RolloutDecision>& decisions) {
+  Json out = Json::object();
+  out["id"] = id;
+  out["name"] = r.spec().name;
+  out["stable"] = r.spec().stable;
+  out["candidate"] = r.spec().candidate;
+  out["phase"] = std::string(phase_name(r.phase()));
+  out["step"] = r.step();
+  out["weight"] = r.weight();
+  out["failed_analyses"] = r.failed_analyses();
+  out["spec"] = Json::parse(to_json(r.spec()).dump());
+  Json list = Json::array();
+  for (const RolloutDecision& d : decisions) {
+    list.push_back({{"at", d.at}, {"step", d.step}, {"action", d.action}, {"reason", d.reason}});
+  }
+  out["decisions"] = list;
+  return out;
+}
+
+}  // namespace
+
+net::awaitable<bool> Router::Impl::admin_rollouts(beast::tcp_stream& client, bhttp::request<bhttp::string_body>& req,
+                                                  std::string_view path, bool keep) {
+  auto bad = [](std::string message) { return error_body(message, "invalid_request_error"); };
+  if (!rollout_store) {
+    co_return co_await respond(client, 404, bad("rollouts are off: start sluice route with --rollout-db FILE"), keep);
+  }
+  const bool get = req.method() == bhttp::verb::get, post = req.method() == bhttp::verb::post;
+  static constexpr std::string_view kActions[] = {"pause", "resume", "promote", "abort"};
+  const std::string_view action = path == "/admin/rollouts" ? "" : path.substr(std::string_view("/admin/rollouts/").size());
+  if (!action.empty() && std::find(std::begin(kActions), std::end(kActions), action) == std::end(kActions)) {
+    co_return co_await respond(client, 404, bad(fmt::format("no admin route {}", path)), keep);
+  }
+  if (!(post || (get && action.empty()))) {
+    Headers allow;
+    allow.emplace_back("Allow", action.empty() ? "GET, POST" : "POST");
+    co_return co_await respond(client, 405, bad(fmt::format("{} takes {}", path, allow.back().second)), keep,
+                               "application/json", &allow);
+  }
+  // The current rollout as JSON (its decisions from the store), or null.
+  auto current = [&]() -> Json {
+    int64_t id = 0;
+    std::optional<Rollout> copy;
+    {
+      MutexLock lock(rollout_mu);
+      if (!rollout) return nullptr;
+      copy = *rollout;
+      id = rollout_id;
+    }
+    auto decisions = rollout_store->decisions(id);
+    return rollout_json(*copy, id, decisions ? *decisions : std::vector<RolloutDecision>{});
+  };
+  if (get) {
+    Json history = Json::array();
+    if (auto list = rollout_store->list(20)) {
+      for (const StoredRollout& r : *list) {
+        history.push_back({{"id", r.id}, {"name", r.spec.name}, {"stable", r.spec.stable},
+                           {"candidate", r.spec.candidate}, {"phase", r.phase}, {"created", r.created},
+                           {"updated", r.updated}});
+      }
+    }
+    Json out = {{"current", current()}, {"history", history}};
+    co_return co_await respond(client, 200, out.dump(), keep);
+  }
+  auto parsed = parse_json(req.body().empty() ? std::string_view("{}") : std::string_view(req.body()));
+  if (!parsed || !parsed->is_object()) {
+    co_return co_await respond(client, 400, bad("the body must be a JSON object"), keep);
+  }
+  const Json body = std::move(*parsed);
+  const double now = epoch_now();
+  if (action.empty()) {
+    auto spec = parse_rollout(nlohmann::json::parse(body.dump()));
+    if (!spec) co_return co_await respond(client, 400, bad(spec.error().message()), keep);
+    // A version no replica carries is a typo, not a rollout.
+    for (const std::string& v : {spec->stable, spec->candidate}) {
+      bool found = false;
+      for (const auto& b : pool.stats()) found = found || b.version == v;
+      if (!found) {
+        co_return co_await respond(
+            client, 400, bad(fmt::format("no replica has version '{}' (label replicas with --backend URL,version=V or "
+                                         "the admin API's \"version\")", v)),
+            keep);
+      }
+    }
+    // (No co_await while the lock is held: the answer is written after.)
+    int status = 201;
+    std::string error;
+    {
+      MutexLock lock(rollout_mu);
+      if (rollout && !rollout->finished()) {
+        status = 409;
+        error = fmt::format("rollout {} '{}' is {}: promote or abort it first", rollout_id, rollout->spec().name,
+                            phase_name(rollout->phase()));
+      } else if (Rollout fresh(std::move(*spec), now); auto id = rollout_store->create(fresh, now)) {
+        rollout = std::move(fresh);
+        rollout_id = *id;
+        rollout_saved.clear();
+        std::vector<RolloutDecision> decisions = {
+            {now, 0, "start", fmt::format("{} -> {}", rollout->spec().stable, rollout->spec().candidate)}};
+        for (RolloutDecision& d : rollout->advance(now)) decisions.push_back(std::move(d));
+        persist_rollout(decisions, now);
+      } else {
+        status = 500;
+        error = id.error().message();
+      }
+    }
+    if (status != 201) co_return co_await respond(client, status, bad(error), keep);
+    co_return co_await respond(client, 201, current().dump(), keep);
+  }
+  for (const auto& [k, v] : body.items()) {
+    if (k != "reason") co_return co_await respond(client, 400, bad(fmt::format("unknown field \"{}\" for {}", k, path)), keep);
+  }
+  if (body.contains("reason") && !body["reason"].is_string()) {
+    co_return co_await respond(client, 400, bad("\"reason\" must be a string"), keep);
+  }
+  const std::string reason = body.value("reason", std::string());
+  int status = 200;
+  std::string error;
+  {
+    MutexLock lock(rollout_mu);
+    if (!rollout) {
+      status = 404;
+      error = "no rollout has been started";
+    } else {
+      Result<RolloutDecision> d = action == "pause"     ? rollout->pause(now, reason)
+                                  : action == "resume"  ? rollout->resume(now)
+                                  : action == "promote" ? rollout->promote(now, reason)
+                                                        : rollout->abort(now, reason);
+      if (!d) {
+        status = 409;
+        error = d.error().message();
+      } else {
+        std::vector<RolloutDecision> decisions = {std::move(*d)};
+        if (action == "resume") {
+          for (RolloutDecision& more : rollout->advance(now)) decisions.push_back(std::move(more));
+        }
+        persist_rollout(decisions, now);
+      }
+    }
+  }
+  if (status != 200) co_return co_await respond(client, status, bad(error), keep);
+  co_return co_await respond(client, 200, current().dump(), keep);
+}
+
+}  // namespace sluice::router
