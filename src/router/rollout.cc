@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <initializer_list>
+#include <tuple>
 
 namespace sluice::router {
 namespace {
@@ -135,7 +136,24 @@ Result<RolloutSpec> parse_rollout(const Json& j) {
   if (j.contains("analysis") && !j["analysis"].is_null()) {
     const Json& a = j["analysis"];
     if (!a.is_object()) return Error(StatusCode::kInvalid, "rollout: 'analysis' must be an object");
-    SLUICE_RETURN_IF_ERROR(known_keys(a, {"interval", "failureLimit"}, "rollout.analysis"));
+    SLUICE_RETURN_IF_ERROR(known_keys(a, {"interval", "failureLimit", "minRequests", "maxErrorRateIncrease",
+                                          "maxTtftP95Ratio", "maxTpotP95Ratio"},
+                                      "rollout.analysis"));
+    if (a.contains("minRequests")) {
+      if (!a["minRequests"].is_number_integer() || a["minRequests"].get<int64_t>() < 1) {
+        return Error(StatusCode::kInvalid, "rollout.analysis.minRequests must be an integer >= 1");
+      }
+      spec.analysis.min_requests = a["minRequests"].get<int64_t>();
+    }
+    for (auto [key, out, lo] : {std::tuple{"maxErrorRateIncrease", &spec.analysis.max_error_rate_increase, 0.0},
+                                std::tuple{"maxTtftP95Ratio", &spec.analysis.max_ttft_p95_ratio, 1.0},
+                                std::tuple{"maxTpotP95Ratio", &spec.analysis.max_tpot_p95_ratio, 1.0}}) {
+      if (!a.contains(key)) continue;
+      if (!a[key].is_number() || !(a[key].get<double>() >= lo) || !std::isfinite(a[key].get<double>())) {
+        return Error(StatusCode::kInvalid, "rollout.analysis.{} must be a number >= {}", key, lo);
+      }
+      *out = a[key].get<double>();
+    }
     if (a.contains("interval")) {
       SLUICE_ASSIGN_OR_RETURN(spec.analysis.interval_seconds, parse_duration(a["interval"], "rollout.analysis.interval"));
       if (spec.analysis.interval_seconds <= 0) return Error(StatusCode::kInvalid, "rollout.analysis.interval must be > 0");
@@ -170,7 +188,13 @@ Json to_json(const RolloutSpec& spec) {
           {"stable", spec.stable},
           {"candidate", spec.candidate},
           {"steps", steps},
-          {"analysis", {{"interval", spec.analysis.interval_seconds}, {"failureLimit", spec.analysis.failure_limit}}}};
+          {"analysis",
+           {{"interval", spec.analysis.interval_seconds},
+            {"failureLimit", spec.analysis.failure_limit},
+            {"minRequests", spec.analysis.min_requests},
+            {"maxErrorRateIncrease", spec.analysis.max_error_rate_increase},
+            {"maxTtftP95Ratio", spec.analysis.max_ttft_p95_ratio},
+            {"maxTpotP95Ratio", spec.analysis.max_tpot_p95_ratio}}}};
 }
 
 Rollout::Rollout(RolloutSpec spec, double now) : spec_(std::move(spec)), step_started_(now) {}

@@ -15,6 +15,10 @@
 //   analysis:                    # checked every interval, candidate against stable
 //     interval: 30               # seconds
 //     failureLimit: 2            # failed analyses tolerated; one more aborts the rollout
+//     minRequests: 20            # per version and window, else the window goes on
+//     maxErrorRateIncrease: 0.02 # 5xx, failed and broken streams: candidate less stable
+//     maxTtftP95Ratio: 1.5       # compared within cache-hit bands (rollout_analysis.h)
+//     maxTpotP95Ratio: 1.5
 //
 // Assignment is sticky: a session goes to the candidate when hash(session) mod 10000 <
 // weight x 100 (FNV-1a 64 of the session key, the same in every router instance and after a
@@ -47,9 +51,14 @@ struct RolloutStep {
   int64_t min_requests = 0;   // kPause: and at least this many requests routed at the weight
 };
 
+// The analysis, candidate against stable over the same window (rollout_analysis.h).
 struct AnalysisConfig {
   double interval_seconds = 30;
-  int32_t failure_limit = 2;  // failed analyses tolerated over the rollout; one more aborts it
+  int32_t failure_limit = 2;            // failed analyses tolerated over the rollout; one more aborts it
+  int64_t min_requests = 20;            // per version in a window, else no verdict yet
+  double max_error_rate_increase = 0.02;  // candidate's error rate less stable's
+  double max_ttft_p95_ratio = 1.5;      // within each cache-hit band with enough requests on both
+  double max_tpot_p95_ratio = 1.5;
 };
 
 struct RolloutSpec {

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "router/rollout_analysis.h"
 #include "router/rollout_store.h"
 
 namespace sluice::router {
@@ -206,6 +207,74 @@ TEST(RolloutStore, ARestartedRouterResumesAtTheSameStepWithTheSameWeight) {
                                                   {"analysis_passed_at_step", false}, {"failed_analyses", 0}})
                    .has_value());
   EXPECT_FALSE(Rollout::restore(stored.spec, Json{{"phase", "sideways"}}).has_value());
+}
+
+}  // namespace
+}  // namespace sluice::router
+
+namespace sluice::router {
+namespace {
+
+VersionWindow window(int requests, int errors, std::vector<std::pair<double, double>> ttft_at_hit = {},
+                     std::vector<double> tpot = {}) {
+  VersionWindow w;
+  for (int i = 0; i < requests; ++i) {
+    RequestOutcome o;
+    o.error = i < errors;
+    if (static_cast<size_t>(i) < ttft_at_hit.size()) o.hit_fraction = ttft_at_hit[i].first, o.ttft = ttft_at_hit[i].second;
+    if (static_cast<size_t>(i) < tpot.size()) o.tpot = tpot[i];
+    w.add(o);
+  }
+  return w;
+}
+
+std::vector<std::pair<double, double>> repeat(int n, double hit, double ttft) {
+  return std::vector<std::pair<double, double>>(static_cast<size_t>(n), {hit, ttft});
+}
+
+TEST(RolloutAnalysis, NoVerdictWithoutEnoughRequestsOnBothVersions) {
+  AnalysisConfig c;
+  c.min_requests = 20;
+  const AnalysisVerdict v = analyze(window(100, 0), window(19, 19), c);
+  EXPECT_FALSE(v.conclusive);
+  EXPECT_NE(v.reason.find("100 stable and 19 candidate requests; 20 of each needed"), std::string::npos) << v.reason;
+}
+
+TEST(RolloutAnalysis, ErrorRateAboveStablesFails) {
+  AnalysisConfig c;
+  c.min_requests = 20;
+  EXPECT_TRUE(analyze(window(100, 1), window(100, 2), c).passed);  // +1 point: within the default 2
+  const AnalysisVerdict v = analyze(window(100, 1), window(100, 10), c);
+  ASSERT_TRUE(v.conclusive);
+  EXPECT_FALSE(v.passed);
+  EXPECT_NE(v.reason.find("error rate 10.0% vs stable's 1.0% (more than +2.0 points)"), std::string::npos) << v.reason;
+  EXPECT_EQ(v.metrics["candidate"]["errors"], 10);
+}
+
+// A new version starts with a cold cache: its cold requests are compared with stable's cold
+// ones, not with stable's warm ones.
+TEST(RolloutAnalysis, TtftIsComparedWithinCacheHitBands) {
+  AnalysisConfig c;
+  c.min_requests = 20;
+  // Stable: warm (hit 0.9, 0.1 s) and some cold (hit 0, 0.5 s); candidate: all cold, 0.5 s.
+  auto stable_ttft = repeat(30, 0.9, 0.1);
+  for (const auto& s : repeat(10, 0.0, 0.5)) stable_ttft.push_back(s);
+  const AnalysisVerdict same = analyze(window(40, 0, stable_ttft), window(40, 0, repeat(40, 0.0, 0.5)), c);
+  ASSERT_TRUE(same.conclusive);
+  EXPECT_TRUE(same.passed) << same.reason;
+  // Cold on both, but the candidate twice as slow: fails, naming the band.
+  const AnalysisVerdict slow = analyze(window(40, 0, stable_ttft), window(40, 0, repeat(40, 0.0, 1.0)), c);
+  EXPECT_FALSE(slow.passed);
+  EXPECT_NE(slow.reason.find("TTFT p95 (cache hit [0, 0.25)) 1.000 s vs stable's 0.500 s (2.00x, more than 1.50x)"),
+            std::string::npos) << slow.reason;
+  // TPOT.
+  const AnalysisVerdict tpot = analyze(window(40, 0, {}, std::vector<double>(40, 0.02)),
+                                       window(40, 0, {}, std::vector<double>(40, 0.05)), c);
+  EXPECT_FALSE(tpot.passed);
+  EXPECT_NE(tpot.reason.find("TPOT p95 0.0500 s vs stable's 0.0200 s (2.50x"), std::string::npos) << tpot.reason;
+  EXPECT_EQ(cache_band(-1), 4);
+  EXPECT_EQ(cache_band(1.0), 3);
+  EXPECT_EQ(cache_band(0.3), 1);
 }
 
 }  // namespace

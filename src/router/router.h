@@ -59,7 +59,9 @@
 // While a rollout is loaded, each request goes to one version's replicas (BackendConfig::version):
 // the candidate's when its session is assigned there (sticky), else stable's; all to the
 // candidate once promoted, all to stable once aborted, until the next rollout. An arm with no
-// available replica sends its requests to the rest. The rollout's state is saved as it changes,
+// available replica sends its requests to the rest (counted as errors of that version by the
+// analysis, rollout_analysis.h, which compares the versions every interval and, past the
+// failureLimit, aborts the rollout with the reason). The rollout's state is saved as it changes,
 // so a restarted router resumes it.
 //
 // Shutdown (SIGINT/SIGTERM, request_shutdown()): the listener closes, in-flight requests finish

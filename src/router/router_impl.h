@@ -26,6 +26,7 @@
 #include "common/http_client.h"
 #include "common/json.h"
 #include "common/mutex.h"
+#include "router/rollout_analysis.h"
 #include "router/rollout_store.h"
 #include "router/router.h"
 
@@ -86,6 +87,8 @@ struct Exchange {
   std::string body;        // as sent upstream (a stream asks for usage)
   bool strip_usage = false;  // the usage chunk was the router's request: not relayed
   int64_t prompt_tokens = -1, cached_tokens = 0;  // from the answer's usage, when it had one
+  int64_t completion_tokens = -1;
+  bool stream_failed = false;  // a relayed stream ended by an upstream failure
 };
 
 // Decrements a counter when it goes out of scope.
@@ -159,6 +162,12 @@ struct Router::Impl {
   std::optional<Rollout> rollout SLUICE_GUARDED_BY(rollout_mu);  // the latest, finished or not
   int64_t rollout_id SLUICE_GUARDED_BY(rollout_mu) = 0;
   std::string rollout_saved SLUICE_GUARDED_BY(rollout_mu);  // the state last written to the store
+  // The analysis window: what each version did since the last analysis.
+  VersionWindow stable_window SLUICE_GUARDED_BY(rollout_mu), candidate_window SLUICE_GUARDED_BY(rollout_mu);
+  double last_analysis SLUICE_GUARDED_BY(rollout_mu) = 0;
+  // A request routed to `version` by the rollout ended so.
+  void record_outcome(const std::string& version, const RequestOutcome& outcome);
+  void analyze_rollout(double now) SLUICE_REQUIRES(rollout_mu);
   Status open_rollouts();
   // The version a request of this session goes to; "" when no rollout is loaded.
   std::string route_version(std::string_view session_key);
@@ -240,7 +249,7 @@ net::awaitable<bool> respond(beast::tcp_stream& client, int status, std::string 
 // joined), a chat's messages as role and content in order.
 std::string prompt_text(const Json& body);
 // usage.prompt_tokens and usage.prompt_tokens_details.cached_tokens of an answer or a chunk.
-bool read_usage(const Json& j, int64_t& prompt, int64_t& cached);
+bool read_usage(const Json& j, int64_t& prompt, int64_t& cached, int64_t* completion = nullptr);
 // The router's /metrics, in the Prometheus text format, every name prefixed sluice_router_.
 std::string metrics_of(const Router::Impl& s);
 

@@ -42,11 +42,14 @@ std::string prompt_text(const Json& body) {
   return text;
 }
 
-bool read_usage(const Json& j, int64_t& prompt, int64_t& cached) {
+bool read_usage(const Json& j, int64_t& prompt, int64_t& cached, int64_t* completion) {
   if (!j.is_object() || !j.contains("usage") || !j["usage"].is_object()) return false;
   const Json& u = j["usage"];
   if (!u.contains("prompt_tokens") || !u["prompt_tokens"].is_number_integer()) return false;
   prompt = u["prompt_tokens"].get<int64_t>();
+  if (completion && u.contains("completion_tokens") && u["completion_tokens"].is_number_integer()) {
+    *completion = u["completion_tokens"].get<int64_t>();
+  }
   cached = 0;
   if (u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object() &&
       u["prompt_tokens_details"].contains("cached_tokens") &&
@@ -213,6 +216,16 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
         });
       }
       if (present) count(name, d.kind, last.kind == Attempt::kClientGone ? 499 : last.status);
+      if (!version.empty() && relayed) {
+        // Counted for the version it was assigned to. Served by another version because that
+        // one had no replica available (failing replicas get ejected): an error of its own.
+        RequestOutcome o;
+        o.error = last.status >= 500 || x.stream_failed || pool.config(d.backend)->version != version;
+        o.ttft = ttft;
+        if (ttft >= 0 && x.completion_tokens > 1) o.tpot = (seconds - ttft) / static_cast<double>(x.completion_tokens - 1);
+        if (x.prompt_tokens > 0) o.hit_fraction = static_cast<double>(x.cached_tokens) / static_cast<double>(x.prompt_tokens);
+        record_outcome(version, o);
+      }
       with_metrics([&](Metrics& m) {
         if (last.kind == Attempt::kClientGone) ++m.client_disconnects;
         if (relayed && present) m.e2e[name].observe(seconds);
@@ -223,7 +236,9 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
     if (present) count(name, d.kind, last.status ? last.status : (last.error_kind == "timeout" ? 504 : 502));
     if (last.kind == Attempt::kFailed) break;
   }
-  // Nothing was relayed: answer from here.
+  // Nothing was relayed: answer from here (a request of a rollout's version that no replica
+  // answered is an error of the version it was sent to).
+  if (!version.empty() && last.status != 429) record_outcome(version, RequestOutcome{.error = true});
   if (last.status != 0 && !(saw_overload && last.status == 429)) {
     Headers extra;
     if (!last.retry_after.empty()) extra.emplace_back("Retry-After", last.retry_after);
@@ -414,7 +429,7 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
           if (event.starts_with("data: {") && event.find("\"usage\"") != std::string_view::npos) {
             auto j = parse_json(event.substr(6));
             int64_t prompt = 0, cached = 0;
-            if (j && read_usage(*j, prompt, cached)) {
+            if (j && read_usage(*j, prompt, cached, &x.completion_tokens)) {
               x.prompt_tokens = prompt, x.cached_tokens = cached;
               const bool usage_only = j->contains("choices") && (*j)["choices"].is_array() && (*j)["choices"].empty();
               if (x.strip_usage && usage_only) continue;
@@ -453,6 +468,7 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
     if (failed) {
       // The stream started: end it with an error event rather than retry or hang.
       with_metrics([](Metrics& m) { ++m.stream_errors; });
+      x.stream_failed = true;
       const bool chat = x.req.target().find("chat") != std::string_view::npos;
       Json choice = {{"index", 0}, {"finish_reason", "error"}};
       choice[chat ? "delta" : "text"] = chat ? Json::object() : Json("");
@@ -485,7 +501,7 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
   if (parser.keep_alive()) give_idle(backend, generation, std::move(conn));
   result.body = std::move(collected);
   if (ok) {
-    if (auto j = parse_json(result.body)) read_usage(*j, x.prompt_tokens, x.cached_tokens);
+    if (auto j = parse_json(result.body)) read_usage(*j, x.prompt_tokens, x.cached_tokens, &x.completion_tokens);
   }
   double retry_after = 0;
   if (!result.retry_after.empty()) retry_after = std::atof(result.retry_after.c_str());

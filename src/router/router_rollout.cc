@@ -68,6 +68,35 @@ void Router::Impl::persist_rollout(const std::vector<RolloutDecision>& decisions
   rollout_saved = std::move(state);
 }
 
+void Router::Impl::record_outcome(const std::string& version, const RequestOutcome& outcome) {
+  MutexLock lock(rollout_mu);
+  if (!rollout || rollout->finished()) return;
+  if (version == rollout->spec().candidate) {
+    candidate_window.add(outcome);
+  } else if (version == rollout->spec().stable) {
+    stable_window.add(outcome);
+  }
+}
+
+// Every analysis interval: a verdict once both versions have enough requests in the window,
+// which then starts again; a failure past failureLimit aborts (Rollout::record_analysis).
+void Router::Impl::analyze_rollout(double now) {
+  if (last_analysis == 0) last_analysis = now;
+  if (now - last_analysis < rollout->spec().analysis.interval_seconds) return;
+  const AnalysisVerdict v = analyze(stable_window, candidate_window, rollout->spec().analysis);
+  last_analysis = now;
+  if (!v.conclusive) return;
+  stable_window = {};
+  candidate_window = {};
+  const std::string reason = v.reason;
+  if (Status s = rollout_store->record_analysis(rollout_id, {now, rollout->step(), v.passed, reason,
+                                                             nlohmann::json::parse(v.metrics.dump())});
+      !s) {
+    fmt::print(stderr, "sluice route: {}\n", s.message());
+  }
+  persist_rollout(rollout->record_analysis(now, v.passed, reason), now);
+}
+
 net::awaitable<void> Router::Impl::rollout_loop() {
   net::steady_timer timer(co_await net::this_coro::executor);
   while (!stopping) {
@@ -75,7 +104,8 @@ net::awaitable<void> Router::Impl::rollout_loop() {
       MutexLock lock(rollout_mu);
       if (rollout && !rollout->finished()) {
         const double now = epoch_now();
-        persist_rollout(rollout->advance(now), now);
+        analyze_rollout(now);
+        if (!rollout->finished()) persist_rollout(rollout->advance(now), now);
       }
     }
     timer.expires_after(kRolloutTick);
@@ -182,6 +212,9 @@ net::awaitable<bool> Router::Impl::admin_rollouts(beast::tcp_stream& client, bht
         rollout = std::move(fresh);
         rollout_id = *id;
         rollout_saved.clear();
+        stable_window = {};
+        candidate_window = {};
+        last_analysis = now;
         std::vector<RolloutDecision> decisions = {
             {now, 0, "start", fmt::format("{} -> {}", rollout->spec().stable, rollout->spec().candidate)}};
         for (RolloutDecision& d : rollout->advance(now)) decisions.push_back(std::move(d));

@@ -650,5 +650,60 @@ TEST(Router, ARolloutSplitsStickySessionsByVersionAndResumesAfterARestart) {
   EXPECT_EQ((*replicas)["replicas"][1]["version"], "v2");
 }
 
+// The analysis decides: an identical candidate passes its analysis step and is promoted; one
+// that answers 500 is rolled back by itself, with the reason.
+TEST(Router, ARolloutIsPromotedOrRolledBackByItsAnalysis) {
+  TestHttpServer stable(named("stable")), good(named("good"));
+  TestHttpServer broken([](const ReceivedRequest& r, TestExchange& ex) -> net::awaitable<void> {
+    if (r.target == "/health") {
+      co_await ex.respond(200, R"({"status":"ok"})");
+    } else {
+      co_await ex.respond(500, R"({"error":{"message":"boom"}})");
+    }
+  });
+  for (bool candidate_works : {true, false}) {
+    const std::string db = ::testing::TempDir() + fmt::format("/router_analysis_{}.db", candidate_works);
+    std::filesystem::remove(db);
+    Fixture f({}, "round_robin", {}, [&](RouterConfig& rc) {
+      rc.admin_key = "adm";
+      rc.rollout_db = db;
+      rc.max_attempts = 1;
+      rc.backends.push_back(*parse_backend(stable.url().to_string() + ",version=v1"));
+      rc.backends.push_back(*parse_backend((candidate_works ? good : broken).url().to_string() + ",version=v2"));
+    });
+    auto started = admin(f, "POST", "/admin/rollouts",
+                         R"({"name":"r","stable":"v1","candidate":"v2","steps":[{"setWeight":50},{"analysis":{}},)"
+                         R"({"setWeight":100}],"analysis":{"interval":0.2,"minRequests":8,"failureLimit":0}})");
+    ASSERT_TRUE(started) << started.error().message;
+    nlohmann::ordered_json state;
+    for (int round = 0; round < 100; ++round) {
+      for (int i = 0; i < 10; ++i) f.post("/v1/completions", R"({"prompt":"x"})", {{"X-Session-ID", fmt::format("s{}", i)}});
+      state = *parse_json(admin(f, "GET", "/admin/rollouts")->body);
+      if (state["current"]["phase"] != "progressing") break;
+      std::this_thread::sleep_for(50ms);
+    }
+    const auto& decisions = state["current"]["decisions"];
+    if (candidate_works) {
+      EXPECT_EQ(state["current"]["phase"], "promoted") << state.dump();
+      EXPECT_EQ(decisions[decisions.size() - 2]["action"], "set weight");
+      bool passed = false;
+      for (const auto& d : decisions) passed = passed || d["action"] == "analysis passed";
+      EXPECT_TRUE(passed) << state.dump();
+    } else {
+      EXPECT_EQ(state["current"]["phase"], "aborted") << state.dump();
+      EXPECT_EQ(state["current"]["weight"], 0);
+      EXPECT_EQ(decisions.back()["action"], "abort");
+      EXPECT_NE(decisions.back()["reason"].get<std::string>().find("error rate 100.0% vs stable's 0.0%"),
+                std::string::npos) << decisions.back().dump();
+      // Everyone is back on stable.
+      for (int i = 0; i < 10; ++i) {
+        auto r = f.post("/v1/completions", R"({"prompt":"x"})", {{"X-Session-ID", fmt::format("s{}", i)}});
+        ASSERT_TRUE(r) << r.error().message;
+        EXPECT_EQ(r->body, R"({"replica":"stable"})");
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sluice::router

@@ -1,0 +1,57 @@
+// A rollout's analysis (rollout.h): the candidate's requests against stable's over the same
+// window, by what a canary must not make worse.
+//
+//   errors   5xx answers, requests no replica answered, streams ended by an upstream failure
+//            (not 4xx: the client's; not 429: load). Fails when the candidate's rate exceeds
+//            stable's by more than max_error_rate_increase.
+//   TTFT     p95, compared within bands of the prompt's cache-hit fraction (cached / prompt
+//            tokens from usage: [0, 0.25), [0.25, 0.5), [0.5, 0.75), [0.75, 1], and one band for
+//            answers without usage), in each band where both versions have kMinBandSamples: a
+//            new version starts with a cold prefix cache, and comparing its cold requests with
+//            stable's warm ones would blame the model for the cache. Fails when a band's ratio
+//            exceeds max_ttft_p95_ratio.
+//   TPOT     p95 of (end - first token) / (completion tokens - 1), streamed answers with usage.
+// No verdict until both versions have min_requests in the window.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "router/rollout.h"
+
+namespace sluice::router {
+
+// One finished request of a version.
+struct RequestOutcome {
+  bool error = false;
+  double ttft = -1;          // seconds; < 0: unknown (an answer not streamed)
+  double tpot = -1;          // seconds per output token after the first; < 0: unknown
+  double hit_fraction = -1;  // cached / prompt tokens; < 0: no usage
+};
+
+// What one version did in a window (samples kept up to kMaxSamples each).
+struct VersionWindow {
+  static constexpr size_t kMaxSamples = 4096;
+  int64_t requests = 0, errors = 0;
+  std::vector<std::pair<int, double>> ttft;  // (cache band, seconds)
+  std::vector<double> tpot;
+  void add(const RequestOutcome& o);
+};
+
+struct AnalysisVerdict {
+  bool conclusive = false;  // false: not enough requests yet, the window goes on
+  bool passed = false;
+  std::string reason;       // what failed, or what was compared
+  nlohmann::json metrics;   // both versions' figures
+};
+
+inline constexpr int64_t kMinBandSamples = 5;
+// 0..3 by quarter of the hit fraction; 4 for unknown.
+int cache_band(double hit_fraction);
+AnalysisVerdict analyze(const VersionWindow& stable, const VersionWindow& candidate, const AnalysisConfig& config);
+
+}  // namespace sluice::router
