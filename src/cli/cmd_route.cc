@@ -3,6 +3,8 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "common/http_client.h"
+#include "eval/yaml_json.h"
 #include "router/router.h"
 
 namespace sluice::cli {
@@ -70,6 +72,81 @@ int run_route(RouteOptions& o) {
   (*r)->run_until_shutdown();
   std::cout << "sluice route: stopped" << std::endl;
   return kExitOk;
+}
+
+// `sluice route rollout ...`: the admin API's /admin/rollouts from the command line.
+struct RolloutCliOptions {
+  std::string url = "http://127.0.0.1:8080";
+  std::string admin_key;
+  std::string action;  // start, status, pause, resume, promote, abort
+  std::string file;    // start: the spec (YAML or JSON; "-": stdin)
+  std::string reason;
+  bool json = false;
+};
+
+std::string describe_rollout(const nlohmann::ordered_json& r) {
+  if (r.is_null()) return "no rollout has been started\n";
+  std::string out = fmt::format("rollout {} '{}' {} -> {}: {} at step {}, the candidate at {}%\n", r.value("id", 0),
+                                r.value("name", ""), r.value("stable", ""), r.value("candidate", ""),
+                                r.value("phase", ""), r.value("step", 0), r.value("weight", 0.0));
+  for (const auto& d : r.value("decisions", nlohmann::ordered_json::array())) {
+    out += fmt::format("  step {}: {}: {}\n", d.value("step", 0), d.value("action", ""), d.value("reason", ""));
+  }
+  return out;
+}
+
+int run_rollout(const RolloutCliOptions& o) {
+  std::string key = o.admin_key;
+  if (const char* env = std::getenv("SLUICE_ADMIN_KEY"); env && key.empty()) key = env;
+  if (key.empty()) return fail_usage("the admin API needs its key: --admin-key KEY or $SLUICE_ADMIN_KEY");
+  auto url = http::parse_url(o.url);
+  if (!url) return fail_usage(fmt::format("--url: {}", url.error().message()));
+  http::HttpRequest req;
+  req.headers.push_back({"Authorization", "Bearer " + key});
+  if (o.action == "status") {
+    req.target = url->target("/admin/rollouts");
+  } else if (o.action == "start") {
+    std::string text;
+    if (o.file == "-") {
+      text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    } else {
+      std::ifstream in(o.file);
+      if (!in) return fail(fmt::format("cannot read the rollout '{}'", o.file));
+      text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    auto spec = eval::parse_yaml(text);
+    if (!spec) return fail(fmt::format("{}: {}", o.file, spec.error().message()));
+    req.method = "POST";
+    req.target = url->target("/admin/rollouts");
+    req.body = spec->dump();
+  } else {
+    req.method = "POST";
+    req.target = url->target("/admin/rollouts/" + o.action);
+    req.body = o.reason.empty() ? "{}" : nlohmann::json{{"reason", o.reason}}.dump();
+  }
+  auto r = http::fetch(*url, req);
+  if (!r) {
+    std::string message = r.error().message;
+    if (r.error().kind == http::ErrorKind::kStatus) {
+      auto body = nlohmann::ordered_json::parse(r.error().body, nullptr, false);
+      if (!body.is_discarded() && body.contains("error")) message = body["error"].value("message", message);
+    }
+    return fail(message);
+  }
+  auto body = nlohmann::ordered_json::parse(r->body, nullptr, false);
+  if (body.is_discarded()) return fail("the router's answer is not JSON: " + r->body.substr(0, 200));
+  if (o.json) {
+    std::cout << body.dump(2) << "\n";
+  } else if (o.action == "status") {
+    std::cout << describe_rollout(body["current"]);
+    for (const auto& h : body.value("history", nlohmann::ordered_json::array())) {
+      std::cout << fmt::format("  #{} '{}' {} -> {}: {}\n", h.value("id", 0), h.value("name", ""),
+                               h.value("stable", ""), h.value("candidate", ""), h.value("phase", ""));
+    }
+  } else {
+    std::cout << describe_rollout(body);
+  }
+  return finish_stdout();
 }
 
 }  // namespace
@@ -166,7 +243,28 @@ CommandFn add_route_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::PositiveNumber)->group(server);
   cmd->add_option("--drain", c.drain_seconds, "Seconds in-flight requests may finish after SIGTERM")
       ->capture_default_str()->check(CLI::Range(0.0, 3600.0))->group(server);
-  return [cmd, o]() -> int {
+  auto ro = std::make_shared<RolloutCliOptions>();
+  CLI::App* rollout = cmd->add_subcommand(
+      "rollout", "Canary rollouts on a running router (its admin API, /admin/rollouts; the router needs "
+                 "--admin-key and --rollout-db)");
+  rollout->require_subcommand(1);
+  rollout->add_option("--url", ro->url, "The router's base URL")->capture_default_str();
+  rollout->add_option("--admin-key", ro->admin_key, "The router's admin key (also $SLUICE_ADMIN_KEY)");
+  rollout->add_flag("--json", ro->json, "Print the router's JSON answer");
+  CLI::App* start = rollout->add_subcommand(
+      "start", "Start a rollout from a spec file (YAML or JSON, '-' for stdin): name, stable, candidate, steps "
+               "(setWeight, pause, analysis), analysis thresholds; see the README");
+  start->add_option("file", ro->file, "The rollout spec")->required();
+  start->callback([ro] { ro->action = "start"; });
+  rollout->add_subcommand("status", "The current rollout (phase, step, weight, decisions) and the latest ones")
+      ->callback([ro] { ro->action = "status"; });
+  for (const char* action : {"pause", "resume", "promote", "abort"}) {
+    CLI::App* a = rollout->add_subcommand(action, fmt::format("{} the current rollout by hand", action));
+    if (std::string_view(action) != "resume") a->add_option("--reason", ro->reason, "Why, recorded with the decision");
+    a->callback([ro, action] { ro->action = action; });
+  }
+  return [cmd, o, rollout, ro]() -> int {
+    if (rollout->parsed()) return run_rollout(*ro);
     if (o->backends.empty() && o->backends_file.empty() && o->discover.empty()) {
       return fail_usage(
           "sluice route needs replicas: --backend URL (repeatable), --backends-file FILE or --discover dns:NAME:PORT");
