@@ -158,7 +158,7 @@ struct Router::Impl {
 
   // Canary rollouts (router_rollout.cc), with config.rollout_db.
   std::unique_ptr<RolloutStore> rollout_store;
-  Mutex rollout_mu;
+  mutable Mutex rollout_mu;
   std::optional<Rollout> rollout SLUICE_GUARDED_BY(rollout_mu);  // the latest, finished or not
   int64_t rollout_id SLUICE_GUARDED_BY(rollout_mu) = 0;
   std::string rollout_saved SLUICE_GUARDED_BY(rollout_mu);  // the state last written to the store

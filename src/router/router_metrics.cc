@@ -101,6 +101,30 @@ std::string metrics_of(const Router::Impl& s) {
     out += fmt::format("sluice_router_discovery_lookups_total{{name=\"{}\",result=\"ok\"}} {}\n", label(spec), r.first);
     out += fmt::format("sluice_router_discovery_lookups_total{{name=\"{}\",result=\"error\"}} {}\n", label(spec), r.second);
   }
+  family("backend_info", "gauge", "1 for each replica, with its version label (canary rollouts).");
+  for (const auto& b : stats) {
+    out += fmt::format("sluice_router_backend_info{{backend=\"{}\",version=\"{}\"}} 1\n", label(b.name), label(b.version));
+  }
+  {
+    MutexLock lock(s.rollout_mu);
+    if (s.rollout) {
+      const Rollout& r = *s.rollout;
+      const std::string labels = fmt::format("rollout=\"{}\",stable=\"{}\",candidate=\"{}\",phase=\"{}\"",
+                                             label(r.spec().name), label(r.spec().stable), label(r.spec().candidate),
+                                             phase_name(r.phase()));
+      family("rollout_weight_percent", "gauge", "The candidate's share of sessions in the latest rollout.");
+      out += fmt::format("sluice_router_rollout_weight_percent{{{}}} {}\n", labels, r.weight());
+      family("rollout_step", "gauge", "The step the latest rollout waits on (its number of steps once finished).");
+      out += fmt::format("sluice_router_rollout_step{{{}}} {}\n", labels, r.step());
+      family("rollout_failed_analyses", "gauge", "Failed analyses of the latest rollout (past failureLimit it aborts).");
+      out += fmt::format("sluice_router_rollout_failed_analyses{{{}}} {}\n", labels, r.failed_analyses());
+      family("rollout_window_requests", "gauge", "Requests of each version in the current analysis window, and their errors.");
+      for (const auto& [version, w] : {std::pair{r.spec().stable, &s.stable_window}, std::pair{r.spec().candidate, &s.candidate_window}}) {
+        out += fmt::format("sluice_router_rollout_window_requests{{version=\"{}\",result=\"all\"}} {}\n", label(version), w->requests);
+        out += fmt::format("sluice_router_rollout_window_requests{{version=\"{}\",result=\"error\"}} {}\n", label(version), w->errors);
+      }
+    }
+  }
   histograms("request_duration_seconds", "From the request read to the last byte relayed, per replica.", m.e2e);
   histograms("time_to_first_byte_seconds", "Streams: from the request sent upstream to its first body bytes.", m.ttft);
   return out;

@@ -648,6 +648,11 @@ TEST(Router, ARolloutSplitsStickySessionsByVersionAndResumesAfterARestart) {
   EXPECT_EQ(nothing.error().status, 404);
   auto replicas = parse_json(admin(f, "GET", "/admin/replicas")->body);
   EXPECT_EQ((*replicas)["replicas"][1]["version"], "v2");
+  const std::string m = f.router->metrics_text();
+  EXPECT_NE(m.find(R"(sluice_router_rollout_weight_percent{rollout="r",stable="v1",candidate="v2",phase="aborted"} 0)"),
+            std::string::npos) << m;
+  EXPECT_NE(m.find("sluice_router_backend_info{backend=\"" + b.url().to_string() + "\",version=\"v2\"} 1"),
+            std::string::npos);
 }
 
 // The analysis decides: an identical candidate passes its analysis step and is promoted; one
