@@ -16,6 +16,7 @@ struct RouteOptions {
   std::vector<std::string> discover;
   std::string backends_file;
   std::string session_headers = "X-Session-ID,X-User-ID";
+  bool controller = false;  // --rollout-controller
 };
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -56,6 +57,7 @@ int run_route(RouteOptions& o) {
     c.discover.push_back(*d);
   }
   c.session_headers = split(o.session_headers, ',');
+  if (o.controller && c.rollout_db.empty()) c.rollout_db = "sluice-rollouts.db";
   if (const char* key = std::getenv("SLUICE_API_KEY"); key && c.api_key.empty()) c.api_key = key;
   if (const char* key = std::getenv("SLUICE_ADMIN_KEY"); key && c.admin_key.empty()) c.admin_key = key;
   if (!c.admin_key.empty() && c.admin_key == c.api_key) {
@@ -180,7 +182,16 @@ CommandFn add_route_command(CLI::App& app) {
       ->group(replicas);
   cmd->add_option("--rollout-db", c.rollout_db,
                   "SQLite file of canary rollouts (started, paused, resumed, promoted and aborted through the admin "
-                  "API's /admin/rollouts); a restarted router resumes the rollout in progress. Off without it")
+                  "API's /admin/rollouts, or `sluice route rollout`); a restarted router resumes the rollout in "
+                  "progress. This router then runs the rollouts (the controller)")
+      ->group(replicas);
+  cmd->add_flag("--rollout-controller", o->controller,
+                "Run canary rollouts here (the controller; other routers --follow it); the store is --rollout-db, "
+                "default ./sluice-rollouts.db")
+      ->group(replicas);
+  cmd->add_option("--follow", c.follow_url,
+                  "Follow the rollouts of the controller router at this URL (polled with --admin-key, the "
+                  "controller's), so that every router instance splits traffic alike")
       ->group(replicas);
   const char* routing = "Routing";
   cmd->add_option("--policy", c.policy,

@@ -200,6 +200,18 @@ Result<std::unique_ptr<Router>> Router::create(RouterConfig config) {
   auto policy = make_policy(impl->config.policy, impl->pool.members(), impl->config.policy_options);
   if (!policy) return Error(policy.error());
   impl->policy = std::move(*policy);
+  if (!impl->config.follow_url.empty()) {
+    if (!impl->config.rollout_db.empty()) {
+      return Error(StatusCode::kInvalid, "--follow and --rollout-db exclude each other: one router runs the rollouts, "
+                   "the others follow it");
+    }
+    auto url = http::parse_url(impl->config.follow_url);
+    if (!url) return Error(StatusCode::kInvalid, "--follow: {}", url.error().message());
+    if (impl->config.admin_key.empty()) {
+      return Error(StatusCode::kInvalid, "--follow needs --admin-key: the controller's admin key, to read its rollouts");
+    }
+    if (!(impl->config.follow_interval_seconds > 0)) return Error(StatusCode::kInvalid, "the follow interval must be > 0");
+  }
   if (Status s = impl->open_rollouts(); !s) return Error(s.with_context("--rollout-db"));
   beast::error_code ec;
   const auto address = net::ip::make_address(impl->config.host, ec);
@@ -234,6 +246,7 @@ void Router::start() {
   for (size_t b = 0; b < s.pool.size(); ++b) s.start_checks(static_cast<int>(b));
   for (const DiscoveryConfig& d : s.config.discover) net::co_spawn(net::make_strand(s.ioc), s.discovery_loop(d), net::detached);
   if (s.rollout_store) net::co_spawn(net::make_strand(s.ioc), s.rollout_loop(), net::detached);
+  if (!s.config.follow_url.empty()) net::co_spawn(net::make_strand(s.ioc), s.follow_loop(), net::detached);
   s.signals.async_wait([this](const beast::error_code& ec, int) {
     if (!ec) request_shutdown();
   });

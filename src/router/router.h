@@ -62,7 +62,9 @@
 // available replica sends its requests to the rest (counted as errors of that version by the
 // analysis, rollout_analysis.h, which compares the versions every interval and, past the
 // failureLimit, aborts the rollout with the reason). The rollout's state is saved as it changes,
-// so a restarted router resumes it.
+// so a restarted router resumes it. With several router instances, one runs the rollouts
+// (rollout_db) and the others follow it (follow_url): the same spec and state, so the same
+// sessions go to the same version everywhere; the analysis runs on the controller's traffic.
 //
 // Shutdown (SIGINT/SIGTERM, request_shutdown()): the listener closes, in-flight requests finish
 // for up to drain_seconds, then the threads stop.
@@ -108,8 +110,13 @@ struct RouterConfig {
   double health_timeout_seconds = 2;
   double metrics_interval_seconds = 5;  // 0: replicas' /metrics not scraped
   double drain_seconds = 30;
-  // Canary rollouts (rollout.h): their SQLite store; empty: rollouts are off.
+  // Canary rollouts (rollout.h): their SQLite store; empty: rollouts are off here.
   std::string rollout_db;
+  // Another router that runs the rollouts (its rollout_db): this one follows its current rollout,
+  // polling GET follow_url/admin/rollouts with admin_key every follow_interval_seconds, so that
+  // every router instance splits traffic alike. Excludes rollout_db.
+  std::string follow_url;
+  double follow_interval_seconds = 0.5;
 };
 
 class Router {

@@ -174,6 +174,7 @@ struct Router::Impl {
   // Records the decisions and saves the state if it changed.
   void persist_rollout(const std::vector<RolloutDecision>& decisions, double now) SLUICE_REQUIRES(rollout_mu);
   net::awaitable<void> rollout_loop();
+  net::awaitable<void> follow_loop();
   net::awaitable<bool> admin_rollouts(beast::tcp_stream& client, bhttp::request<bhttp::string_body>& req,
                                       std::string_view path, bool keep);
 

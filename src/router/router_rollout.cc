@@ -37,7 +37,7 @@ Status Router::Impl::open_rollouts() {
 }
 
 std::string Router::Impl::route_version(std::string_view session_key) {
-  if (!rollout_store) return {};
+  if (!rollout_store && config.follow_url.empty()) return {};
   // A request without a session key is assigned at random (with the same split).
   std::string key(session_key);
   if (key.empty()) {
@@ -69,6 +69,7 @@ void Router::Impl::persist_rollout(const std::vector<RolloutDecision>& decisions
 }
 
 void Router::Impl::record_outcome(const std::string& version, const RequestOutcome& outcome) {
+  if (!rollout_store) return;  // a follower: the controller analyzes
   MutexLock lock(rollout_mu);
   if (!rollout || rollout->finished()) return;
   if (version == rollout->spec().candidate) {
@@ -113,6 +114,51 @@ net::awaitable<void> Router::Impl::rollout_loop() {
   }
 }
 
+// A follower: the controller's current rollout, fetched every interval, replaces ours (a
+// failed fetch keeps what we had: a controller restarting does not change any split).
+net::awaitable<void> Router::Impl::follow_loop() {
+  auto ex = co_await net::this_coro::executor;
+  net::steady_timer timer(ex);
+  auto url = http::parse_url(config.follow_url);
+  http::HttpOptions options;
+  options.connect_timeout = ms(config.connect_timeout_seconds);
+  options.request_timeout = ms(std::max(1.0, config.follow_interval_seconds * 4));
+  http::HttpConnection connection(ex, *url, options);
+  bool warned = false;
+  while (!stopping) {
+    http::HttpRequest req;
+    req.target = url->target("/admin/rollouts");
+    req.headers.push_back({"Authorization", "Bearer " + config.admin_key});
+    auto r = co_await connection.request(req);
+    std::string problem;
+    if (!r) {
+      problem = r.error().message;
+    } else if (auto body = parse_json(r->body); !body || !body->is_object()) {
+      problem = "the answer is not a JSON object";
+    } else if (const Json& current = (*body)["current"]; current.is_null()) {
+      MutexLock lock(rollout_mu);
+      rollout.reset();
+    } else {
+      auto spec = parse_rollout(nlohmann::json::parse(current.value("spec", Json::object()).dump()));
+      auto restored = spec ? Rollout::restore(*spec, nlohmann::json::parse(current.value("state", Json::object()).dump()))
+                           : Result<Rollout>(Error(spec.error()));
+      if (!restored) {
+        problem = restored.error().message();
+      } else {
+        MutexLock lock(rollout_mu);
+        rollout = std::move(*restored);
+        rollout_id = current.value("id", int64_t{0});
+      }
+    }
+    if (!problem.empty() && !warned) {
+      fmt::print(stderr, "sluice route: following {}: {} (keeping the rollout as it was)\n", config.follow_url, problem);
+    }
+    warned = !problem.empty();
+    timer.expires_after(ms(config.follow_interval_seconds));
+    co_await timer.async_wait(kTuple);
+  }
+}
+
 namespace {
 
 Json rollout_json(const Rollout& r, int64_t id, const std::vector<RolloutDecision>& decisions) {
@@ -125,6 +171,7 @@ Json rollout_json(const Rollout& r, int64_t id, const std::vector<RolloutDecisio
   out["step"] = r.step();
   out["weight"] = r.weight();
   out["failed_analyses"] = r.failed_analyses();
+  out["state"] = Json::parse(r.state().dump());
   out["spec"] = Json::parse(to_json(r.spec()).dump());
   Json list = Json::array();
   for (const RolloutDecision& d : decisions) {
@@ -139,10 +186,24 @@ Json rollout_json(const Rollout& r, int64_t id, const std::vector<RolloutDecisio
 net::awaitable<bool> Router::Impl::admin_rollouts(beast::tcp_stream& client, bhttp::request<bhttp::string_body>& req,
                                                   std::string_view path, bool keep) {
   auto bad = [](std::string message) { return error_body(message, "invalid_request_error"); };
+  const bool get = req.method() == bhttp::verb::get, post = req.method() == bhttp::verb::post;
+  if (!rollout_store && !config.follow_url.empty()) {
+    if (!(get && path == "/admin/rollouts")) {
+      co_return co_await respond(
+          client, 409, bad(fmt::format("this router follows {}: manage rollouts there", config.follow_url)), keep);
+    }
+    int64_t id = 0;
+    std::optional<Rollout> copy;
+    {
+      MutexLock lock(rollout_mu);
+      if (rollout) copy = *rollout, id = rollout_id;
+    }
+    Json out = {{"current", copy ? rollout_json(*copy, id, {}) : Json(nullptr)}, {"following", config.follow_url}};
+    co_return co_await respond(client, 200, out.dump(), keep);
+  }
   if (!rollout_store) {
     co_return co_await respond(client, 404, bad("rollouts are off: start sluice route with --rollout-db FILE"), keep);
   }
-  const bool get = req.method() == bhttp::verb::get, post = req.method() == bhttp::verb::post;
   static constexpr std::string_view kActions[] = {"pause", "resume", "promote", "abort"};
   const std::string_view action = path == "/admin/rollouts" ? "" : path.substr(std::string_view("/admin/rollouts/").size());
   if (!action.empty() && std::find(std::begin(kActions), std::end(kActions), action) == std::end(kActions)) {

@@ -710,5 +710,63 @@ TEST(Router, ARolloutIsPromotedOrRolledBackByItsAnalysis) {
   }
 }
 
+// Two router instances: one runs the rollout, the other follows it; both send every session
+// to the same version, and follow an abort.
+TEST(Router, AFollowerSplitsTrafficAsItsControllerDoes) {
+  TestHttpServer a(named("a")), b(named("b"));
+  const std::string db = ::testing::TempDir() + "/router_controller.db";
+  std::filesystem::remove(db);
+  auto replicas = [&](RouterConfig& rc) {
+    rc.admin_key = "adm";
+    rc.backends.push_back(*parse_backend(a.url().to_string() + ",version=v1"));
+    rc.backends.push_back(*parse_backend(b.url().to_string() + ",version=v2"));
+  };
+  Fixture controller({}, "round_robin", {}, [&](RouterConfig& rc) {
+    replicas(rc);
+    rc.rollout_db = db;
+  });
+  Fixture follower({}, "round_robin", {}, [&](RouterConfig& rc) {
+    replicas(rc);
+    rc.follow_url = controller.url.to_string();
+    rc.follow_interval_seconds = 0.05;
+  });
+  auto started = admin(controller, "POST", "/admin/rollouts",
+                       R"({"name":"r","stable":"v1","candidate":"v2","steps":[{"setWeight":35},{"pause":{}}]})");
+  ASSERT_TRUE(started) << started.error().message;
+  auto weight_on = [&](Fixture& f) {
+    auto r = admin(f, "GET", "/admin/rollouts");
+    if (!r) return -1.0;
+    auto j = parse_json(r->body);
+    return (*j)["current"].is_null() ? -1.0 : (*j)["current"]["weight"].get<double>();
+  };
+  auto phase_on = [&](Fixture& f) { return (*parse_json(admin(f, "GET", "/admin/rollouts")->body))["current"]["phase"]; };
+  for (int i = 0; i < 200 && weight_on(follower) != 35; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(weight_on(follower), 35);
+  auto answers_of = [](Fixture& f) {
+    std::vector<std::string> out;
+    for (int i = 0; i < 60; ++i) {
+      auto r = f.post("/v1/completions", R"({"prompt":"x"})", {{"X-Session-ID", fmt::format("s{}", i)}});
+      out.push_back(r ? r->body : "");
+    }
+    return out;
+  };
+  const std::vector<std::string> on_controller = answers_of(controller);
+  EXPECT_EQ(answers_of(follower), on_controller);
+  EXPECT_NE(std::count(on_controller.begin(), on_controller.end(), R"({"replica":"b"})"), 0);
+  // A follower does not take rollout commands.
+  auto refused = admin(follower, "POST", "/admin/rollouts/abort");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().status, 409);
+  ASSERT_TRUE(admin(controller, "POST", "/admin/rollouts/abort"));
+  for (int i = 0; i < 200 && phase_on(follower) != "aborted"; ++i) std::this_thread::sleep_for(10ms);
+  for (const std::string& answer : answers_of(follower)) EXPECT_EQ(answer, R"({"replica":"a"})");
+  // --follow and --rollout-db together are refused.
+  RouterConfig both;
+  replicas(both);
+  both.rollout_db = db;
+  both.follow_url = controller.url.to_string();
+  EXPECT_FALSE(Router::create(both));
+}
+
 }  // namespace
 }  // namespace sluice::router
