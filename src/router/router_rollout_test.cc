@@ -1,0 +1,220 @@
+// Canary rollouts in the router over scripted replicas: version splits, stickiness, a restart,
+// the analysis promoting or rolling back, a follower splitting as its controller does.
+#include "router/router_test_fixture.h"
+
+namespace sluice::router {
+namespace {
+
+using namespace router_testing;
+
+// A canary rollout through the admin API: sessions split by the weight and sticky, the rollout
+// resumed by a restarted router from its store, an abort sending everyone back to stable.
+TEST(Router, ARolloutSplitsStickySessionsByVersionAndResumesAfterARestart) {
+  TestHttpServer a(named("a")), b(named("b"));
+  const std::string db = ::testing::TempDir() + "/router_rollouts.db";
+  std::filesystem::remove(db);
+  auto configure = [&](RouterConfig& rc) {
+    rc.admin_key = "adm";
+    rc.rollout_db = db;
+    rc.backends.push_back(*parse_backend(a.url().to_string() + ",version=v1"));
+    rc.backends.push_back(*parse_backend(b.url().to_string() + ",version=v2"));
+  };
+  // Which replica each of 200 sessions is answered by.
+  auto route_sessions = [](Fixture& f) {
+    std::vector<std::string> by;
+    for (int i = 0; i < 200; ++i) {
+      auto r = f.post("/v1/completions", R"({"prompt":"x"})", {{"X-Session-ID", fmt::format("s{}", i)}});
+      EXPECT_TRUE(r) << r.error().message;
+      by.push_back(r ? r->body : "");
+    }
+    return by;
+  };
+  const std::string on_b = R"({"replica":"b"})", on_a = R"({"replica":"a"})";
+  std::vector<std::string> first;
+  {
+    Fixture f({}, "round_robin", {}, configure);
+    auto typo = admin(f, "POST", "/admin/rollouts", R"({"name":"r","stable":"v1","candidate":"v3"})");
+    ASSERT_FALSE(typo);
+    EXPECT_EQ(typo.error().status, 400);
+    EXPECT_NE(typo.error().body.find("no replica has version 'v3'"), std::string::npos) << typo.error().body;
+    auto started = admin(f, "POST", "/admin/rollouts",
+                         R"({"name":"r","stable":"v1","candidate":"v2","steps":[{"setWeight":30},{"pause":{}},{"setWeight":60},{"pause":{}}]})");
+    ASSERT_TRUE(started) << started.error().message;
+    EXPECT_EQ(started->status, 201);
+    auto state = parse_json(started->body);
+    ASSERT_TRUE(state);
+    EXPECT_EQ((*state)["phase"], "paused");
+    EXPECT_EQ((*state)["weight"], 30);
+    auto again = admin(f, "POST", "/admin/rollouts", R"({"name":"r2","stable":"v1","candidate":"v2"})");
+    ASSERT_FALSE(again);
+    EXPECT_EQ(again.error().status, 409);
+    first = route_sessions(f);
+    int to_b = 0;
+    for (int i = 0; i < 200; ++i) {
+      const bool expected_b = assigned_to_candidate(fmt::format("s{}", i), 30);
+      EXPECT_EQ(first[i] == on_b, expected_b) << i;
+      to_b += first[i] == on_b;
+    }
+    EXPECT_GT(to_b, 30);
+    EXPECT_LT(to_b, 90);
+    EXPECT_EQ(route_sessions(f), first);  // sticky
+  }  // the router stops here
+  Fixture f({}, "round_robin", {}, configure);
+  auto listed = admin(f, "GET", "/admin/rollouts");
+  ASSERT_TRUE(listed);
+  auto current = parse_json(listed->body);
+  ASSERT_TRUE(current);
+  EXPECT_EQ((*current)["current"]["phase"], "paused") << listed->body;
+  EXPECT_EQ((*current)["current"]["weight"], 30);
+  EXPECT_EQ(route_sessions(f), first);  // the same sessions on the same versions after the restart
+  // Resumed: the open-ended pause passes and the weight grows; no session leaves the candidate.
+  auto resumed = admin(f, "POST", "/admin/rollouts/resume");
+  ASSERT_TRUE(resumed) << resumed.error().message;
+  EXPECT_EQ((*parse_json(resumed->body))["weight"], 60);
+  const std::vector<std::string> at60 = route_sessions(f);
+  for (int i = 0; i < 200; ++i) {
+    if (first[i] == on_b) {
+      EXPECT_EQ(at60[i], on_b) << i;
+    }
+  }
+  auto aborted = admin(f, "POST", "/admin/rollouts/abort", R"({"reason":"TTFT p95 twice stable's"})");
+  ASSERT_TRUE(aborted) << aborted.error().message;
+  auto after = parse_json(aborted->body);
+  EXPECT_EQ((*after)["phase"], "aborted");
+  EXPECT_EQ((*after)["weight"], 0);
+  const auto& decisions = (*after)["decisions"];
+  ASSERT_GE(decisions.size(), 5u) << aborted->body;
+  EXPECT_EQ(decisions[0]["action"], "start");
+  EXPECT_EQ(decisions.back()["action"], "abort");
+  EXPECT_EQ(decisions.back()["reason"], "TTFT p95 twice stable's");
+  for (const std::string& answer : route_sessions(f)) EXPECT_EQ(answer, on_a);
+  auto late = admin(f, "POST", "/admin/rollouts/resume");
+  ASSERT_FALSE(late);
+  EXPECT_EQ(late.error().status, 409);
+  auto nothing = admin(f, "POST", "/admin/rollouts/rewind");
+  ASSERT_FALSE(nothing);
+  EXPECT_EQ(nothing.error().status, 404);
+  auto replicas = parse_json(admin(f, "GET", "/admin/replicas")->body);
+  EXPECT_EQ((*replicas)["replicas"][1]["version"], "v2");
+  const std::string m = f.router->metrics_text();
+  EXPECT_NE(m.find(R"(sluice_router_rollout_weight_percent{rollout="r",stable="v1",candidate="v2",phase="aborted"} 0)"),
+            std::string::npos) << m;
+  EXPECT_NE(m.find("sluice_router_backend_info{backend=\"" + b.url().to_string() + "\",version=\"v2\"} 1"),
+            std::string::npos);
+}
+
+// The analysis decides: an identical candidate passes its analysis step and is promoted; one
+// that answers 500 is rolled back by itself, with the reason.
+TEST(Router, ARolloutIsPromotedOrRolledBackByItsAnalysis) {
+  TestHttpServer stable(named("stable")), good(named("good"));
+  TestHttpServer broken([](const ReceivedRequest& r, TestExchange& ex) -> net::awaitable<void> {
+    if (r.target == "/health") {
+      co_await ex.respond(200, R"({"status":"ok"})");
+    } else {
+      co_await ex.respond(500, R"({"error":{"message":"boom"}})");
+    }
+  });
+  for (bool candidate_works : {true, false}) {
+    const std::string db = ::testing::TempDir() + fmt::format("/router_analysis_{}.db", candidate_works);
+    std::filesystem::remove(db);
+    Fixture f({}, "round_robin", {}, [&](RouterConfig& rc) {
+      rc.admin_key = "adm";
+      rc.rollout_db = db;
+      rc.max_attempts = 1;
+      rc.backends.push_back(*parse_backend(stable.url().to_string() + ",version=v1"));
+      rc.backends.push_back(*parse_backend((candidate_works ? good : broken).url().to_string() + ",version=v2"));
+    });
+    auto started = admin(f, "POST", "/admin/rollouts",
+                         R"({"name":"r","stable":"v1","candidate":"v2","steps":[{"setWeight":50},{"analysis":{}},)"
+                         R"({"setWeight":100}],"analysis":{"interval":0.2,"minRequests":8,"failureLimit":0}})");
+    ASSERT_TRUE(started) << started.error().message;
+    nlohmann::ordered_json state;
+    for (int round = 0; round < 100; ++round) {
+      for (int i = 0; i < 10; ++i) f.post("/v1/completions", R"({"prompt":"x"})", {{"X-Session-ID", fmt::format("s{}", i)}});
+      state = *parse_json(admin(f, "GET", "/admin/rollouts")->body);
+      if (state["current"]["phase"] != "progressing") break;
+      std::this_thread::sleep_for(50ms);
+    }
+    const auto& decisions = state["current"]["decisions"];
+    if (candidate_works) {
+      EXPECT_EQ(state["current"]["phase"], "promoted") << state.dump();
+      EXPECT_EQ(decisions[decisions.size() - 2]["action"], "set weight");
+      bool passed = false;
+      for (const auto& d : decisions) passed = passed || d["action"] == "analysis passed";
+      EXPECT_TRUE(passed) << state.dump();
+    } else {
+      EXPECT_EQ(state["current"]["phase"], "aborted") << state.dump();
+      EXPECT_EQ(state["current"]["weight"], 0);
+      EXPECT_EQ(decisions.back()["action"], "abort");
+      EXPECT_NE(decisions.back()["reason"].get<std::string>().find("error rate 100.0% vs stable's 0.0%"),
+                std::string::npos) << decisions.back().dump();
+      // Everyone is back on stable.
+      for (int i = 0; i < 10; ++i) {
+        auto r = f.post("/v1/completions", R"({"prompt":"x"})", {{"X-Session-ID", fmt::format("s{}", i)}});
+        ASSERT_TRUE(r) << r.error().message;
+        EXPECT_EQ(r->body, R"({"replica":"stable"})");
+      }
+    }
+  }
+}
+
+// Two router instances: one runs the rollout, the other follows it; both send every session
+// to the same version, and follow an abort.
+TEST(Router, AFollowerSplitsTrafficAsItsControllerDoes) {
+  TestHttpServer a(named("a")), b(named("b"));
+  const std::string db = ::testing::TempDir() + "/router_controller.db";
+  std::filesystem::remove(db);
+  auto replicas = [&](RouterConfig& rc) {
+    rc.admin_key = "adm";
+    rc.backends.push_back(*parse_backend(a.url().to_string() + ",version=v1"));
+    rc.backends.push_back(*parse_backend(b.url().to_string() + ",version=v2"));
+  };
+  Fixture controller({}, "round_robin", {}, [&](RouterConfig& rc) {
+    replicas(rc);
+    rc.rollout_db = db;
+  });
+  Fixture follower({}, "round_robin", {}, [&](RouterConfig& rc) {
+    replicas(rc);
+    rc.follow_url = controller.url.to_string();
+    rc.follow_interval_seconds = 0.05;
+  });
+  auto started = admin(controller, "POST", "/admin/rollouts",
+                       R"({"name":"r","stable":"v1","candidate":"v2","steps":[{"setWeight":35},{"pause":{}}]})");
+  ASSERT_TRUE(started) << started.error().message;
+  auto weight_on = [&](Fixture& f) {
+    auto r = admin(f, "GET", "/admin/rollouts");
+    if (!r) return -1.0;
+    auto j = parse_json(r->body);
+    return (*j)["current"].is_null() ? -1.0 : (*j)["current"]["weight"].get<double>();
+  };
+  auto phase_on = [&](Fixture& f) { return (*parse_json(admin(f, "GET", "/admin/rollouts")->body))["current"]["phase"]; };
+  for (int i = 0; i < 200 && weight_on(follower) != 35; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(weight_on(follower), 35);
+  auto answers_of = [](Fixture& f) {
+    std::vector<std::string> out;
+    for (int i = 0; i < 60; ++i) {
+      auto r = f.post("/v1/completions", R"({"prompt":"x"})", {{"X-Session-ID", fmt::format("s{}", i)}});
+      out.push_back(r ? r->body : "");
+    }
+    return out;
+  };
+  const std::vector<std::string> on_controller = answers_of(controller);
+  EXPECT_EQ(answers_of(follower), on_controller);
+  EXPECT_NE(std::count(on_controller.begin(), on_controller.end(), R"({"replica":"b"})"), 0);
+  // A follower does not take rollout commands.
+  auto refused = admin(follower, "POST", "/admin/rollouts/abort");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().status, 409);
+  ASSERT_TRUE(admin(controller, "POST", "/admin/rollouts/abort"));
+  for (int i = 0; i < 200 && phase_on(follower) != "aborted"; ++i) std::this_thread::sleep_for(10ms);
+  for (const std::string& answer : answers_of(follower)) EXPECT_EQ(answer, R"({"replica":"a"})");
+  // --follow and --rollout-db together are refused.
+  RouterConfig both;
+  replicas(both);
+  both.rollout_db = db;
+  both.follow_url = controller.url.to_string();
+  EXPECT_FALSE(Router::create(both));
+}
+
+}  // namespace
+}  // namespace sluice::router
