@@ -10,10 +10,13 @@ import os
 import re
 import signal
 import subprocess
-import threading
+import sys
 import time
 import unittest
 import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import sluice_process  # noqa: E402  (tests/sluice_process.py)
 
 import yaml
 
@@ -106,21 +109,7 @@ def get(url):
 
 
 def start(args, pattern):
-    p = subprocess.Popen([BIN] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 60
-    seen = ""
-    while time.time() < deadline:
-        line = p.stdout.readline()
-        if not line:
-            break
-        seen += line
-        m = re.search(pattern, line)
-        if m:
-            # The rest of its output is read and dropped, so a full pipe never blocks it.
-            threading.Thread(target=p.stdout.read, daemon=True).start()
-            return p, m.group(1)
-    p.kill()
-    raise AssertionError(f"{args[0]} did not start: {seen}")
+    return sluice_process.start(BIN, args, pattern)
 
 
 def metric_names(exposition):

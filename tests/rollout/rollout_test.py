@@ -5,15 +5,16 @@ and weight, and every session goes to the same version as before."""
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
-import threading
-import time
 import unittest
 import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import sluice_process  # noqa: E402  (tests/sluice_process.py)
 
 BIN = os.environ["SLUICE_BIN"]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -22,19 +23,7 @@ KEY = "rollout-admin"
 
 
 def start(args, pattern):
-    p = subprocess.Popen([BIN, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline, seen = time.time() + 60, ""
-    while time.time() < deadline:
-        line = p.stdout.readline()
-        if not line:
-            break
-        seen += line
-        m = re.search(pattern, line)
-        if m:
-            threading.Thread(target=p.stdout.read, daemon=True).start()
-            return p, m.group(1)
-    p.kill()
-    raise RuntimeError(f"{args[0]} did not start:\n{seen}")
+    return sluice_process.start(BIN, args, pattern)
 
 
 def stop(p, sig=signal.SIGTERM):

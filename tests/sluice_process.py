@@ -1,0 +1,25 @@
+"""Starting `sluice` processes from the Python tests: run one, wait for the line that says it is
+ready (a regex whose first group is returned, e.g. its URL), and keep draining its output so a
+full pipe never blocks it."""
+
+import re
+import subprocess
+import threading
+import time
+
+
+def start(binary, args, pattern, timeout=60):
+    p = subprocess.Popen([binary, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + timeout
+    seen = ""
+    while time.time() < deadline:
+        line = p.stdout.readline()
+        if not line:
+            break
+        seen += line
+        m = re.search(pattern, line)
+        if m:
+            threading.Thread(target=p.stdout.read, daemon=True).start()
+            return p, m.group(1)
+    p.kill()
+    raise AssertionError(f"{args[0]} did not start: {seen}")
