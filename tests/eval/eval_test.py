@@ -8,10 +8,14 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import sluice_process  # noqa: E402  (tests/sluice_process.py)
 
 BIN = os.environ["SLUICE_BIN"]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -20,22 +24,8 @@ ARTIFACTS = os.environ.get("SLUICE_EVAL_ARTIFACTS", os.getcwd())
 
 
 def serve(*extra, model=MODEL):
-    p = subprocess.Popen([BIN, "serve", "-m", model, "--port", "0", *extra],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 60
-    seen = ""
-    while time.time() < deadline:
-        line = p.stdout.readline()
-        if not line:
-            break
-        seen += line
-        m = re.search(r"listening on (http://[\d.]+:\d+)", line)
-        if m:
-            # Keep reading what it prints, so a full pipe never blocks it.
-            threading.Thread(target=p.stdout.read, daemon=True).start()
-            return p, m.group(1) + "/v1"
-    p.kill()
-    raise RuntimeError("sluice serve did not start:\n" + seen)
+    p, url = sluice_process.start(BIN, ["serve", "-m", model, "--port", "0", *extra], r"listening on (http://[\d.]+:\d+)")
+    return p, url + "/v1"
 
 
 def scripted_endpoint(delay=0.0, tls_context=None):
