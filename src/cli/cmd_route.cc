@@ -17,6 +17,7 @@ struct RouteOptions {
   std::string backends_file;
   std::string session_headers = "X-Session-ID,X-User-ID";
   bool controller = false;  // --rollout-controller
+  std::string shadow_by = "request";
 };
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -57,6 +58,10 @@ int run_route(RouteOptions& o) {
     c.discover.push_back(*d);
   }
   c.session_headers = split(o.session_headers, ',');
+  c.shadow.by_session = o.shadow_by == "session";
+  if (c.shadow.fraction > 0 && c.shadow.version.empty()) {
+    return fail_usage("--shadow-fraction needs --shadow VERSION: the version the copies go to");
+  }
   if (o.controller && c.rollout_db.empty()) c.rollout_db = "sluice-rollouts.db";
   if (const char* key = std::getenv("SLUICE_API_KEY"); key && c.api_key.empty()) c.api_key = key;
   if (const char* key = std::getenv("SLUICE_ADMIN_KEY"); key && c.admin_key.empty()) c.admin_key = key;
@@ -97,35 +102,18 @@ std::string describe_rollout(const nlohmann::ordered_json& r) {
   return out;
 }
 
-int run_rollout(const RolloutCliOptions& o) {
-  std::string key = o.admin_key;
+// A call of a router's admin API: its JSON answer, or the exit code of a failure (reported).
+std::expected<nlohmann::ordered_json, int> call_admin(const std::string& base, std::string key,
+                                                      const std::function<void(const http::Url&, http::HttpRequest&)>& fill,
+                                                      std::string* error_out = nullptr) {
   if (const char* env = std::getenv("SLUICE_ADMIN_KEY"); env && key.empty()) key = env;
-  if (key.empty()) return fail_usage("the admin API needs its key: --admin-key KEY or $SLUICE_ADMIN_KEY");
-  auto url = http::parse_url(o.url);
-  if (!url) return fail_usage(fmt::format("--url: {}", url.error().message()));
+  if (key.empty()) return std::unexpected(fail_usage("the admin API needs its key: --admin-key KEY or $SLUICE_ADMIN_KEY"));
+  auto url = http::parse_url(base);
+  if (!url) return std::unexpected(fail_usage(fmt::format("--url: {}", url.error().message())));
   http::HttpRequest req;
   req.headers.push_back({"Authorization", "Bearer " + key});
-  if (o.action == "status") {
-    req.target = url->target("/admin/rollouts");
-  } else if (o.action == "start") {
-    std::string text;
-    if (o.file == "-") {
-      text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-    } else {
-      std::ifstream in(o.file);
-      if (!in) return fail(fmt::format("cannot read the rollout '{}'", o.file));
-      text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    }
-    auto spec = eval::parse_yaml(text);
-    if (!spec) return fail(fmt::format("{}: {}", o.file, spec.error().message()));
-    req.method = "POST";
-    req.target = url->target("/admin/rollouts");
-    req.body = spec->dump();
-  } else {
-    req.method = "POST";
-    req.target = url->target("/admin/rollouts/" + o.action);
-    req.body = o.reason.empty() ? "{}" : nlohmann::json{{"reason", o.reason}}.dump();
-  }
+  fill(*url, req);
+  if (error_out && !error_out->empty()) return std::unexpected(fail(*error_out));
   auto r = http::fetch(*url, req);
   if (!r) {
     std::string message = r.error().message;
@@ -133,10 +121,51 @@ int run_rollout(const RolloutCliOptions& o) {
       auto body = nlohmann::ordered_json::parse(r.error().body, nullptr, false);
       if (!body.is_discarded() && body.contains("error")) message = body["error"].value("message", message);
     }
-    return fail(message);
+    return std::unexpected(fail(message));
   }
   auto body = nlohmann::ordered_json::parse(r->body, nullptr, false);
-  if (body.is_discarded()) return fail("the router's answer is not JSON: " + r->body.substr(0, 200));
+  if (body.is_discarded()) return std::unexpected(fail("the router's answer is not JSON: " + r->body.substr(0, 200)));
+  return body;
+}
+
+// The admin request a `sluice route rollout` action makes; `problem` says why none can be made.
+void fill_rollout_request(const RolloutCliOptions& o, const http::Url& url, http::HttpRequest& req, std::string& problem) {
+  if (o.action == "status") {
+    req.target = url.target("/admin/rollouts");
+  } else if (o.action == "start") {
+    std::string text;
+    if (o.file == "-") {
+      text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    } else {
+      std::ifstream in(o.file);
+      if (!in) {
+        problem = fmt::format("cannot read the rollout '{}'", o.file);
+        return;
+      }
+      text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    auto spec = eval::parse_yaml(text);
+    if (!spec) {
+      problem = fmt::format("{}: {}", o.file, spec.error().message());
+      return;
+    }
+    req.method = "POST";
+    req.target = url.target("/admin/rollouts");
+    req.body = spec->dump();
+  } else {
+    req.method = "POST";
+    req.target = url.target("/admin/rollouts/" + o.action);
+    req.body = o.reason.empty() ? "{}" : nlohmann::json{{"reason", o.reason}}.dump();
+  }
+}
+
+int run_rollout(const RolloutCliOptions& o) {
+  std::string problem;
+  auto answer = call_admin(o.url, o.admin_key, [&](const http::Url& url, http::HttpRequest& req) {
+    fill_rollout_request(o, url, req, problem);
+  }, &problem);
+  if (!answer) return answer.error();
+  const nlohmann::ordered_json& body = *answer;
   if (o.json) {
     std::cout << body.dump(2) << "\n";
   } else if (o.action == "status") {
@@ -147,6 +176,126 @@ int run_rollout(const RolloutCliOptions& o) {
     }
   } else {
     std::cout << describe_rollout(body);
+  }
+  return finish_stdout();
+}
+
+// `sluice route shadow ...`: the admin API's /admin/shadow from the command line.
+struct ShadowCliOptions {
+  std::string url = "http://127.0.0.1:8080";
+  std::string admin_key;
+  std::string action;  // report, status, set
+  std::string version;
+  double since_minutes = 0;  // report: the last N minutes only (0: all kept)
+  int worst = 5;
+  bool json = false;
+  router::ShadowConfig set;  // set
+  std::string by = "request";
+};
+
+std::string percent(const nlohmann::ordered_json& v) {
+  return v.is_number() ? fmt::format("{:.1f}%", 100 * v.get<double>()) : std::string("-");
+}
+
+std::string number(const nlohmann::ordered_json& v, const char* format = "{:.3f}") {
+  return v.is_number() ? fmt::format(fmt::runtime(format), v.get<double>()) : std::string("-");
+}
+
+// A text cut for a terminal line.
+std::string quoted(const std::string& text, size_t max = 160) {
+  std::string t = nlohmann::json(text.size() > max ? text.substr(0, max) + "..." : text).dump(-1, ' ', false,
+                                                                                             nlohmann::json::error_handler_t::replace);
+  return t;
+}
+
+std::string describe_shadow(const nlohmann::ordered_json& b) {
+  using J = nlohmann::ordered_json;
+  std::string out;
+  const J& a = b.value("active", J());
+  if (a.is_object()) {
+    out += fmt::format("shadow in force ({}): to {}, {} of {}s, noise floor {}; at most {} in flight, timeout {} s\n",
+                       b.value("source", ""), a.value("version", ""), percent(a["fraction"]), a.value("by", "request"),
+                       percent(a["noiseFraction"]), a.value("maxInFlight", 0), a.value("timeout", 0.0));
+  } else {
+    out += "no shadow in force\n";
+  }
+  out += fmt::format("{} in flight", b.value("in_flight", 0));
+  if (b.contains("dropped") && b["dropped"].is_object()) {
+    for (auto it = b["dropped"].begin(); it != b["dropped"].end(); ++it) {
+      out += fmt::format("; dropped ({}) {}", it.key(), it->is_number() ? it->get<int64_t>() : 0);
+    }
+  }
+  out += "\n";
+  return out;
+}
+
+std::string describe_shadow_report(const nlohmann::ordered_json& b) {
+  using J = nlohmann::ordered_json;
+  std::string out = describe_shadow(b);
+  for (const char* arm : {"candidate", "noise"}) {
+    const J& s = b["arms"][arm];
+    if (s.value("pairs", 0) == 0) {
+      out += fmt::format("{:<9} no pairs\n", arm);
+      continue;
+    }
+    out += fmt::format(
+        "{:<9} {} pairs ({} shadow errors, {} sampled): exact match {}, disagreement {}, finish reasons agree {}; "
+        "edit distance mean {} p90 {}; first differing token p50 {}; length ratio p50 {}; logprob gap {} ({} pairs)\n",
+        arm, s.value("pairs", 0), s.value("shadow_errors", 0), s.value("sampled", 0), percent(s["exact_match_rate"]),
+        percent(s["disagreement_rate"]), percent(s["finish_reason_match_rate"]), number(s["edit_distance"]["mean"]),
+        number(s["edit_distance"]["p90"]), number(s["first_diff_token"]["p50"], "{:.0f}"),
+        number(s["length_ratio"]["p50"], "{:.2f}"), number(s["logprob_gap"]["mean"]), s["logprob_gap"].value("pairs", 0));
+    if (s["json"].value("primary_json", 0) > 0) {
+      out += fmt::format("          JSON answers: {}, the shadow's valid too {}\n", s["json"].value("primary_json", 0),
+                         percent(s["json"]["shadow_valid_rate"]));
+    }
+  }
+  if (b["excess_disagreement"].is_number()) {
+    out += fmt::format("the candidate's disagreement beyond the noise floor: {:+.1f} points\n",
+                       100 * b["excess_disagreement"].get<double>());
+  }
+  const J& worst = b.value("worst", J::array());
+  if (!worst.empty()) out += "the most differing pairs:\n";
+  for (const J& w : worst) {
+    const J& c = w["comparison"];
+    out += fmt::format("  #{} {} {} -> {} ({})\n", w.value("id", 0), w.value("target", ""), w.value("primary_replica", ""),
+                       w.value("shadow_replica", ""),
+                       c.is_object() ? fmt::format("edit distance {:.2f}, first differing token {}",
+                                                   c.value("edit_distance", 0.0), c.value("first_diff_token", -1))
+                                     : "shadow error: " + w["shadow"].value("error", std::string()));
+    out += fmt::format("    request: {}\n    primary: {} [{}]\n    shadow:  {} [{}]\n", quoted(w.value("request", "")),
+                       quoted(w["primary"].value("text", "")), w["primary"].value("finish_reason", ""),
+                       quoted(w["shadow"].value("text", "")), w["shadow"].value("finish_reason", ""));
+  }
+  return out;
+}
+
+int run_shadow(const ShadowCliOptions& o) {
+  auto answer = call_admin(o.url, o.admin_key, [&](const http::Url& url, http::HttpRequest& req) {
+    if (o.action == "set") {
+      router::ShadowConfig c = o.set;
+      c.version = o.version;
+      c.by_session = o.by == "session";
+      req.method = "POST";
+      req.target = url.target("/admin/shadow");
+      req.body = router::to_json(c).dump();
+    } else if (o.action == "status") {
+      req.target = url.target("/admin/shadow");
+    } else {
+      std::string query = fmt::format("?worst={}", o.worst);
+      if (!o.version.empty()) query += "&version=" + o.version;
+      if (o.since_minutes > 0) {
+        const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+        query += fmt::format("&since={:.3f}", now - 60 * o.since_minutes);
+      }
+      req.target = url.target("/admin/shadow/report") + query;
+    }
+  });
+  if (!answer) return answer.error();
+  if (o.json) {
+    std::cout << answer->dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+  } else {
+    std::cout << (o.action == "report" ? describe_shadow_report(*answer) : describe_shadow(*answer));
   }
   return finish_stdout();
 }
@@ -193,6 +342,30 @@ CommandFn add_route_command(CLI::App& app) {
                   "Follow the rollouts of the controller router at this URL (polled with --admin-key, the "
                   "controller's), so that every router instance splits traffic alike")
       ->group(replicas);
+  const char* shadow = "Shadow traffic";
+  cmd->add_option("--shadow", c.shadow.version,
+                  "Copy a share of requests to the replicas of this version: their answers are compared with the "
+                  "client's and never returned (GET /admin/shadow/report, `sluice route shadow report`)")
+      ->group(shadow);
+  cmd->add_option("--shadow-fraction", c.shadow.fraction, "The share of requests (or sessions) copied to --shadow")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0))->group(shadow);
+  cmd->add_option("--shadow-by", o->shadow_by,
+                  "request: each request drawn at random; session: whole sessions (a hash of the session key)")
+      ->capture_default_str()->check(CLI::IsMember({"request", "session"}))->group(shadow);
+  cmd->add_option("--shadow-noise", c.shadow.noise_fraction,
+                  "The share also copied to a second replica of the primary's own version: the noise floor a "
+                  "candidate's differences are judged against (needs two replicas of that version)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0))->group(shadow);
+  cmd->add_option("--shadow-max-in-flight", c.shadow.max_in_flight,
+                  "Copies in flight at most; past it new copies are dropped and counted, never queued")
+      ->capture_default_str()->check(CLI::Range(1, 100000))->group(shadow);
+  cmd->add_option("--shadow-timeout", c.shadow.timeout_seconds, "Seconds a copy may take")
+      ->capture_default_str()->check(CLI::PositiveNumber)->group(shadow);
+  cmd->add_option("--shadow-retention", c.shadow.retention, "Compared pairs kept (the newest)")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{100'000'000}))->group(shadow);
+  cmd->add_option("--shadow-db", c.shadow_db,
+                  "SQLite file of compared pairs (default: --rollout-db's file, else kept in memory only)")
+      ->group(shadow);
   const char* routing = "Routing";
   cmd->add_option("--policy", c.policy,
                   "cache_aware: where the prompt's prefix is likely cached, priced against load; session: consistent "
@@ -274,8 +447,37 @@ CommandFn add_route_command(CLI::App& app) {
     if (std::string_view(action) != "resume") a->add_option("--reason", ro->reason, "Why, recorded with the decision");
     a->callback([ro, action] { ro->action = action; });
   }
-  return [cmd, o, rollout, ro]() -> int {
+  auto so = std::make_shared<ShadowCliOptions>();
+  CLI::App* shadow_cmd = cmd->add_subcommand(
+      "shadow", "Shadow traffic on a running router (its admin API, /admin/shadow; the router needs --admin-key)");
+  shadow_cmd->require_subcommand(1);
+  shadow_cmd->add_option("--url", so->url, "The router's base URL")->capture_default_str();
+  shadow_cmd->add_option("--admin-key", so->admin_key, "The router's admin key (also $SLUICE_ADMIN_KEY)");
+  shadow_cmd->add_flag("--json", so->json, "Print the router's JSON answer");
+  CLI::App* report = shadow_cmd->add_subcommand(
+      "report", "Compared pairs: exact-match and disagreement rates per arm (candidate, noise floor), edit distance, "
+                "first differing token, length ratio, finish reasons, JSON validity, logprob gap, the worst pairs");
+  report->add_option("--version", so->version, "Only copies to this version");
+  report->add_option("--since", so->since_minutes, "Only the last N minutes (default: every pair kept)")
+      ->check(CLI::NonNegativeNumber);
+  report->add_option("--worst", so->worst, "The most differing pairs shown with both outputs")
+      ->capture_default_str()->check(CLI::Range(0, 1000));
+  report->callback([so] { so->action = "report"; });
+  shadow_cmd->add_subcommand("status", "The shadow in force, copies in flight and dropped")->callback([so] { so->action = "status"; });
+  CLI::App* set = shadow_cmd->add_subcommand("set", "Set the router's shadow (a running rollout's own shadow takes precedence)");
+  set->add_option("--version", so->version, "The version copies go to");
+  set->add_option("--fraction", so->set.fraction, "The share of requests (or sessions) copied; 0: off")
+      ->required()->check(CLI::Range(0.0, 1.0));
+  set->add_option("--by", so->by, "request or session")->capture_default_str()->check(CLI::IsMember({"request", "session"}));
+  set->add_option("--noise", so->set.noise_fraction, "The share copied to a second replica of the primary's version")
+      ->check(CLI::Range(0.0, 1.0));
+  set->add_option("--max-in-flight", so->set.max_in_flight, "Copies in flight at most")->capture_default_str()->check(CLI::Range(1, 100000));
+  set->add_option("--timeout", so->set.timeout_seconds, "Seconds a copy may take")->capture_default_str()->check(CLI::PositiveNumber);
+  set->add_option("--retention", so->set.retention, "Compared pairs kept")->capture_default_str();
+  set->callback([so] { so->action = "set"; });
+  return [cmd, o, rollout, ro, shadow_cmd, so]() -> int {
     if (rollout->parsed()) return run_rollout(*ro);
+    if (shadow_cmd->parsed()) return run_shadow(*so);
     if (o->backends.empty() && o->backends_file.empty() && o->discover.empty()) {
       return fail_usage(
           "sluice route needs replicas: --backend URL (repeatable), --backends-file FILE or --discover dns:NAME:PORT");

@@ -65,6 +65,71 @@ bool assigned_to_candidate(std::string_view session, double weight_percent) {
   return static_cast<double>(session_hash(session) % 10000) < weight_percent * 100;
 }
 
+bool mirrored(std::string_view session, uint64_t request_random, double fraction, bool by_session) {
+  if (fraction <= 0) return false;
+  const uint64_t h = by_session && !session.empty() ? session_hash(fmt::format("shadow\x1f{}", session)) : request_random;
+  return static_cast<double>(h % 10000) < fraction * 10000;
+}
+
+Result<ShadowConfig> parse_shadow(const Json& j, std::string_view where, bool in_rollout) {
+  ShadowConfig c;
+  if (j.is_null()) return c;
+  if (!j.is_object()) return Error(StatusCode::kInvalid, "{} must be an object", where);
+  SLUICE_RETURN_IF_ERROR(known_keys(j, {"version", "fraction", "by", "noiseFraction", "maxInFlight", "timeout", "retention"},
+                                    where));
+  if (j.contains("version")) {
+    if (in_rollout) return Error(StatusCode::kInvalid, "{}.version: a rollout's shadow goes to its candidate", where);
+    if (!j["version"].is_string()) return Error(StatusCode::kInvalid, "{}.version must be a string", where);
+    c.version = j["version"].get<std::string>();
+  }
+  for (auto [key, out] : {std::pair{"fraction", &c.fraction}, std::pair{"noiseFraction", &c.noise_fraction}}) {
+    if (!j.contains(key)) continue;
+    if (!j[key].is_number() || !(j[key].get<double>() >= 0 && j[key].get<double>() <= 1)) {
+      return Error(StatusCode::kInvalid, "{}.{} must be a number in [0, 1], got {}", where, key, j[key].dump());
+    }
+    *out = j[key].get<double>();
+  }
+  if (j.contains("by")) {
+    if (j["by"] != "request" && j["by"] != "session") {
+      return Error(StatusCode::kInvalid, "{}.by must be \"request\" or \"session\", got {}", where, j["by"].dump());
+    }
+    c.by_session = j["by"] == "session";
+  }
+  if (j.contains("maxInFlight")) {
+    if (!j["maxInFlight"].is_number_integer() || j["maxInFlight"].get<int64_t>() < 1 ||
+        j["maxInFlight"].get<int64_t>() > 100000) {
+      return Error(StatusCode::kInvalid, "{}.maxInFlight must be an integer in [1, 100000]", where);
+    }
+    c.max_in_flight = j["maxInFlight"].get<int32_t>();
+  }
+  if (j.contains("timeout")) {
+    SLUICE_ASSIGN_OR_RETURN(c.timeout_seconds, parse_duration(j["timeout"], fmt::format("{}.timeout", where)));
+    if (c.timeout_seconds <= 0) return Error(StatusCode::kInvalid, "{}.timeout must be > 0", where);
+  }
+  if (j.contains("retention")) {
+    if (!j["retention"].is_number_integer() || j["retention"].get<int64_t>() < 1) {
+      return Error(StatusCode::kInvalid, "{}.retention must be an integer >= 1 (pairs kept)", where);
+    }
+    c.retention = j["retention"].get<int64_t>();
+  }
+  if (!in_rollout && c.enabled() && c.version.empty() && c.fraction > 0) {
+    return Error(StatusCode::kInvalid, "{}.version is required: the version the copies go to", where);
+  }
+  return c;
+}
+
+Json to_json(const ShadowConfig& c) {
+  Json j = Json::object();
+  if (!c.version.empty()) j["version"] = c.version;
+  j["fraction"] = c.fraction;
+  j["by"] = c.by_session ? "session" : "request";
+  j["noiseFraction"] = c.noise_fraction;
+  j["maxInFlight"] = c.max_in_flight;
+  j["timeout"] = c.timeout_seconds;
+  j["retention"] = c.retention;
+  return j;
+}
+
 std::string_view phase_name(RolloutPhase phase) {
   switch (phase) {
     case RolloutPhase::kProgressing: return "progressing";
@@ -77,7 +142,7 @@ std::string_view phase_name(RolloutPhase phase) {
 
 Result<RolloutSpec> parse_rollout(const Json& j) {
   if (!j.is_object()) return Error(StatusCode::kInvalid, "a rollout is an object, got {}", j.type_name());
-  SLUICE_RETURN_IF_ERROR(known_keys(j, {"name", "stable", "candidate", "steps", "analysis"}, "rollout"));
+  SLUICE_RETURN_IF_ERROR(known_keys(j, {"name", "stable", "candidate", "steps", "analysis", "shadow"}, "rollout"));
   RolloutSpec spec;
   for (auto [key, out] : {std::pair{"name", &spec.name}, std::pair{"stable", &spec.stable},
                           std::pair{"candidate", &spec.candidate}}) {
@@ -137,7 +202,8 @@ Result<RolloutSpec> parse_rollout(const Json& j) {
     const Json& a = j["analysis"];
     if (!a.is_object()) return Error(StatusCode::kInvalid, "rollout: 'analysis' must be an object");
     SLUICE_RETURN_IF_ERROR(known_keys(a, {"interval", "failureLimit", "minRequests", "maxErrorRateIncrease",
-                                          "maxTtftP95Ratio", "maxTpotP95Ratio"},
+                                          "maxTtftP95Ratio", "maxTpotP95Ratio", "maxShadowDisagreementIncrease",
+                                          "minShadowPairs"},
                                       "rollout.analysis"));
     if (a.contains("minRequests")) {
       if (!a["minRequests"].is_number_integer() || a["minRequests"].get<int64_t>() < 1) {
@@ -145,7 +211,15 @@ Result<RolloutSpec> parse_rollout(const Json& j) {
       }
       spec.analysis.min_requests = a["minRequests"].get<int64_t>();
     }
+    if (a.contains("minShadowPairs")) {
+      if (!a["minShadowPairs"].is_number_integer() || a["minShadowPairs"].get<int64_t>() < 1) {
+        return Error(StatusCode::kInvalid, "rollout.analysis.minShadowPairs must be an integer >= 1");
+      }
+      spec.analysis.min_shadow_pairs = a["minShadowPairs"].get<int64_t>();
+    }
     for (auto [key, out, lo] : {std::tuple{"maxErrorRateIncrease", &spec.analysis.max_error_rate_increase, 0.0},
+                                std::tuple{"maxShadowDisagreementIncrease",
+                                           &spec.analysis.max_shadow_disagreement_increase, 0.0},
                                 std::tuple{"maxTtftP95Ratio", &spec.analysis.max_ttft_p95_ratio, 1.0},
                                 std::tuple{"maxTpotP95Ratio", &spec.analysis.max_tpot_p95_ratio, 1.0}}) {
       if (!a.contains(key)) continue;
@@ -165,6 +239,9 @@ Result<RolloutSpec> parse_rollout(const Json& j) {
       }
       spec.analysis.failure_limit = a["failureLimit"].get<int32_t>();
     }
+  }
+  if (j.contains("shadow")) {
+    SLUICE_ASSIGN_OR_RETURN(spec.shadow, parse_shadow(j["shadow"], "rollout.shadow", true));
   }
   return spec;
 }
@@ -194,7 +271,10 @@ Json to_json(const RolloutSpec& spec) {
             {"minRequests", spec.analysis.min_requests},
             {"maxErrorRateIncrease", spec.analysis.max_error_rate_increase},
             {"maxTtftP95Ratio", spec.analysis.max_ttft_p95_ratio},
-            {"maxTpotP95Ratio", spec.analysis.max_tpot_p95_ratio}}}};
+            {"maxTpotP95Ratio", spec.analysis.max_tpot_p95_ratio},
+            {"maxShadowDisagreementIncrease", spec.analysis.max_shadow_disagreement_increase},
+            {"minShadowPairs", spec.analysis.min_shadow_pairs}}},
+          {"shadow", to_json(spec.shadow)}};
 }
 
 Rollout::Rollout(RolloutSpec spec, double now) : spec_(std::move(spec)), step_started_(now) {}

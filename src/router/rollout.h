@@ -19,6 +19,11 @@
 //     maxErrorRateIncrease: 0.02 # 5xx, failed and broken streams: candidate less stable
 //     maxTtftP95Ratio: 1.5       # compared within cache-hit bands (rollout_analysis.h)
 //     maxTpotP95Ratio: 1.5
+//     maxShadowDisagreementIncrease: 0.05   # quality: candidate's shadow disagreement less
+//     minShadowPairs: 10                    # the noise floor's (shadow.h), with this many pairs
+//   shadow:                      # mirror stable's traffic to the candidate (ShadowConfig)
+//     fraction: 0.1              # of requests, or of sessions with `by: session`
+//     noiseFraction: 0.05        # also to a second stable replica: the noise floor
 //
 // Assignment is sticky: a session goes to the candidate when hash(session) mod 10000 <
 // weight x 100 (FNV-1a 64 of the session key, the same in every router instance and after a
@@ -59,13 +64,42 @@ struct AnalysisConfig {
   double max_error_rate_increase = 0.02;  // candidate's error rate less stable's
   double max_ttft_p95_ratio = 1.5;      // within each cache-hit band with enough requests on both
   double max_tpot_p95_ratio = 1.5;
+  // Quality from shadow traffic: the share of the candidate's shadow pairs that disagree with
+  // the primary (shadow_compare.h) less the noise floor's share, once the window has
+  // min_shadow_pairs candidate pairs (else quality is not judged in that window).
+  double max_shadow_disagreement_increase = 0.05;
+  int64_t min_shadow_pairs = 10;
 };
+
+// Shadow traffic (router.h): copies of requests sent to another version, whose answers are
+// compared with the primary's and never returned.
+struct ShadowConfig {
+  std::string version;         // where the copies go; a rollout's shadow: its candidate
+  double fraction = 0;         // of requests (or of sessions), in [0, 1]; 0: off
+  bool by_session = false;     // mirror whole sessions (hash of the session key) rather than requests
+  double noise_fraction = 0;   // of requests also copied to a second replica of the primary's version
+  int32_t max_in_flight = 32;  // shadow requests in flight; past it a copy is dropped and counted
+  double timeout_seconds = 60;
+  int64_t retention = 10000;   // compared pairs kept in the store, the newest
+  bool enabled() const { return fraction > 0 || noise_fraction > 0; }
+};
+
+// {version?, fraction, by: request|session, noiseFraction, maxInFlight, timeout, retention};
+// `where` names it in errors. `version` is required unless `in_rollout` (the candidate).
+Result<ShadowConfig> parse_shadow(const nlohmann::json& j, std::string_view where, bool in_rollout);
+nlohmann::json to_json(const ShadowConfig& shadow);
+// Whether a request (or its session, by_session) is mirrored: hash mod 10000 < fraction x 10000,
+// of a hash salted apart from the rollout's assignment (a rollout's first canary sessions would
+// otherwise be exactly the mirrored ones, which never go to stable). `request_random` decides
+// for requests without a session and when not by_session.
+bool mirrored(std::string_view session, uint64_t request_random, double fraction, bool by_session);
 
 struct RolloutSpec {
   std::string name;
   std::string stable, candidate;  // version labels
   std::vector<RolloutStep> steps;
   AnalysisConfig analysis;
+  ShadowConfig shadow;  // version: the candidate
 };
 
 // From the spec's JSON (YAML converted); errors name the field.

@@ -41,7 +41,8 @@ void VersionWindow::add(const RequestOutcome& o) {
   if (o.tpot >= 0 && tpot.size() < kMaxSamples) tpot.push_back(o.tpot);
 }
 
-AnalysisVerdict analyze(const VersionWindow& stable, const VersionWindow& candidate, const AnalysisConfig& config) {
+AnalysisVerdict analyze(const VersionWindow& stable, const VersionWindow& candidate, const AnalysisConfig& config,
+                        const ShadowWindow& shadow) {
   AnalysisVerdict v;
   auto rate = [](const VersionWindow& w) { return w.requests ? static_cast<double>(w.errors) / w.requests : 0.0; };
   v.metrics = {{"stable", {{"requests", stable.requests}, {"errors", stable.errors}, {"error_rate", rate(stable)}}},
@@ -84,6 +85,25 @@ AnalysisVerdict analyze(const VersionWindow& stable, const VersionWindow& candid
     if (ratio > config.max_tpot_p95_ratio) {
       failures.push_back(fmt::format("TPOT p95 {:.4f} s vs stable's {:.4f} s ({:.2f}x, more than {:.2f}x)", pc, ps,
                                      ratio, config.max_tpot_p95_ratio));
+    }
+  }
+  if (shadow.pairs > 0 || shadow.noise_pairs > 0) {
+    auto share = [](int64_t n, int64_t of) { return of ? static_cast<double>(n) / static_cast<double>(of) : 0.0; };
+    const double cand = share(shadow.disagreements, shadow.pairs);
+    const double noise = share(shadow.noise_disagreements, shadow.noise_pairs);
+    const bool judged = shadow.pairs >= config.min_shadow_pairs;
+    v.metrics["shadow"] = {{"pairs", shadow.pairs},
+                           {"disagreement", cand},
+                           {"noise_pairs", shadow.noise_pairs},
+                           {"noise_disagreement", noise},
+                           {"judged", judged}};
+    if (judged) {
+      compared.push_back(fmt::format("shadow disagreement {:.1f}% vs noise floor {:.1f}%", 100 * cand, 100 * noise));
+      if (cand - noise > config.max_shadow_disagreement_increase) {
+        failures.push_back(fmt::format(
+            "shadow disagreement {:.1f}% of {} pairs vs the noise floor's {:.1f}% (more than +{:.1f} points)",
+            100 * cand, shadow.pairs, 100 * noise, 100 * config.max_shadow_disagreement_increase));
+      }
     }
   }
   v.passed = failures.empty();

@@ -11,6 +11,10 @@
 //            stable's warm ones would blame the model for the cache. Fails when a band's ratio
 //            exceeds max_ttft_p95_ratio.
 //   TPOT     p95 of (end - first token) / (completion tokens - 1), streamed answers with usage.
+//   quality  shadow pairs (shadow_compare.h) in the window: the share of the candidate's that
+//            disagree with their primary (or got no answer) less the noise floor's share (stable
+//            vs a second stable replica; 0 without noise pairs), once there are min_shadow_pairs
+//            candidate pairs. Fails past max_shadow_disagreement_increase.
 // No verdict until both versions have min_requests in the window.
 #pragma once
 
@@ -42,6 +46,12 @@ struct VersionWindow {
   void add(const RequestOutcome& o);
 };
 
+// Shadow pairs compared in a window: to the candidate, and the noise floor's.
+struct ShadowWindow {
+  int64_t pairs = 0, disagreements = 0;
+  int64_t noise_pairs = 0, noise_disagreements = 0;
+};
+
 struct AnalysisVerdict {
   bool conclusive = false;  // false: not enough requests yet, the window goes on
   bool passed = false;
@@ -52,6 +62,7 @@ struct AnalysisVerdict {
 inline constexpr int64_t kMinBandSamples = 5;
 // 0..3 by quarter of the hit fraction; 4 for unknown.
 int cache_band(double hit_fraction);
-AnalysisVerdict analyze(const VersionWindow& stable, const VersionWindow& candidate, const AnalysisConfig& config);
+AnalysisVerdict analyze(const VersionWindow& stable, const VersionWindow& candidate, const AnalysisConfig& config,
+                        const ShadowWindow& shadow = {});
 
 }  // namespace sluice::router

@@ -196,6 +196,15 @@ Result<std::unique_ptr<Router>> Router::create(RouterConfig config) {
   if (!(config.policy_options.load_factor >= 1.0)) {
     return Error(StatusCode::kInvalid, "the load factor must be >= 1, got {}", config.policy_options.load_factor);
   }
+  if (config.shadow.fraction > 0) {
+    if (config.shadow.version.empty()) return Error(StatusCode::kInvalid, "shadow traffic needs the version copies go to");
+    bool found = !config.discover.empty();  // discovered replicas carry no label yet: not checked
+    for (const BackendConfig& b : config.backends) found = found || b.version == config.shadow.version;
+    if (!found) {
+      return Error(StatusCode::kInvalid, "--shadow {}: no replica has that version (label replicas with --backend "
+                   "URL,version=V)", config.shadow.version);
+    }
+  }
   auto impl = std::make_unique<Impl>(std::move(config));
   auto policy = make_policy(impl->config.policy, impl->pool.members(), impl->config.policy_options);
   if (!policy) return Error(policy.error());
@@ -213,6 +222,7 @@ Result<std::unique_ptr<Router>> Router::create(RouterConfig config) {
     if (!(impl->config.follow_interval_seconds > 0)) return Error(StatusCode::kInvalid, "the follow interval must be > 0");
   }
   if (Status s = impl->open_rollouts(); !s) return Error(s.with_context("--rollout-db"));
+  if (Status s = impl->open_shadow(); !s) return Error(s.with_context("--shadow-db"));
   beast::error_code ec;
   const auto address = net::ip::make_address(impl->config.host, ec);
   if (ec) return Error(StatusCode::kInvalid, "cannot listen on '{}': not an IP address", impl->config.host);
@@ -235,6 +245,7 @@ Router::~Router() {
   request_shutdown();
   for (std::thread& t : impl_->threads) t.join();
   if (impl_->drainer.joinable()) impl_->drainer.join();
+  if (impl_->shadow_thread.joinable()) impl_->shadow_thread.join();
 }
 
 uint16_t Router::port() const { return impl_->port; }
@@ -251,6 +262,7 @@ void Router::start() {
     if (!ec) request_shutdown();
   });
   for (int i = 0; i < s.config.threads; ++i) s.threads.emplace_back([&s] { s.ioc.run(); });
+  s.shadow_thread = std::thread([&s] { s.shadow_ioc.run(); });
 }
 
 void Router::request_shutdown() {
@@ -266,6 +278,8 @@ void Router::request_shutdown() {
     const auto until = Clock::now() + ms(s.config.drain_seconds);
     while (s.in_flight.load() > 0 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     s.ioc.stop();
+    s.shadow_work.reset();
+    s.shadow_ioc.stop();  // copies still in flight are abandoned: nobody waits for a shadow
   });
 }
 

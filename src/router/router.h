@@ -66,6 +66,21 @@
 // (rollout_db) and the others follow it (follow_url): the same spec and state, so the same
 // sessions go to the same version everywhere; the analysis runs on the controller's traffic.
 //
+// Shadow traffic (ShadowConfig in rollout.h; router_shadow.cc): a fraction of requests (or of
+// sessions) is copied to the shadow version's replicas once the primary is written to its own,
+// and the copy's answer is compared with the primary's (shadow_compare.h) and recorded
+// (shadow_store.h), never returned. Copies run on a thread of their own with their own
+// connections and timeout; past max_in_flight copies, new ones are dropped and counted, never
+// queued; they take no part in the replicas' load, stickiness or the prefix index. A slice may
+// also be copied to a second replica of the primary's own version: the noise floor, which a
+// candidate's differences are judged against. A running rollout with a `shadow` section copies to
+// its candidate, and its analysis judges quality by the comparisons. Without a rollout, the
+// replicas of a shadow version in force answer no client: they only get copies.
+//   GET  /admin/shadow                     the shadow in force, copies in flight, counts
+//   POST /admin/shadow                     {version, fraction, by, noiseFraction, ...}: set it
+//   GET  /admin/shadow/report              rates, histograms, agreement over time, the worst
+//                                          differing pairs with both outputs (?version=&since=&worst=)
+//
 // Shutdown (SIGINT/SIGTERM, request_shutdown()): the listener closes, in-flight requests finish
 // for up to drain_seconds, then the threads stop.
 //
@@ -81,6 +96,7 @@
 #include "router/backend.h"
 #include "router/discovery.h"
 #include "router/policy.h"
+#include "router/rollout.h"
 
 namespace sluice::router {
 
@@ -117,6 +133,10 @@ struct RouterConfig {
   // every router instance splits traffic alike. Excludes rollout_db.
   std::string follow_url;
   double follow_interval_seconds = 0.5;
+  // Shadow traffic (see above); off unless its fraction or noise_fraction is above 0.
+  ShadowConfig shadow;
+  // Where compared pairs are kept: this file, else rollout_db's, else memory only.
+  std::string shadow_db;
 };
 
 class Router {

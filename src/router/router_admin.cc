@@ -142,6 +142,9 @@ net::awaitable<bool> Router::Impl::admin(beast::tcp_stream& client, bhttp::reque
   if (path == "/admin/rollouts" || path.starts_with("/admin/rollouts/")) {
     co_return co_await admin_rollouts(client, req, path, keep);
   }
+  if (path == "/admin/shadow" || path.starts_with("/admin/shadow/")) {
+    co_return co_await admin_shadow(client, req, path, keep);
+  }
   const bool get = req.method() == bhttp::verb::get, post = req.method() == bhttp::verb::post;
   if (path == "/admin/replicas" && get) {
     Json list = Json::array();

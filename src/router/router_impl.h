@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -29,6 +30,7 @@
 #include "router/rollout_analysis.h"
 #include "router/rollout_store.h"
 #include "router/router.h"
+#include "router/shadow_store.h"
 
 namespace sluice::router {
 
@@ -74,7 +76,13 @@ struct Metrics {
   std::map<std::string, Usage> usage;  // per backend
   std::map<std::string, Usage> group_usage;  // per usage group (router.h)
   std::map<std::string, std::pair<int64_t, int64_t>> resolutions;  // per discovered name: (ok, failed)
+  // Shadow traffic: compared pairs per (arm, "agree"|"disagree"|"shadow_error"), copies dropped
+  // per reason ("overflow", "no_replica", "primary_failed").
+  std::map<std::pair<std::string, std::string>, int64_t> shadow_pairs;
+  std::map<std::string, int64_t> shadow_dropped;
 };
+
+struct ShadowExchange;  // router_shadow.cc
 
 // What a client asked for, as the router relays it.
 struct Exchange {
@@ -89,7 +97,16 @@ struct Exchange {
   int64_t prompt_tokens = -1, cached_tokens = 0;  // from the answer's usage, when it had one
   int64_t completion_tokens = -1;
   bool stream_failed = false;  // a relayed stream ended by an upstream failure
+  // Shadow traffic (router_shadow.cc): the request's copies, sent once it is first written to a
+  // replica, and the primary's answer as relayed (a stream's events) for their comparison.
+  const Json* parsed_body = nullptr;
+  bool shadows_started = false;
+  std::vector<std::shared_ptr<ShadowExchange>> shadows;
+  bool capture = false, capture_overflow = false;
+  std::string captured;
 };
+
+inline constexpr size_t kMaxCapturedStream = 4u << 20;
 
 // Decrements a counter when it goes out of scope.
 struct CountGuard {
@@ -177,6 +194,30 @@ struct Router::Impl {
   net::awaitable<void> follow_loop();
   net::awaitable<bool> admin_rollouts(beast::tcp_stream& client, bhttp::request<bhttp::string_body>& req,
                                       std::string_view path, bool keep);
+
+  // Shadow traffic (router_shadow.cc): copies of requests to another version, compared with the
+  // primary's answers and never returned. They run on a thread of their own (shadow_ioc), so
+  // neither a slow shadow replica nor the comparisons and their store hold up a primary.
+  std::unique_ptr<ShadowStore> shadow_store;
+  Mutex shadow_mu;
+  ShadowConfig shadow_config SLUICE_GUARDED_BY(shadow_mu);  // the flags', or POST /admin/shadow's
+  ShadowWindow shadow_window SLUICE_GUARDED_BY(rollout_mu);  // a rollout's analysis window
+  std::atomic<int64_t> shadow_in_flight{0};
+  std::atomic<uint64_t> shadow_next{0};
+  net::io_context shadow_ioc;
+  net::executor_work_guard<net::io_context::executor_type> shadow_work{shadow_ioc.get_executor()};
+  std::thread shadow_thread;
+  Status open_shadow();
+  // A running rollout's shadow (to its candidate) when it has one, else the configured one.
+  std::optional<ShadowConfig> active_shadow(bool* from_rollout = nullptr);
+  // The primary was written to `backend`: the copies it gets are planned and sent.
+  void start_shadows(Exchange& x, int backend);
+  // The primary's answer (status 0: none reached the client) for its copies' comparison.
+  void finish_primary(Exchange& x, int status, const std::string& body);
+  net::awaitable<void> run_shadow(std::shared_ptr<ShadowExchange> s);
+  void complete_shadow(ShadowExchange& s);
+  net::awaitable<bool> admin_shadow(beast::tcp_stream& client, bhttp::request<bhttp::string_body>& req,
+                                    std::string_view path, bool keep);
 
   net::awaitable<void> accept_loop();
   net::awaitable<void> serve(tcp::socket socket);

@@ -101,6 +101,20 @@ std::string metrics_of(const Router::Impl& s) {
     out += fmt::format("sluice_router_discovery_lookups_total{{name=\"{}\",result=\"ok\"}} {}\n", label(spec), r.first);
     out += fmt::format("sluice_router_discovery_lookups_total{{name=\"{}\",result=\"error\"}} {}\n", label(spec), r.second);
   }
+  family("shadow_pairs_total", "counter",
+         "Shadow copies compared with their primary, by arm (candidate; noise: a second replica of the primary's "
+         "version) and result (agree, disagree, shadow_error).");
+  for (const auto& [k, n] : m.shadow_pairs) {
+    out += fmt::format("sluice_router_shadow_pairs_total{{arm=\"{}\",result=\"{}\"}} {}\n", k.first, k.second, n);
+  }
+  family("shadow_dropped_total", "counter",
+         "Shadow copies not compared, by reason: overflow (past the in-flight bound: never sent), no_replica, "
+         "primary_failed (nothing to compare with).");
+  for (const auto& [reason, n] : m.shadow_dropped) {
+    out += fmt::format("sluice_router_shadow_dropped_total{{reason=\"{}\"}} {}\n", reason, n);
+  }
+  family("shadow_in_flight", "gauge", "Shadow copies sent and not yet answered.");
+  out += fmt::format("sluice_router_shadow_in_flight {}\n", s.shadow_in_flight.load());
   family("backend_info", "gauge", "1 for each replica, with its version label (canary rollouts).");
   for (const auto& b : stats) {
     out += fmt::format("sluice_router_backend_info{{backend=\"{}\",version=\"{}\"}} 1\n", label(b.name), label(b.version));

@@ -105,6 +105,7 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
              keep};
   x.stream = body.is_object() && body.contains("stream") && body["stream"].is_boolean() && body["stream"].get<bool>();
   x.body = req.body();
+  x.parsed_body = &body;
   if (x.stream) {
     // The router counts every stream's usage (the replicas' cached tokens): it asks for it, and
     // takes the usage chunk out again when the client had not asked.
@@ -121,6 +122,12 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
 
   // Counted until the answer is written, whoever writes it (the drain waits for it).
   const CountGuard counted(in_flight);
+  // The request's shadow copies learn the primary's answer, or that none reached the client.
+  struct ShadowsDone {
+    Impl& impl;
+    Exchange& x;
+    ~ShadowsDone() { impl.finish_primary(x, 0, {}); }
+  } shadows_done{*this, x};
   std::vector<int> tried;
   Attempt last;
   bool saw_overload = false;
@@ -129,6 +136,12 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
   // A rollout sends the request to one version's replicas (router.h): the others are excluded,
   // unless that version has no replica left to try.
   const std::string version = route_version(x.route.session_key);
+  // Without a rollout, a shadow version in force answers no client: its replicas only get copies.
+  std::string shadow_only;
+  if (version.empty()) {
+    MutexLock lock(shadow_mu);
+    if (shadow_config.fraction > 0) shadow_only = shadow_config.version;
+  }
   for (int a = 0; a < std::max(1, config.max_attempts); ++a) {
     if (a > 0) {
       // The budget bounds retries of answers (429, 5xx: a replica under load, which a retry storm
@@ -148,6 +161,11 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
       MutexLock lock(route_mu);
       const std::vector<BackendView> views = pool.snapshot();
       std::vector<int> exclude = tried;
+      if (!shadow_only.empty()) {
+        for (const BackendView& v : views) {
+          if (pool.config(v.index)->version == shadow_only) exclude.push_back(v.index);
+        }
+      }
       if (!version.empty()) {
         std::vector<int> others;
         bool arm_has_one = false;
@@ -216,6 +234,7 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
         });
       }
       if (present) count(name, d.kind, last.kind == Attempt::kClientGone ? 499 : last.status);
+      if (relayed) finish_primary(x, last.status, last.body);
       if (!version.empty() && relayed) {
         // Counted for the version it was assigned to. Served by another version because that
         // one had no replica available (failing replicas get ejected): an error of its own.
@@ -324,6 +343,11 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
     conn->expires_at(deadline);
     auto [wec, wn] = co_await bhttp::async_write(*conn, up, kTuple);
     if (!wec) {
+      // Dispatched: the copies for shadow traffic go out now, after the primary.
+      if (!x.shadows_started) {
+        x.shadows_started = true;
+        start_shadows(x, backend);
+      }
       // Watch the client while the replica works: a client that closes cancels the exchange.
       break;
     }
@@ -439,6 +463,10 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
         }
         events.erase(0, at);
         if (events.size() > (1u << 20)) out += std::exchange(events, {});  // not SSE: relayed as it is
+        if (x.capture && !x.capture_overflow) {
+          x.capture_overflow = x.captured.size() + out.size() > kMaxCapturedStream;
+          if (!x.capture_overflow) x.captured += out;
+        }
         if (!out.empty()) {
           const std::string chunk = frame(out);
           client_write_failed = static_cast<bool>(co_await write_client(client, chunk, ms(config.idle_timeout_seconds)));

@@ -84,11 +84,12 @@ void Router::Impl::record_outcome(const std::string& version, const RequestOutco
 void Router::Impl::analyze_rollout(double now) {
   if (last_analysis == 0) last_analysis = now;
   if (now - last_analysis < rollout->spec().analysis.interval_seconds) return;
-  const AnalysisVerdict v = analyze(stable_window, candidate_window, rollout->spec().analysis);
+  const AnalysisVerdict v = analyze(stable_window, candidate_window, rollout->spec().analysis, shadow_window);
   last_analysis = now;
   if (!v.conclusive) return;
   stable_window = {};
   candidate_window = {};
+  shadow_window = {};
   const std::string reason = v.reason;
   if (Status s = rollout_store->record_analysis(rollout_id, {now, rollout->step(), v.passed, reason,
                                                              nlohmann::json::parse(v.metrics.dump())});
@@ -275,6 +276,7 @@ net::awaitable<bool> Router::Impl::admin_rollouts(beast::tcp_stream& client, bht
         rollout_saved.clear();
         stable_window = {};
         candidate_window = {};
+        shadow_window = {};
         last_analysis = now;
         std::vector<RolloutDecision> decisions = {
             {now, 0, "start", fmt::format("{} -> {}", rollout->spec().stable, rollout->spec().candidate)}};
