@@ -1,0 +1,176 @@
+"""Canary rollouts decided by the router's own analysis, over real `sluice serve` replicas on
+loopback: a candidate identical to stable is promoted through every step with its shadow answers
+matching stable's exactly at temperature 0; a worse candidate is rolled back by itself, with the
+reason, in each of three ways: a different model file (its answers differ: quality, from shadow
+traffic), replicas that fail a share of requests (errors), and one made slow (--max-num-seqs 1
+under concurrent load: time to first token)."""
+
+import concurrent.futures
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import sluice_process  # noqa: E402  (tests/sluice_process.py)
+
+BIN = os.environ["SLUICE_BIN"]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODELS = os.path.join(ROOT, "..", "shared", "models")
+STORIES = os.path.join(MODELS, "stories260K.gguf")
+OTHER = os.path.join(MODELS, "quant", "llama-d256-s21-Q8_0.gguf")
+KEY = "canary-admin"
+LISTENING = r"listening on (http://[\d.]+:\d+)"
+NAMES = ["Lily", "Tom", "Ben", "Sue", "Max", "Anna", "Sam", "Mia", "Leo", "Zoe"]
+
+
+def stop(p, sig=signal.SIGTERM):
+    if p.poll() is not None:
+        return
+    p.send_signal(sig)
+    try:
+        p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
+class CanaryTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="sluice_canary_")
+        self.processes = []
+
+    def tearDown(self):
+        for p in self.processes:
+            stop(p)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def serve(self, model, *extra):
+        p, url = sluice_process.start(BIN, ["serve", "-m", model, "--port", "0", *extra], LISTENING)
+        self.processes.append(p)
+        return p, url
+
+    def route(self, backends, *extra):
+        args = ["route", "--port", "0", "--admin-key", KEY, "--rollout-db", os.path.join(self.dir, "r.db"),
+                "--policy", "round_robin", *extra]
+        for url, version in backends:
+            args += ["--backend", f"{url},version={version}"]
+        p, url = sluice_process.start(BIN, args, LISTENING)
+        self.processes.append(p)
+        return url
+
+    def cli(self, url, group, *args, as_json=False):
+        """`sluice route GROUP [--json] ARGS...` against the router at url."""
+        r = subprocess.run([BIN, "route", group, "--url", url, *(["--json"] if as_json else []), *args],
+                           capture_output=True, text=True,
+                           env=dict(os.environ, SLUICE_ADMIN_KEY=KEY), timeout=60)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        return r.stdout
+
+    def start_rollout(self, url, spec):
+        path = os.path.join(self.dir, "rollout.json")
+        with open(path, "w") as f:
+            json.dump(spec, f)
+        self.cli(url, "rollout", "start", path)
+
+    def current(self, url):
+        return json.loads(self.cli(url, "rollout", "status", as_json=True))["current"]
+
+    def request(self, url, i, stream=False):
+        body = {"prompt": f"Once upon a time {NAMES[i % len(NAMES)]} saw a {i}", "max_tokens": 24,
+                "temperature": 0, "stream": stream}
+        req = urllib.request.Request(f"{url}/v1/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json", "X-Session-ID": f"user-{i}"})
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def drive(self, url, concurrency=1, stream=False, limit=600):
+        """Requests until the rollout is promoted or aborted; the final rollout."""
+        i = 0
+        with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+            while i < limit:
+                list(pool.map(lambda k: self.request(url, k, stream), range(i, i + 4 * concurrency)))
+                i += 4 * concurrency
+                r = self.current(url)
+                if r["phase"] in ("promoted", "aborted"):
+                    return r
+        return self.current(url)
+
+    def spec(self, **analysis):
+        return {"name": "canary", "stable": "v1", "candidate": "v2",
+                "steps": [{"setWeight": 20}, {"analysis": {}}, {"setWeight": 50}, {"analysis": {}},
+                          {"setWeight": 100}],
+                "analysis": {"interval": 0.5, "minRequests": 8, "failureLimit": 0, **analysis}}
+
+    def test_an_identical_candidate_is_promoted_and_its_shadow_answers_match_exactly(self):
+        s1, s2, c = (self.serve(STORIES)[1] for _ in range(3))
+        url = self.route([(s1, "v1"), (s2, "v1"), (c, "v2")])
+        self.start_rollout(url, {**self.spec(minShadowPairs=8), "shadow": {"fraction": 1, "noiseFraction": 0.5}})
+        r = self.drive(url)
+        self.assertEqual(r["phase"], "promoted", json.dumps(r["decisions"], indent=1))
+        actions = [d["action"] for d in r["decisions"]]
+        self.assertEqual(actions.count("analysis passed"), 2, actions)
+        self.assertEqual(actions[-1], "promote")
+        report = json.loads(self.cli(url, "shadow", "report", as_json=True))
+        cand, noise = report["arms"]["candidate"], report["arms"]["noise"]
+        self.assertGreaterEqual(cand["pairs"], 8, report)
+        self.assertEqual(cand["exact_match_rate"], 1.0, report["worst"])
+        self.assertEqual(cand["shadow_errors"], 0)
+        self.assertGreater(noise["pairs"], 0)
+        self.assertEqual(noise["exact_match_rate"], 1.0)
+        # The shadow's logprobs on the tokens both sampled: the same model, so no gap at all.
+        self.assertEqual(cand["logprob_gap"]["pairs"], 0)  # the clients asked for no logprobs
+        text = self.cli(url, "shadow", "report")
+        self.assertIn("exact match 100.0%", text)
+
+    def test_a_different_model_is_rolled_back_for_its_answers(self):
+        s1, s2 = (self.serve(STORIES)[1] for _ in range(2))
+        c = self.serve(OTHER)[1]
+        url = self.route([(s1, "v1"), (s2, "v1"), (c, "v2")])
+        self.start_rollout(url, {**self.spec(minShadowPairs=8), "shadow": {"fraction": 1, "noiseFraction": 0.5}})
+        r = self.drive(url)
+        self.assertEqual(r["phase"], "aborted", json.dumps(r["decisions"], indent=1))
+        self.assertEqual(r["weight"], 0)
+        self.assertIn("shadow disagreement", r["decisions"][-1]["reason"])
+        report = json.loads(self.cli(url, "shadow", "report", "--worst", "1", as_json=True))
+        self.assertLess(report["arms"]["candidate"]["exact_match_rate"], 0.5, report)
+        worst = report["worst"][0]
+        self.assertNotEqual(worst["primary"]["text"], worst["shadow"]["text"])
+        self.assertGreaterEqual(worst["comparison"]["first_diff_token"], 0)
+
+    def test_a_candidate_that_fails_a_share_of_requests_is_rolled_back_for_its_errors(self):
+        s1 = self.serve(STORIES)[1]
+        c1 = self.serve(STORIES)[1]
+        dead, c2 = self.serve(STORIES)
+        # One of the candidate's two replicas crashes; the router, told to try one replica a
+        # request and never to eject, sends it its share all the same.
+        url = self.route([(s1, "v1"), (c1, "v2"), (c2, "v2")], "--max-attempts", "1", "--eject-after", "1000",
+                         "--health-interval", "3600")
+        stop(dead, signal.SIGKILL)
+        self.start_rollout(url, self.spec())
+        r = self.drive(url)
+        self.assertEqual(r["phase"], "aborted", json.dumps(r["decisions"], indent=1))
+        self.assertIn("error rate", r["decisions"][-1]["reason"])
+
+    def test_a_slow_candidate_is_rolled_back_for_its_time_to_first_token(self):
+        s1 = self.serve(STORIES)[1]
+        c = self.serve(STORIES, "--max-num-seqs", "1")[1]
+        url = self.route([(s1, "v1"), (c, "v2")])
+        self.start_rollout(url, self.spec(minRequests=16))
+        r = self.drive(url, concurrency=8, stream=True)
+        self.assertEqual(r["phase"], "aborted", json.dumps(r["decisions"], indent=1))
+        self.assertIn("TTFT p95", r["decisions"][-1]["reason"])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
