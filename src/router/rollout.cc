@@ -142,7 +142,7 @@ std::string_view phase_name(RolloutPhase phase) {
 
 Result<RolloutSpec> parse_rollout(const Json& j) {
   if (!j.is_object()) return Error(StatusCode::kInvalid, "a rollout is an object, got {}", j.type_name());
-  SLUICE_RETURN_IF_ERROR(known_keys(j, {"name", "stable", "candidate", "steps", "analysis", "shadow"}, "rollout"));
+  SLUICE_RETURN_IF_ERROR(known_keys(j, {"name", "stable", "candidate", "steps", "analysis", "shadow", "warm"}, "rollout"));
   RolloutSpec spec;
   for (auto [key, out] : {std::pair{"name", &spec.name}, std::pair{"stable", &spec.stable},
                           std::pair{"candidate", &spec.candidate}}) {
@@ -243,6 +243,21 @@ Result<RolloutSpec> parse_rollout(const Json& j) {
   if (j.contains("shadow")) {
     SLUICE_ASSIGN_OR_RETURN(spec.shadow, parse_shadow(j["shadow"], "rollout.shadow", true));
   }
+  if (j.contains("warm") && !j["warm"].is_null()) {
+    const Json& w = j["warm"];
+    if (!w.is_object()) return Error(StatusCode::kInvalid, "rollout: 'warm' must be an object {{prefixes, timeout}}");
+    SLUICE_RETURN_IF_ERROR(known_keys(w, {"prefixes", "timeout"}, "rollout.warm"));
+    if (w.contains("prefixes")) {
+      if (!w["prefixes"].is_number_integer() || w["prefixes"].get<int64_t>() < 0 || w["prefixes"].get<int64_t>() > 1024) {
+        return Error(StatusCode::kInvalid, "rollout.warm.prefixes must be an integer in [0, 1024]");
+      }
+      spec.warm.prefixes = w["prefixes"].get<int32_t>();
+    }
+    if (w.contains("timeout")) {
+      SLUICE_ASSIGN_OR_RETURN(spec.warm.timeout_seconds, parse_duration(w["timeout"], "rollout.warm.timeout"));
+      if (spec.warm.timeout_seconds <= 0) return Error(StatusCode::kInvalid, "rollout.warm.timeout must be > 0");
+    }
+  }
   return spec;
 }
 
@@ -274,7 +289,8 @@ Json to_json(const RolloutSpec& spec) {
             {"maxTpotP95Ratio", spec.analysis.max_tpot_p95_ratio},
             {"maxShadowDisagreementIncrease", spec.analysis.max_shadow_disagreement_increase},
             {"minShadowPairs", spec.analysis.min_shadow_pairs}}},
-          {"shadow", to_json(spec.shadow)}};
+          {"shadow", to_json(spec.shadow)},
+          {"warm", {{"prefixes", spec.warm.prefixes}, {"timeout", spec.warm.timeout_seconds}}}};
 }
 
 Rollout::Rollout(RolloutSpec spec, double now) : spec_(std::move(spec)), step_started_(now) {}

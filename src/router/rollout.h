@@ -21,6 +21,7 @@
 //     maxTpotP95Ratio: 1.5
 //     maxShadowDisagreementIncrease: 0.05   # quality: candidate's shadow disagreement less
 //     minShadowPairs: 10                    # the noise floor's (shadow.h), with this many pairs
+//   warm: {prefixes: 32, timeout: 30}   # before the first step (WarmConfig)
 //   shadow:                      # mirror stable's traffic to the candidate (ShadowConfig)
 //     fraction: 0.1              # of requests, or of sessions with `by: session`
 //     noiseFraction: 0.05        # also to a second stable replica: the noise floor
@@ -94,12 +95,22 @@ nlohmann::json to_json(const ShadowConfig& shadow);
 // for requests without a session and when not by_session.
 bool mirrored(std::string_view session, uint64_t request_random, double fraction, bool by_session);
 
+// Before the first step, the candidate's replicas are sent the `prefixes` hottest prompt
+// prefixes of the router's traffic (hot_prefixes.h), one request each with max_tokens 1, so a
+// canary does not start with a cold KV cache; at most `timeout_seconds`, then the steps begin
+// whatever answered. prefixes 0: no warming.
+struct WarmConfig {
+  int32_t prefixes = 32;
+  double timeout_seconds = 30;
+};
+
 struct RolloutSpec {
   std::string name;
   std::string stable, candidate;  // version labels
   std::vector<RolloutStep> steps;
   AnalysisConfig analysis;
   ShadowConfig shadow;  // version: the candidate
+  WarmConfig warm;
 };
 
 // From the spec's JSON (YAML converted); errors name the field.

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "router/hot_prefixes.h"
 #include "router/rollout_analysis.h"
 #include "router/rollout_store.h"
 
@@ -275,6 +276,55 @@ TEST(RolloutAnalysis, TtftIsComparedWithinCacheHitBands) {
   EXPECT_EQ(cache_band(-1), 4);
   EXPECT_EQ(cache_band(1.0), 3);
   EXPECT_EQ(cache_band(0.3), 1);
+}
+
+TEST(RolloutAnalysis, ShadowDisagreementIsJudgedAgainstTheNoiseFloor) {
+  AnalysisConfig c;
+  c.min_requests = 1;
+  c.min_shadow_pairs = 10;
+  const VersionWindow w = window(5, 0, {});
+  // 20% of the candidate's pairs differ, 18% of stable's against stable: within +5 points.
+  const AnalysisVerdict noisy = analyze(w, w, c, {.pairs = 100, .disagreements = 20, .noise_pairs = 50, .noise_disagreements = 9});
+  ASSERT_TRUE(noisy.conclusive);
+  EXPECT_TRUE(noisy.passed) << noisy.reason;
+  EXPECT_NE(noisy.reason.find("shadow disagreement 20.0% vs noise floor 18.0%"), std::string::npos) << noisy.reason;
+  // Without a noise floor the same 20% fails.
+  const AnalysisVerdict bare = analyze(w, w, c, {.pairs = 100, .disagreements = 20});
+  EXPECT_FALSE(bare.passed);
+  EXPECT_NE(bare.reason.find("shadow disagreement 20.0% of 100 pairs vs the noise floor's 0.0% (more than +5.0 points)"),
+            std::string::npos) << bare.reason;
+  // Too few pairs: quality is not judged in this window.
+  const AnalysisVerdict few = analyze(w, w, c, {.pairs = 9, .disagreements = 9});
+  EXPECT_TRUE(few.passed) << few.reason;
+  EXPECT_EQ(few.metrics["shadow"]["judged"], false);
+}
+
+TEST(HotPrefixes, TheMostSharedPrefixComesFirstWithARequestThatCarriesIt) {
+  HotPrefixes hot(8, 1000, 100);
+  const std::string system = "You are a careful assistant. ";  // 29 bytes: 3 whole chunks of 8
+  for (int i = 0; i < 10; ++i) {
+    hot.observe(system + fmt::format("question {}", i), "/v1/chat/completions", fmt::format(R"({{"q":{}}})", i));
+  }
+  const std::string other = "Translate into French: ";
+  for (int i = 0; i < 3; ++i) hot.observe(other + fmt::format("text {}", i), "/v1/completions", fmt::format(R"({{"t":{}}})", i));
+  hot.observe("A prompt seen once only, long enough", "/v1/completions", "{}");
+  hot.observe("short", "/v1/completions", "{}");  // under a chunk: not counted
+  const auto top = hot.hottest(5);
+  ASSERT_EQ(top.size(), 2u);
+  EXPECT_EQ(top[0].requests, 10);
+  EXPECT_EQ(top[0].prefix_bytes, 32u);  // "...assistant. " + the shared "question " start: 4 chunks
+  EXPECT_EQ(top[0].target, "/v1/chat/completions");
+  EXPECT_EQ(top[0].body, R"({"q":9})");  // the latest request with the prefix
+  EXPECT_EQ(top[1].requests, 3);
+  EXPECT_EQ(top[1].body, R"({"t":2})");
+  EXPECT_EQ(hot.hottest(1).size(), 1u);
+  // Bounded: the oldest requests are forgotten and so are prefixes whose request is gone.
+  HotPrefixes small(8, 1000, 2);
+  for (int i = 0; i < 5; ++i) small.observe(system + fmt::format("{}", i), "/v1/completions", fmt::format("{}", i));
+  for (int i = 0; i < 2; ++i) small.observe(other + fmt::format("{}", i), "/v1/completions", "x");
+  const auto left = small.hottest(5);
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].body, "x");
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include "common/http_client.h"
 #include "common/json.h"
 #include "common/mutex.h"
+#include "router/hot_prefixes.h"
 #include "router/rollout_analysis.h"
 #include "router/rollout_store.h"
 #include "router/router.h"
@@ -191,6 +192,12 @@ struct Router::Impl {
   // Records the decisions and saves the state if it changed.
   void persist_rollout(const std::vector<RolloutDecision>& decisions, double now) SLUICE_REQUIRES(rollout_mu);
   net::awaitable<void> rollout_loop();
+  // The prompt prefixes the traffic shares most; a rollout warms its candidate with them
+  // before its first step, while `warming` holds the steps back.
+  HotPrefixes hot_prefixes;
+  bool warming SLUICE_GUARDED_BY(rollout_mu) = false;
+  net::awaitable<void> warm_candidate(std::vector<HotPrefixes::Hot> hot, std::string version, double timeout_seconds,
+                                      int64_t id);
   net::awaitable<void> follow_loop();
   net::awaitable<bool> admin_rollouts(beast::tcp_stream& client, bhttp::request<bhttp::string_body>& req,
                                       std::string_view path, bool keep);

@@ -101,6 +101,12 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
     session = body["user"].get<std::string>();
   }
   const std::string prompt = prompt_text(body);
+  if (req.method() == bhttp::verb::post && body.is_object()) {
+    const std::string_view target = req.target();
+    if (target.starts_with("/v1/completions") || target.starts_with("/v1/chat/completions")) {
+      hot_prefixes.observe(prompt, target.substr(0, target.find('?')), req.body());
+    }
+  }
   Exchange x{req, RouteRequest{session, prompt}, usage_group(req[config.usage_group_header], !session.empty()), false,
              keep};
   x.stream = body.is_object() && body.contains("stream") && body["stream"].is_boolean() && body["stream"].get<bool>();

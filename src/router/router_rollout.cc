@@ -1,6 +1,9 @@
 // Canary rollouts in the router (router.h, rollout.h): the rollout loaded from its store at start,
 // the version each request goes to, the loop that moves the steps on, and the admin routes.
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
 
 #include "router/router_impl.h"
@@ -104,7 +107,7 @@ net::awaitable<void> Router::Impl::rollout_loop() {
   while (!stopping) {
     {
       MutexLock lock(rollout_mu);
-      if (rollout && !rollout->finished()) {
+      if (rollout && !rollout->finished() && !warming) {
         const double now = epoch_now();
         analyze_rollout(now);
         if (!rollout->finished()) persist_rollout(rollout->advance(now), now);
@@ -158,6 +161,64 @@ net::awaitable<void> Router::Impl::follow_loop() {
     timer.expires_after(ms(config.follow_interval_seconds));
     co_await timer.async_wait(kTuple);
   }
+}
+
+namespace {
+
+// A request that only fills a replica's KV cache with its prompt: one token, whole, no extras.
+std::string warm_body(const std::string& body) {
+  Json j = Json::parse(body, nullptr, false);
+  if (!j.is_object()) return body;
+  j["max_tokens"] = 1;
+  if (j.contains("max_completion_tokens")) j["max_completion_tokens"] = 1;
+  j["stream"] = false;
+  j["n"] = 1;
+  for (const char* key : {"stream_options", "min_tokens", "logprobs", "top_logprobs", "echo", "best_of"}) j.erase(key);
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+}  // namespace
+
+net::awaitable<void> Router::Impl::warm_candidate(std::vector<HotPrefixes::Hot> hot, std::string version,
+                                                  double timeout_seconds, int64_t id) {
+  auto ex = co_await net::this_coro::executor;
+  const auto started = Clock::now();
+  const auto deadline = started + ms(timeout_seconds);
+  int replicas = 0, sent = 0, answered = 0;
+  int64_t least = hot.back().requests, most = hot.front().requests;
+  for (const BackendView& v : pool.snapshot()) {
+    const std::shared_ptr<const BackendConfig> b = pool.config(v.index);
+    if (!v.available || b->version != version) continue;
+    ++replicas;
+    http::HttpOptions options;
+    options.connect_timeout = ms(config.connect_timeout_seconds);
+    options.request_timeout = ms(timeout_seconds);
+    http::HttpConnection connection(ex, b->url, options);
+    for (const HotPrefixes::Hot& h : hot) {
+      if (Clock::now() >= deadline) break;
+      http::HttpRequest req;
+      req.method = "POST";
+      req.target = b->url.path + h.target;
+      req.body = warm_body(h.body);
+      req.headers.push_back({"Content-Type", "application/json"});
+      if (!b->api_key.empty()) req.headers.push_back({"Authorization", "Bearer " + b->api_key});
+      auto r = co_await connection.request(req);
+      ++sent;
+      answered += r.has_value();
+    }
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  const double now = epoch_now();
+  MutexLock lock(rollout_mu);
+  warming = false;
+  if (!rollout || rollout_id != id || rollout->finished()) co_return;
+  std::vector<RolloutDecision> decisions = {
+      {now, rollout->step(), "warm",
+       fmt::format("the {} hottest prompt prefixes (shared by {} to {} requests) sent to {} replica{} of {}: {} of {} "
+                   "answered in {:.1f} s",
+                   hot.size(), least, most, replicas, replicas == 1 ? "" : "s", version, answered, sent, seconds)}};
+  for (RolloutDecision& d : rollout->advance(now)) decisions.push_back(std::move(d));
+  persist_rollout(decisions, now);
 }
 
 namespace {
@@ -280,7 +341,18 @@ net::awaitable<bool> Router::Impl::admin_rollouts(beast::tcp_stream& client, bht
         last_analysis = now;
         std::vector<RolloutDecision> decisions = {
             {now, 0, "start", fmt::format("{} -> {}", rollout->spec().stable, rollout->spec().candidate)}};
-        for (RolloutDecision& d : rollout->advance(now)) decisions.push_back(std::move(d));
+        const WarmConfig& warm = rollout->spec().warm;
+        std::vector<HotPrefixes::Hot> hot;
+        if (warm.prefixes > 0) hot = hot_prefixes.hottest(static_cast<size_t>(warm.prefixes));
+        if (!hot.empty()) {
+          // The steps wait for the candidate's cache to be warmed (warm_candidate).
+          warming = true;
+          net::co_spawn(net::make_strand(ioc),
+                        warm_candidate(std::move(hot), rollout->spec().candidate, warm.timeout_seconds, rollout_id),
+                        net::detached);
+        } else {
+          for (RolloutDecision& d : rollout->advance(now)) decisions.push_back(std::move(d));
+        }
         persist_rollout(decisions, now);
       } else {
         status = 500;

@@ -2,10 +2,13 @@
 // the analysis promoting or rolling back, a follower splitting as its controller does.
 #include "router/router_test_fixture.h"
 
+#include <mutex>
+
 namespace sluice::router {
 namespace {
 
 using namespace router_testing;
+using Json = nlohmann::ordered_json;
 
 // A canary rollout through the admin API: sessions split by the weight and sticky, the rollout
 // resumed by a restarted router from its store, an abort sending everyone back to stable.
@@ -214,6 +217,69 @@ TEST(Router, AFollowerSplitsTrafficAsItsControllerDoes) {
   both.rollout_db = db;
   both.follow_url = controller.url.to_string();
   EXPECT_FALSE(Router::create(both));
+}
+
+// Before its first step a rollout sends the candidate the prompt prefixes the traffic shares
+// most, one short request each, and only then moves the weight.
+TEST(Router, ARolloutWarmsTheCandidateWithTheHottestPrefixesFirst) {
+  std::mutex mu;
+  std::vector<std::string> warmed;  // bodies b got
+  TestHttpServer a(named("a"));
+  TestHttpServer b([&](const ReceivedRequest& r, TestExchange& ex) -> net::awaitable<void> {
+    if (r.target != "/health") {
+      std::lock_guard lock(mu);
+      warmed.push_back(r.body);
+    }
+    co_await ex.respond(200, R"({"replica":"b"})");
+  });
+  const std::string db = ::testing::TempDir() + "/router_warm.db";
+  std::filesystem::remove(db);
+  Fixture f({}, "round_robin", {}, [&](RouterConfig& rc) {
+    rc.admin_key = "adm";
+    rc.rollout_db = db;
+    rc.backends.push_back(*parse_backend(a.url().to_string() + ",version=v1"));
+    rc.backends.push_back(*parse_backend(b.url().to_string() + ",version=v2"));
+  });
+  const std::string system = "You are the support assistant of a bicycle shop; answer briefly and kindly. ";
+  for (int i = 0; i < 6; ++i) {
+    Json body = {{"messages", Json::array({{{"role", "system"}, {"content", system}},
+                                           {{"role", "user"}, {"content", fmt::format("question {}", i)}}})},
+                 {"max_tokens", 50},
+                 {"stream", true}};
+    ASSERT_TRUE(f.post("/v1/chat/completions", body.dump()));
+  }
+  ASSERT_TRUE(f.post("/v1/completions", R"({"prompt":"a one-off prompt that nobody else sends, long enough"})"));
+  size_t before = 0;  // what b answered while every replica served
+  {
+    std::lock_guard lock(mu);
+    before = warmed.size();
+  }
+  auto started = admin(f, "POST", "/admin/rollouts",
+                       R"({"name":"w","stable":"v1","candidate":"v2","steps":[{"setWeight":50},{"pause":{}}]})");
+  ASSERT_TRUE(started) << started.error().message;
+  Json state;
+  for (int i = 0; i < 500; ++i) {
+    state = (*parse_json(admin(f, "GET", "/admin/rollouts")->body))["current"];
+    if (state["weight"] == 50) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_EQ(state["weight"], 50) << state.dump();
+  const Json& decisions = state["decisions"];
+  ASSERT_GE(decisions.size(), 3u);
+  EXPECT_EQ(decisions[0]["action"], "start");
+  EXPECT_EQ(decisions[1]["action"], "warm");
+  EXPECT_NE(decisions[1]["reason"].get<std::string>().find("the 1 hottest prompt prefixes (shared by 6 to 6 requests) "
+                                                            "sent to 1 replica of v2: 1 of 1 answered"),
+            std::string::npos)
+      << decisions[1].dump();
+  EXPECT_EQ(decisions[2]["action"], "set weight");
+  std::lock_guard lock(mu);
+  ASSERT_EQ(warmed.size(), before + 1);  // no client request reached it since
+  auto sent = parse_json(warmed.back());
+  ASSERT_TRUE(sent);
+  EXPECT_EQ((*sent)["max_tokens"], 1);
+  EXPECT_EQ((*sent)["stream"], false);
+  EXPECT_EQ((*sent)["messages"][0]["content"], system);
 }
 
 }  // namespace

@@ -58,7 +58,9 @@ class CanaryTest(unittest.TestCase):
         return p, url
 
     def route(self, backends, *extra):
-        args = ["route", "--port", "0", "--admin-key", KEY, "--rollout-db", os.path.join(self.dir, "r.db"),
+        self.routers = getattr(self, "routers", 0) + 1
+        db = os.path.join(self.dir, f"rollouts-{self.routers}.db")  # a store of its own
+        args = ["route", "--port", "0", "--admin-key", KEY, "--rollout-db", db,
                 "--policy", "round_robin", *extra]
         for url, version in backends:
             args += ["--backend", f"{url},version={version}"]
@@ -161,6 +163,43 @@ class CanaryTest(unittest.TestCase):
         r = self.drive(url)
         self.assertEqual(r["phase"], "aborted", json.dumps(r["decisions"], indent=1))
         self.assertIn("error rate", r["decisions"][-1]["reason"])
+
+    def test_the_candidate_is_warmed_with_the_hottest_prefixes_before_its_first_step(self):
+        prefix = ("Once upon a time there was a little girl named Lily who loved to play in the park with her "
+                  "dog Max, and every day they ran after the ball until the sun went down. ")
+
+        def ask(url, i):
+            body = {"prompt": prefix + f"One day {NAMES[i % len(NAMES)]}", "max_tokens": 4, "temperature": 0}
+            req = urllib.request.Request(f"{url}/v1/completions", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json", "X-Session-ID": f"s{i}"})
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.headers["X-Sluice-Replica"], json.loads(r.read())["usage"]
+
+        cached = {}
+        for prefixes in (32, 0):
+            s1, c = self.serve(STORIES)[1], self.serve(STORIES)[1]
+            url = self.route([(s1, "v1"), (c, "v2")])
+            self.start_rollout(url, {"name": "w", "stable": "v1", "candidate": "v2", "warm": {"prefixes": prefixes},
+                                     "steps": [{"setWeight": 0}, {"pause": {}}]})
+            for i in range(6):
+                self.assertEqual(ask(url, i)[0], s1)  # weight 0: all on stable
+            self.cli(url, "rollout", "abort")
+            self.start_rollout(url, {"name": "w2", "stable": "v1", "candidate": "v2", "warm": {"prefixes": prefixes},
+                                     "steps": [{"setWeight": 100}, {"pause": {}}]})
+            for _ in range(500):
+                if self.current(url)["weight"] == 100:
+                    break
+                time.sleep(0.01)
+            replica, usage = ask(url, 100)
+            self.assertEqual(replica, c)
+            cached[prefixes] = usage["prompt_tokens_details"]["cached_tokens"]
+            actions = [d["action"] for d in self.current(url)["decisions"]]
+            self.assertEqual("warm" in actions, prefixes > 0, actions)
+            for p in self.processes:
+                stop(p)
+            self.processes = []
+        self.assertGreater(cached[32], 16, cached)  # the shared prefix, whole blocks of it
+        self.assertEqual(cached[0], 0, cached)
 
     def test_a_slow_candidate_is_rolled_back_for_its_time_to_first_token(self):
         s1 = self.serve(STORIES)[1]
