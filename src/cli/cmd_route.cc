@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "common/http_client.h"
 #include "eval/yaml_json.h"
+#include "cli/rollout_eval.h"
 #include "router/router.h"
 
 namespace sluice::cli {
@@ -17,6 +18,7 @@ struct RouteOptions {
   std::string backends_file;
   std::string session_headers = "X-Session-ID,X-User-ID";
   bool controller = false;  // --rollout-controller
+  std::string eval_db;      // --rollout-eval-db
   std::string shadow_by = "request";
 };
 
@@ -63,6 +65,14 @@ int run_route(RouteOptions& o) {
     return fail_usage("--shadow-fraction needs --shadow VERSION: the version the copies go to");
   }
   if (o.controller && c.rollout_db.empty()) c.rollout_db = "sluice-rollouts.db";
+  if (!c.rollout_db.empty()) {
+    std::string eval_db = o.eval_db;
+    if (eval_db.empty()) {
+      eval_db = c.rollout_db.ends_with(".db") ? c.rollout_db.substr(0, c.rollout_db.size() - 3) : c.rollout_db;
+      eval_db += "-eval.db";
+    }
+    c.eval_gate = make_rollout_eval_gate(eval_db);
+  }
   if (const char* key = std::getenv("SLUICE_API_KEY"); key && c.api_key.empty()) c.api_key = key;
   if (const char* key = std::getenv("SLUICE_ADMIN_KEY"); key && c.admin_key.empty()) c.admin_key = key;
   if (!c.admin_key.empty() && c.admin_key == c.api_key) {
@@ -337,6 +347,10 @@ CommandFn add_route_command(CLI::App& app) {
   cmd->add_flag("--rollout-controller", o->controller,
                 "Run canary rollouts here (the controller; other routers --follow it); the store is --rollout-db, "
                 "default ./sluice-rollouts.db")
+      ->group(replicas);
+  cmd->add_option("--rollout-eval-db", o->eval_db,
+                  "The eval store of rollouts' eval suites (analysis.evalSuite); default: beside --rollout-db, "
+                  "NAME-eval.db")
       ->group(replicas);
   cmd->add_option("--follow", c.follow_url,
                   "Follow the rollouts of the controller router at this URL (polled with --admin-key, the "

@@ -203,7 +203,7 @@ Result<RolloutSpec> parse_rollout(const Json& j) {
     if (!a.is_object()) return Error(StatusCode::kInvalid, "rollout: 'analysis' must be an object");
     SLUICE_RETURN_IF_ERROR(known_keys(a, {"interval", "failureLimit", "minRequests", "maxErrorRateIncrease",
                                           "maxTtftP95Ratio", "maxTpotP95Ratio", "maxShadowDisagreementIncrease",
-                                          "minShadowPairs"},
+                                          "minShadowPairs", "evalSuite", "evalMaxDrop"},
                                       "rollout.analysis"));
     if (a.contains("minRequests")) {
       if (!a["minRequests"].is_number_integer() || a["minRequests"].get<int64_t>() < 1) {
@@ -217,7 +217,12 @@ Result<RolloutSpec> parse_rollout(const Json& j) {
       }
       spec.analysis.min_shadow_pairs = a["minShadowPairs"].get<int64_t>();
     }
+    if (a.contains("evalSuite")) {
+      if (!a["evalSuite"].is_string()) return Error(StatusCode::kInvalid, "rollout.analysis.evalSuite must be a path");
+      spec.analysis.eval_suite = a["evalSuite"].get<std::string>();
+    }
     for (auto [key, out, lo] : {std::tuple{"maxErrorRateIncrease", &spec.analysis.max_error_rate_increase, 0.0},
+                                std::tuple{"evalMaxDrop", &spec.analysis.eval_max_drop, 0.0},
                                 std::tuple{"maxShadowDisagreementIncrease",
                                            &spec.analysis.max_shadow_disagreement_increase, 0.0},
                                 std::tuple{"maxTtftP95Ratio", &spec.analysis.max_ttft_p95_ratio, 1.0},
@@ -288,7 +293,9 @@ Json to_json(const RolloutSpec& spec) {
             {"maxTtftP95Ratio", spec.analysis.max_ttft_p95_ratio},
             {"maxTpotP95Ratio", spec.analysis.max_tpot_p95_ratio},
             {"maxShadowDisagreementIncrease", spec.analysis.max_shadow_disagreement_increase},
-            {"minShadowPairs", spec.analysis.min_shadow_pairs}}},
+            {"minShadowPairs", spec.analysis.min_shadow_pairs},
+            {"evalSuite", spec.analysis.eval_suite},
+            {"evalMaxDrop", spec.analysis.eval_max_drop}}},
           {"shadow", to_json(spec.shadow)},
           {"warm", {{"prefixes", spec.warm.prefixes}, {"timeout", spec.warm.timeout_seconds}}}};
 }
@@ -299,7 +306,7 @@ Json Rollout::state() const {
   return {{"phase", phase_name(phase_)}, {"step", step_},
           {"weight", weight_},           {"step_started", step_started_},
           {"requests_at_step", requests_at_step_}, {"analysis_passed_at_step", analysis_passed_at_step_},
-          {"failed_analyses", failed_}};
+          {"eval_passed_at_step", eval_passed_at_step_}, {"failed_analyses", failed_}};
 }
 
 Result<Rollout> Rollout::restore(RolloutSpec spec, const Json& state) {
@@ -318,6 +325,7 @@ Result<Rollout> Rollout::restore(RolloutSpec spec, const Json& state) {
     r.requests_at_step_ = state.at("requests_at_step").get<int64_t>();
     r.analysis_passed_at_step_ = state.at("analysis_passed_at_step").get<bool>();
     r.failed_ = state.at("failed_analyses").get<int32_t>();
+    r.eval_passed_at_step_ = state.value("eval_passed_at_step", false);
   } catch (const nlohmann::json::exception& e) {
     return Error(StatusCode::kInvalid, "stored rollout state: {}", e.what());
   }
@@ -336,6 +344,20 @@ void Rollout::enter_step(double now) {
   step_started_ = now;
   requests_at_step_ = 0;
   analysis_passed_at_step_ = false;
+  eval_passed_at_step_ = false;
+}
+
+bool Rollout::wants_eval() const {
+  return phase_ == RolloutPhase::kProgressing && !spec_.analysis.eval_suite.empty() && !eval_passed_at_step_ &&
+         step_ < static_cast<int32_t>(spec_.steps.size()) &&
+         spec_.steps[static_cast<size_t>(step_)].kind == RolloutStep::Kind::kAnalysis;
+}
+
+std::vector<RolloutDecision> Rollout::record_eval(double now, bool passed, const std::string& reason) {
+  if (finished()) return {};
+  if (!passed) return record_analysis(now, false, reason);
+  eval_passed_at_step_ = true;
+  return {decide(now, "eval passed", reason)};
 }
 
 std::vector<RolloutDecision> Rollout::advance(double now) {
@@ -358,6 +380,7 @@ std::vector<RolloutDecision> Rollout::advance(double now) {
                                                           now - step_started_, requests_at_step_, weight_)));
     } else {
       if (!analysis_passed_at_step_) return out;
+      if (!spec_.analysis.eval_suite.empty() && !eval_passed_at_step_) return out;
     }
     ++step_;
     enter_step(now);

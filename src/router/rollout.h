@@ -21,6 +21,8 @@
 //     maxTpotP95Ratio: 1.5
 //     maxShadowDisagreementIncrease: 0.05   # quality: candidate's shadow disagreement less
 //     minShadowPairs: 10                    # the noise floor's (shadow.h), with this many pairs
+//     evalSuite: evals/app/suite.yaml       # also at each analysis step: `sluice eval` against a
+//     evalMaxDrop: 0.02                     # stable and a candidate replica; "regressed" fails
 //   warm: {prefixes: 32, timeout: 30}   # before the first step (WarmConfig)
 //   shadow:                      # mirror stable's traffic to the candidate (ShadowConfig)
 //     fraction: 0.1              # of requests, or of sessions with `by: session`
@@ -39,6 +41,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -70,6 +73,11 @@ struct AnalysisConfig {
   // min_shadow_pairs candidate pairs (else quality is not judged in that window).
   double max_shadow_disagreement_increase = 0.05;
   int64_t min_shadow_pairs = 10;
+  // An eval suite (`sluice eval`) run against a stable and a candidate replica at each analysis
+  // step, compared item by item (eval/compare.h with max_drop = eval_max_drop): an analysis step
+  // passes only once the suite did not regress too. Empty: no suite.
+  std::string eval_suite;
+  double eval_max_drop = 0.02;
 };
 
 // Shadow traffic (router.h): copies of requests sent to another version, whose answers are
@@ -113,6 +121,18 @@ struct RolloutSpec {
   WarmConfig warm;
 };
 
+// An eval suite's verdict on a candidate (AnalysisConfig::eval_suite).
+struct EvalVerdict {
+  bool passed = false;
+  std::string reason;
+  nlohmann::json metrics;
+};
+// Runs `suite` against a stable and a candidate replica (OpenAI base URLs, ".../v1") and compares
+// the candidate's run with stable's; blocking. The router links no eval code: `sluice route`
+// supplies it (cli/rollout_eval.h).
+using EvalGate = std::function<Result<EvalVerdict>(const std::string& suite, double max_drop,
+                                                   const std::string& stable_url, const std::string& candidate_url)>;
+
 // From the spec's JSON (YAML converted); errors name the field.
 Result<RolloutSpec> parse_rollout(const nlohmann::json& spec);
 nlohmann::json to_json(const RolloutSpec& spec);
@@ -145,6 +165,11 @@ class Rollout {
   int32_t step() const { return step_; }          // the step being waited on (steps.size() once done)
   double weight() const { return weight_; }       // the candidate's share now, percent
   int32_t failed_analyses() const { return failed_; }
+  // At an analysis step whose eval suite has not passed yet (AnalysisConfig::eval_suite).
+  bool wants_eval() const;
+  // The suite's verdict at this step: passed lets the step go on (with a passed analysis);
+  // failed counts as a failed analysis.
+  std::vector<RolloutDecision> record_eval(double now, bool passed, const std::string& reason);
 
   // Where a request of `session` goes now (sticky, see above).
   bool routes_to_candidate(std::string_view session) const {
@@ -179,6 +204,7 @@ class Rollout {
   double step_started_ = 0;        // when the current step was entered
   int64_t requests_at_step_ = 0;   // requests routed since then
   bool analysis_passed_at_step_ = false;
+  bool eval_passed_at_step_ = false;
   int32_t failed_ = 0;
 };
 

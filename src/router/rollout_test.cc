@@ -104,6 +104,40 @@ TEST(Rollout, AnIdenticalCandidatePromotesThroughEveryStep) {
   EXPECT_FALSE(r.abort(2003, "late").has_value());
 }
 
+// With an eval suite, an analysis step waits for both the traffic's analysis and the suite; a
+// suite that regressed counts as a failed analysis; a restart keeps what passed.
+TEST(Rollout, AnEvalSuiteGatesEachAnalysisStep) {
+  const RolloutSpec spec = spec_of(R"({"name": "r", "stable": "v1", "candidate": "v2",
+      "steps": [{"setWeight": 10}, {"analysis": {}}, {"setWeight": 50}, {"analysis": {}}],
+      "analysis": {"failureLimit": 0, "evalSuite": "suite.yaml", "evalMaxDrop": 0.05}})");
+  EXPECT_EQ(spec.analysis.eval_max_drop, 0.05);
+  Rollout r(spec, 0);
+  EXPECT_FALSE(r.wants_eval());  // not at an analysis step yet
+  r.advance(1);
+  EXPECT_EQ(r.step(), 1);
+  EXPECT_TRUE(r.wants_eval());
+  r.record_analysis(2, true, "traffic fine");
+  EXPECT_TRUE(r.advance(3).empty());  // the suite has not passed yet
+  auto d = r.record_eval(4, true, "no change");
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].action, "eval passed");
+  EXPECT_FALSE(r.wants_eval());
+  // Restored mid-step: what passed at the step is kept.
+  auto restored = Rollout::restore(spec, r.state());
+  ASSERT_TRUE(restored) << restored.error().message();
+  EXPECT_FALSE(restored->wants_eval());
+  d = r.advance(5);
+  EXPECT_EQ(r.step(), 3);
+  EXPECT_EQ(r.weight(), 50);
+  EXPECT_TRUE(r.wants_eval());  // again at the next analysis step
+  d = r.record_eval(6, false, "eval suite.yaml: regressed");
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].action, "analysis failed");
+  EXPECT_EQ(d[1].action, "abort");
+  EXPECT_EQ(r.weight(), 0);
+  EXPECT_FALSE(r.wants_eval());
+}
+
 TEST(Rollout, FailedAnalysesPastTheLimitAbortAndSendEverySessionBack) {
   Rollout r(spec_of(R"({"name": "r", "stable": "v1", "candidate": "v2", "steps": [{"setWeight": 100}, {"pause": {}}],
       "analysis": {"failureLimit": 1}})"), 0);

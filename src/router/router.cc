@@ -246,6 +246,7 @@ Router::~Router() {
   for (std::thread& t : impl_->threads) t.join();
   if (impl_->drainer.joinable()) impl_->drainer.join();
   if (impl_->shadow_thread.joinable()) impl_->shadow_thread.join();
+  if (impl_->eval_thread.joinable()) impl_->eval_thread.join();  // its requests have their own timeouts
 }
 
 uint16_t Router::port() const { return impl_->port; }

@@ -137,6 +137,8 @@ struct RouterConfig {
   ShadowConfig shadow;
   // Where compared pairs are kept: this file, else rollout_db's, else memory only.
   std::string shadow_db;
+  // Runs a rollout's eval suite (AnalysisConfig::eval_suite); without it such rollouts are refused.
+  EvalGate eval_gate;
 };
 
 class Router {

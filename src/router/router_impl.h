@@ -196,6 +196,11 @@ struct Router::Impl {
   // before its first step, while `warming` holds the steps back.
   HotPrefixes hot_prefixes;
   bool warming SLUICE_GUARDED_BY(rollout_mu) = false;
+  // A rollout's eval suite runs on a thread of its own (it blocks), one at a time.
+  std::thread eval_thread;
+  bool eval_running SLUICE_GUARDED_BY(rollout_mu) = false;
+  double last_eval SLUICE_GUARDED_BY(rollout_mu) = 0;
+  void start_eval(double now) SLUICE_REQUIRES(rollout_mu);
   net::awaitable<void> warm_candidate(std::vector<HotPrefixes::Hot> hot, std::string version, double timeout_seconds,
                                       int64_t id);
   net::awaitable<void> follow_loop();

@@ -1,5 +1,7 @@
 // Canary rollouts in the router (router.h, rollout.h): the rollout loaded from its store at start,
 // the version each request goes to, the loop that moves the steps on, and the admin routes.
+#include <filesystem>
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -102,6 +104,39 @@ void Router::Impl::analyze_rollout(double now) {
   persist_rollout(rollout->record_analysis(now, v.passed, reason), now);
 }
 
+// The suite against one available replica of each version, on the eval thread; its verdict is
+// recorded as an analysis of the step it was started at.
+void Router::Impl::start_eval(double now) {
+  const RolloutSpec& spec = rollout->spec();
+  std::string stable_url, candidate_url;
+  for (const BackendView& v : pool.snapshot()) {
+    if (!v.available) continue;
+    const std::shared_ptr<const BackendConfig> b = pool.config(v.index);
+    if (b->version == spec.stable && stable_url.empty()) stable_url = b->url.to_string() + "/v1";
+    if (b->version == spec.candidate && candidate_url.empty()) candidate_url = b->url.to_string() + "/v1";
+  }
+  last_eval = now;
+  if (stable_url.empty() || candidate_url.empty() || !config.eval_gate) return;  // tried again next interval
+  eval_running = true;
+  if (eval_thread.joinable()) eval_thread.join();  // the last one, finished
+  eval_thread = std::thread([this, suite = spec.analysis.eval_suite, max_drop = spec.analysis.eval_max_drop,
+                             step = rollout->step(), id = rollout_id, stable_url, candidate_url] {
+    Result<EvalVerdict> v = config.eval_gate(suite, max_drop, stable_url, candidate_url);
+    const double at = epoch_now();
+    const bool passed = v && v->passed;
+    const std::string reason = v ? fmt::format("eval {}: {}", suite, v->reason)
+                                 : fmt::format("eval {} could not run: {}", suite, v.error().message());
+    MutexLock lock(rollout_mu);
+    eval_running = false;
+    last_eval = at;
+    if (!rollout || rollout_id != id || rollout->finished() || rollout->step() != step) return;
+    if (Status s = rollout_store->record_analysis(id, {at, step, passed, reason, v ? v->metrics : nlohmann::json()}); !s) {
+      fmt::print(stderr, "sluice route: {}\n", s.message());
+    }
+    persist_rollout(rollout->record_eval(at, passed, reason), at);
+  });
+}
+
 net::awaitable<void> Router::Impl::rollout_loop() {
   net::steady_timer timer(co_await net::this_coro::executor);
   while (!stopping) {
@@ -110,6 +145,9 @@ net::awaitable<void> Router::Impl::rollout_loop() {
       if (rollout && !rollout->finished() && !warming) {
         const double now = epoch_now();
         analyze_rollout(now);
+        if (rollout->wants_eval() && !eval_running && now - last_eval >= rollout->spec().analysis.interval_seconds) {
+          start_eval(now);
+        }
         if (!rollout->finished()) persist_rollout(rollout->advance(now), now);
       }
     }
@@ -311,6 +349,17 @@ net::awaitable<bool> Router::Impl::admin_rollouts(beast::tcp_stream& client, bht
   if (action.empty()) {
     auto spec = parse_rollout(nlohmann::json::parse(body.dump()));
     if (!spec) co_return co_await respond(client, 400, bad(spec.error().message()), keep);
+    if (!spec->analysis.eval_suite.empty()) {
+      std::error_code ec;
+      const std::string problem =
+          !config.eval_gate ? "this router cannot run eval suites (sluice route runs them; an embedded router needs an "
+                              "eval gate)"
+          : !std::filesystem::is_regular_file(spec->analysis.eval_suite, ec)
+              ? fmt::format("rollout.analysis.evalSuite: no file '{}' (a path as the router sees it)",
+                            spec->analysis.eval_suite)
+              : std::string();
+      if (!problem.empty()) co_return co_await respond(client, 400, bad(problem), keep);
+    }
     // A version no replica carries is a typo, not a rollout.
     for (const std::string& v : {spec->stable, spec->candidate}) {
       bool found = false;

@@ -2,6 +2,7 @@
 // the analysis promoting or rolling back, a follower splitting as its controller does.
 #include "router/router_test_fixture.h"
 
+#include <fstream>
 #include <mutex>
 
 namespace sluice::router {
@@ -280,6 +281,73 @@ TEST(Router, ARolloutWarmsTheCandidateWithTheHottestPrefixesFirst) {
   EXPECT_EQ((*sent)["max_tokens"], 1);
   EXPECT_EQ((*sent)["stream"], false);
   EXPECT_EQ((*sent)["messages"][0]["content"], system);
+}
+
+// A rollout with an eval suite runs it (through the router's eval gate) against one replica of
+// each version at each analysis step: a suite that regressed rolls the candidate back with its
+// reason; one that held promotes it. Without a gate such rollouts are refused.
+TEST(Router, ARolloutsEvalSuiteGatesItsAnalysisSteps) {
+  TestHttpServer a(named("a")), b(named("b"));
+  const std::string suite = ::testing::TempDir() + "/rollout_suite.yaml";
+  { std::ofstream(suite) << "providers: []\n"; }
+  for (bool regressed : {false, true}) {
+    const std::string db = ::testing::TempDir() + fmt::format("/router_eval_{}.db", regressed);
+    std::filesystem::remove(db);
+    std::mutex mu;
+    std::vector<std::string> called;  // suite, stable URL, candidate URL
+    Fixture f({}, "round_robin", {}, [&](RouterConfig& rc) {
+      rc.admin_key = "adm";
+      rc.rollout_db = db;
+      rc.backends.push_back(*parse_backend(a.url().to_string() + ",version=v1"));
+      rc.backends.push_back(*parse_backend(b.url().to_string() + ",version=v2"));
+      rc.eval_gate = [&, regressed](const std::string& s, double max_drop, const std::string& stable,
+                                    const std::string& candidate) -> Result<EvalVerdict> {
+        std::lock_guard lock(mu);
+        called = {s, stable, candidate, fmt::format("{}", max_drop)};
+        return EvalVerdict{!regressed, regressed ? "regressed over 3 items" : "no change over 3 items", {}};
+      };
+    });
+    auto missing = admin(f, "POST", "/admin/rollouts", R"({"name":"e","stable":"v1","candidate":"v2",
+        "analysis":{"evalSuite":"/no/such/suite.yaml"}})");
+    ASSERT_FALSE(missing);
+    EXPECT_NE(missing.error().body.find("no file '/no/such/suite.yaml'"), std::string::npos) << missing.error().body;
+    Json spec = Json::parse(R"({"name":"e","stable":"v1","candidate":"v2",
+        "steps":[{"setWeight":50},{"analysis":{}},{"setWeight":100}],
+        "analysis":{"interval":0.05,"minRequests":2,"failureLimit":0,"evalMaxDrop":0.1}})");
+    spec["analysis"]["evalSuite"] = suite;
+    ASSERT_TRUE(admin(f, "POST", "/admin/rollouts", spec.dump()));
+    Json state;
+    for (int i = 0; i < 400; ++i) {
+      ASSERT_TRUE(f.post("/v1/completions", R"({"prompt":"x"})", {{"X-Session-ID", fmt::format("s{}", i)}}));
+      state = (*parse_json(admin(f, "GET", "/admin/rollouts")->body))["current"];
+      if (state["phase"] == "promoted" || state["phase"] == "aborted") break;
+      std::this_thread::sleep_for(5ms);
+    }
+    EXPECT_EQ(state["phase"], regressed ? "aborted" : "promoted") << state.dump();
+    bool eval_decided = false;
+    for (const Json& d : state["decisions"]) {
+      const std::string reason = d["reason"].get<std::string>();
+      if (reason.starts_with("eval " + suite)) eval_decided = d["action"] == (regressed ? "analysis failed" : "eval passed");
+    }
+    EXPECT_TRUE(eval_decided) << state.dump();
+    std::lock_guard lock(mu);
+    ASSERT_EQ(called.size(), 4u);
+    EXPECT_EQ(called[0], suite);
+    EXPECT_EQ(called[1], a.url().to_string() + "/v1");
+    EXPECT_EQ(called[2], b.url().to_string() + "/v1");
+    EXPECT_EQ(called[3], "0.1");
+  }
+  Fixture bare({}, "round_robin", {}, [&](RouterConfig& rc) {
+    rc.admin_key = "adm";
+    rc.rollout_db = ::testing::TempDir() + "/router_eval_none.db";
+    rc.backends.push_back(*parse_backend(a.url().to_string() + ",version=v1"));
+    rc.backends.push_back(*parse_backend(b.url().to_string() + ",version=v2"));
+  });
+  Json spec = Json::parse(R"({"name":"e","stable":"v1","candidate":"v2"})");
+  spec["analysis"]["evalSuite"] = suite;
+  auto refused = admin(bare, "POST", "/admin/rollouts", spec.dump());
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().body.find("cannot run eval suites"), std::string::npos) << refused.error().body;
 }
 
 }  // namespace

@@ -3,7 +3,8 @@ loopback: a candidate identical to stable is promoted through every step with it
 matching stable's exactly at temperature 0; a worse candidate is rolled back by itself, with the
 reason, in each of three ways: a different model file (its answers differ: quality, from shadow
 traffic), replicas that fail a share of requests (errors), and one made slow (--max-num-seqs 1
-under concurrent load: time to first token)."""
+under concurrent load: time to first token). An eval suite gates the analysis steps too, and
+the candidate is warmed with the traffic's hottest prompt prefixes before its first step."""
 
 import concurrent.futures
 import json
@@ -200,6 +201,27 @@ class CanaryTest(unittest.TestCase):
             self.processes = []
         self.assertGreater(cached[32], 16, cached)  # the shared prefix, whole blocks of it
         self.assertEqual(cached[0], 0, cached)
+
+    def test_an_eval_suite_gates_each_analysis_step(self):
+        suite = os.path.join(ROOT, "evals", "stories", "suite.yaml")
+        for model, phase in ((STORIES, "promoted"), (OTHER, "aborted")):
+            s1, c = self.serve(STORIES)[1], self.serve(model)[1]
+            url = self.route([(s1, "v1"), (c, "v2")])
+            spec = self.spec(evalSuite=suite)
+            self.start_rollout(url, spec)
+            r = self.drive(url)
+            self.assertEqual(r["phase"], phase, json.dumps(r["decisions"], indent=1))
+            evals = [d for d in r["decisions"] if d["reason"].startswith("eval ")]
+            self.assertTrue(evals, r["decisions"])
+            if phase == "promoted":
+                self.assertEqual([d["action"] for d in evals], ["eval passed", "eval passed"])
+                self.assertIn("no change", evals[0]["reason"])
+            else:
+                self.assertEqual(evals[-1]["action"], "analysis failed")
+                self.assertIn("regressed", evals[-1]["reason"])
+            for p in self.processes:
+                stop(p)
+            self.processes = []
 
     def test_a_slow_candidate_is_rolled_back_for_its_time_to_first_token(self):
         s1 = self.serve(STORIES)[1]
