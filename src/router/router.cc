@@ -146,6 +146,7 @@ net::awaitable<bool> Router::Impl::handle(beast::tcp_stream& client, beast::flat
     co_return co_await respond(client, 200, metrics_of(*this), keep, "text/plain; version=0.0.4");
   }
   if (path == "/admin" || path.starts_with("/admin/")) co_return co_await admin(client, req, path);
+  if (path == "/ui" || path == "/ui/") co_return co_await dashboard(client, req);
   if (path == "/v1/models" && req.method() == bhttp::verb::get) {
     Json list = co_await models();
     if (list["data"].empty()) {

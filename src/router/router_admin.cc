@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "router/dashboard.h"
 #include "router/router_impl.h"
 
 namespace sluice::router {
@@ -106,6 +107,29 @@ bool same_secret(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
+// Whether `authorization` is HTTP Basic (RFC 7617) with this password, whatever the user name.
+bool basic_password_is(std::string_view authorization, std::string_view password) {
+  constexpr std::string_view kBasic = "Basic ";
+  if (authorization.size() <= kBasic.size() || !http::iequals(authorization.substr(0, kBasic.size()), kBasic)) return false;
+  std::string decoded;
+  uint32_t bits = 0;
+  int nbits = 0;
+  for (char c : authorization.substr(kBasic.size())) {
+    int v = c >= 'A' && c <= 'Z' ? c - 'A' : c >= 'a' && c <= 'z' ? c - 'a' + 26 : c >= '0' && c <= '9' ? c - '0' + 52
+          : c == '+' ? 62 : c == '/' ? 63 : -1;
+    if (c == '=') break;
+    if (v < 0) return false;
+    bits = (bits << 6) | static_cast<uint32_t>(v);
+    nbits += 6;
+    if (nbits >= 8) {
+      nbits -= 8;
+      decoded += static_cast<char>((bits >> nbits) & 0xFF);
+    }
+  }
+  const size_t colon = decoded.find(':');
+  return colon != std::string::npos && same_secret(std::string_view(decoded).substr(colon + 1), password);
+}
+
 // A body field no route takes: a typo ("weigth") must not pass as a request without it.
 std::string unknown_field(const Json& body, std::initializer_list<std::string_view> known) {
   for (const auto& [k, v] : body.items()) {
@@ -125,6 +149,42 @@ Result<std::string> url_of(const Json& body) {
 }
 
 }  // namespace
+
+Json Router::Impl::replicas_json() {
+  Json list = Json::array();
+  const auto stats = pool.stats();
+  MutexLock lock(metrics_mu);
+  for (const auto& b : stats) list.push_back(replica_json(b, metrics));
+  return list;
+}
+
+net::awaitable<bool> Router::Impl::dashboard(beast::tcp_stream& client, bhttp::request<bhttp::string_body>& req) {
+  const bool keep = req.keep_alive() && !stopping;
+  if (config.admin_key.empty()) {
+    co_return co_await respond(client, 404, "the dashboard is off: start sluice route with --admin-key\n", keep,
+                               "text/plain; charset=utf-8");
+  }
+  const std::string_view auth = req[bhttp::field::authorization];
+  if (!same_secret(auth, "Bearer " + config.admin_key) && !basic_password_is(auth, config.admin_key)) {
+    Headers challenge;
+    challenge.emplace_back("WWW-Authenticate", "Basic realm=\"sluice route\", charset=\"UTF-8\"");
+    co_return co_await respond(client, 401, "the dashboard needs the admin key (as the password)\n", keep,
+                               "text/plain; charset=utf-8", &challenge);
+  }
+  DashboardData d;
+  d.replicas = replicas_json();
+  d.policy = std::string(policy->name());
+  d.rollout = current_rollout_json(true);
+  ShadowReportOptions o;
+  o.worst = 5;
+  o.since = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() - 3600;
+  d.shadow = shadow_report(o);
+  d.now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  Headers extra;
+  extra.emplace_back("Cache-Control", "no-store");
+  extra.emplace_back("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data:");
+  co_return co_await respond(client, 200, render_dashboard(d), keep, "text/html; charset=utf-8", &extra);
+}
 
 net::awaitable<bool> Router::Impl::admin(beast::tcp_stream& client, bhttp::request<bhttp::string_body>& req,
                                          std::string_view path) {
@@ -147,13 +207,7 @@ net::awaitable<bool> Router::Impl::admin(beast::tcp_stream& client, bhttp::reque
   }
   const bool get = req.method() == bhttp::verb::get, post = req.method() == bhttp::verb::post;
   if (path == "/admin/replicas" && get) {
-    Json list = Json::array();
-    {
-      const auto stats = pool.stats();
-      MutexLock lock(metrics_mu);
-      for (const auto& b : stats) list.push_back(replica_json(b, metrics));
-    }
-    Json out = {{"policy", std::string(policy->name())}, {"replicas", list}};
+    Json out = {{"policy", std::string(policy->name())}, {"replicas", replicas_json()}};
     co_return co_await respond(client, 200, out.dump(), keep);
   }
   static constexpr std::string_view kOps[] = {"/admin/replicas", "/admin/replicas/remove", "/admin/replicas/drain",

@@ -204,6 +204,8 @@ struct Router::Impl {
   net::awaitable<void> warm_candidate(std::vector<HotPrefixes::Hot> hot, std::string version, double timeout_seconds,
                                       int64_t id);
   net::awaitable<void> follow_loop();
+  // The current rollout with its decisions (and analyses), as GET /admin/rollouts has it; null if none.
+  Json current_rollout_json(bool with_analyses);
   net::awaitable<bool> admin_rollouts(beast::tcp_stream& client, bhttp::request<bhttp::string_body>& req,
                                       std::string_view path, bool keep);
 
@@ -228,6 +230,9 @@ struct Router::Impl {
   void finish_primary(Exchange& x, int status, const std::string& body);
   net::awaitable<void> run_shadow(std::shared_ptr<ShadowExchange> s);
   void complete_shadow(ShadowExchange& s);
+  Json shadow_status();  // GET /admin/shadow
+  // GET /admin/shadow/report's answer; null with `error` set when the store failed.
+  Json shadow_report(const ShadowReportOptions& options, std::string* error = nullptr);
   net::awaitable<bool> admin_shadow(beast::tcp_stream& client, bhttp::request<bhttp::string_body>& req,
                                     std::string_view path, bool keep);
 
@@ -240,6 +245,10 @@ struct Router::Impl {
   net::awaitable<Attempt> attempt(int backend, beast::tcp_stream& client, beast::flat_buffer& buffer, Exchange& x,
                                   double& ttft);
   net::awaitable<bool> admin(beast::tcp_stream& client, bhttp::request<bhttp::string_body>& req, std::string_view path);
+  Json replicas_json();  // GET /admin/replicas' list
+  // GET /ui: the dashboard (dashboard.h), for the admin key as a bearer token or as the password
+  // of HTTP Basic authentication (what a browser asks for).
+  net::awaitable<bool> dashboard(beast::tcp_stream& client, bhttp::request<bhttp::string_body>& req);
   net::awaitable<Json> models();
   // GET `path` of a replica on a connection of its own, with the health timeout.
   net::awaitable<http::HttpResult<http::HttpResponse>> get(int backend, std::string path);

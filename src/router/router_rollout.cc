@@ -283,6 +283,31 @@ Json rollout_json(const Rollout& r, int64_t id, const std::vector<RolloutDecisio
 
 }  // namespace
 
+Json Router::Impl::current_rollout_json(bool with_analyses) {
+  int64_t id = 0;
+  std::optional<Rollout> copy;
+  {
+    MutexLock lock(rollout_mu);
+    if (!rollout) return nullptr;
+    copy = *rollout;
+    id = rollout_id;
+  }
+  if (!rollout_store) return rollout_json(*copy, id, {});  // a follower: the controller keeps the history
+  auto decisions = rollout_store->decisions(id);
+  Json out = rollout_json(*copy, id, decisions ? *decisions : std::vector<RolloutDecision>{});
+  if (with_analyses) {
+    Json list = Json::array();
+    if (auto analyses = rollout_store->analyses(id)) {
+      for (const StoredAnalysis& a : *analyses) {
+        list.push_back({{"at", a.at}, {"step", a.step}, {"passed", a.passed}, {"reason", a.reason},
+                        {"metrics", Json::parse(a.metrics.dump())}});
+      }
+    }
+    out["analyses"] = list;
+  }
+  return out;
+}
+
 net::awaitable<bool> Router::Impl::admin_rollouts(beast::tcp_stream& client, bhttp::request<bhttp::string_body>& req,
                                                   std::string_view path, bool keep) {
   auto bad = [](std::string message) { return error_body(message, "invalid_request_error"); };
@@ -315,19 +340,7 @@ net::awaitable<bool> Router::Impl::admin_rollouts(beast::tcp_stream& client, bht
     co_return co_await respond(client, 405, bad(fmt::format("{} takes {}", path, allow.back().second)), keep,
                                "application/json", &allow);
   }
-  // The current rollout as JSON (its decisions from the store), or null.
-  auto current = [&]() -> Json {
-    int64_t id = 0;
-    std::optional<Rollout> copy;
-    {
-      MutexLock lock(rollout_mu);
-      if (!rollout) return nullptr;
-      copy = *rollout;
-      id = rollout_id;
-    }
-    auto decisions = rollout_store->decisions(id);
-    return rollout_json(*copy, id, decisions ? *decisions : std::vector<RolloutDecision>{});
-  };
+  auto current = [&] { return current_rollout_json(false); };
   if (get) {
     Json history = Json::array();
     if (auto list = rollout_store->list(20)) {

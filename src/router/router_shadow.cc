@@ -277,26 +277,39 @@ void Router::Impl::complete_shadow(ShadowExchange& s) {
   }
 }
 
+Json Router::Impl::shadow_status() {
+  bool from_rollout = false;
+  const std::optional<ShadowConfig> active = active_shadow(&from_rollout);
+  Json out = Json::object();
+  out["active"] = active ? Json::parse(to_json(*active).dump()) : Json(nullptr);
+  out["source"] = !active ? Json(nullptr) : Json(from_rollout ? "rollout" : "router");
+  out["in_flight"] = shadow_in_flight.load();
+  with_metrics([&](Metrics& m) {
+    Json pairs = Json::object(), dropped = Json::object();
+    for (const auto& [k, n] : m.shadow_pairs) pairs[k.first][k.second] = n;
+    for (const auto& [k, n] : m.shadow_dropped) dropped[k] = n;
+    out["pairs"] = pairs;
+    out["dropped"] = dropped;
+  });
+  return out;
+}
+
+Json Router::Impl::shadow_report(const ShadowReportOptions& options, std::string* error) {
+  auto report = shadow_store->report(options);
+  if (!report) {
+    if (error) *error = report.error().message();
+    return nullptr;
+  }
+  Json out = shadow_status();
+  for (auto& [k, v] : report->items()) out[k] = std::move(v);
+  return out;
+}
+
 net::awaitable<bool> Router::Impl::admin_shadow(beast::tcp_stream& client, bhttp::request<bhttp::string_body>& req,
                                                 std::string_view path, bool keep) {
   auto bad = [](std::string message) { return error_body(message, "invalid_request_error"); };
   const bool get = req.method() == bhttp::verb::get, post = req.method() == bhttp::verb::post;
-  auto state = [&]() {
-    bool from_rollout = false;
-    const std::optional<ShadowConfig> active = active_shadow(&from_rollout);
-    Json out = Json::object();
-    out["active"] = active ? Json::parse(to_json(*active).dump()) : Json(nullptr);
-    out["source"] = !active ? Json(nullptr) : Json(from_rollout ? "rollout" : "router");
-    out["in_flight"] = shadow_in_flight.load();
-    with_metrics([&](Metrics& m) {
-      Json pairs = Json::object(), dropped = Json::object();
-      for (const auto& [k, n] : m.shadow_pairs) pairs[k.first][k.second] = n;
-      for (const auto& [k, n] : m.shadow_dropped) dropped[k] = n;
-      out["pairs"] = pairs;
-      out["dropped"] = dropped;
-    });
-    return out;
-  };
+  auto state = [&] { return shadow_status(); };
   if (path == "/admin/shadow/report") {
     if (!get) co_return co_await respond(client, 405, bad("/admin/shadow/report takes GET"), keep);
     ShadowReportOptions o;
@@ -311,10 +324,9 @@ net::awaitable<bool> Router::Impl::admin_shadow(beast::tcp_stream& client, bhttp
       co_return co_await respond(
           client, 400, bad("query: since=SECONDS_SINCE_EPOCH, worst=0..1000, bucket=SECONDS (> 0), version=V"), keep);
     }
-    auto report = shadow_store->report(o);
-    if (!report) co_return co_await respond(client, 500, error_body(report.error().message(), "server_error"), keep);
-    Json out = state();
-    for (auto& [k, v] : report->items()) out[k] = std::move(v);
+    std::string error;
+    const Json out = shadow_report(o, &error);
+    if (out.is_null()) co_return co_await respond(client, 500, error_body(error, "server_error"), keep);
     co_return co_await respond(client, 200, out.dump(-1, ' ', false, Json::error_handler_t::replace), keep);
   }
   if (path != "/admin/shadow") co_return co_await respond(client, 404, bad(fmt::format("no admin route {}", path)), keep);

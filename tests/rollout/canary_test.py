@@ -6,6 +6,7 @@ traffic), replicas that fail a share of requests (errors), and one made slow (--
 under concurrent load: time to first token). An eval suite gates the analysis steps too, and
 the candidate is warmed with the traffic's hottest prompt prefixes before its first step."""
 
+import base64
 import concurrent.futures
 import json
 import os
@@ -28,6 +29,7 @@ MODELS = os.path.join(ROOT, "..", "shared", "models")
 STORIES = os.path.join(MODELS, "stories260K.gguf")
 OTHER = os.path.join(MODELS, "quant", "llama-d256-s21-Q8_0.gguf")
 KEY = "canary-admin"
+ARTIFACTS = os.environ.get("SLUICE_TEST_ARTIFACTS", os.getcwd())
 LISTENING = r"listening on (http://[\d.]+:\d+)"
 NAMES = ["Lily", "Tom", "Ben", "Sue", "Max", "Anna", "Sam", "Mia", "Leo", "Zoe"]
 
@@ -222,6 +224,36 @@ class CanaryTest(unittest.TestCase):
             for p in self.processes:
                 stop(p)
             self.processes = []
+
+    def test_the_dashboard_shows_the_live_rollout_and_shadow_pairs_in_a_browser(self):
+        s1, s2 = (self.serve(STORIES)[1] for _ in range(2))
+        c = self.serve(OTHER)[1]
+        url = self.route([(s1, "v1"), (s2, "v1"), (c, "v2")])
+        self.start_rollout(url, {**self.spec(minShadowPairs=8), "name": "dash",
+                                 "shadow": {"fraction": 1, "noiseFraction": 0.5}})
+        self.assertEqual(self.drive(url)["phase"], "aborted")
+        # The admin key guards it: no key, a wrong one -> 401 with a Basic challenge.
+        for auth in (None, "Basic " + base64.b64encode(b"ops:wrong").decode()):
+            req = urllib.request.Request(f"{url}/ui", headers={"Authorization": auth} if auth else {})
+            with self.assertRaises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(req, timeout=30)
+            self.assertEqual(e.exception.code, 401)
+            self.assertIn("Basic", e.exception.headers["WWW-Authenticate"])
+        chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+        self.assertIsNotNone(chromium, "chromium is not installed (scripts/setup.sh installs it)")
+        browser = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                   f"--user-data-dir={self.dir}/chromium"]
+        page = url.replace("http://", f"http://ops:{KEY}@") + "/ui"
+        dom = subprocess.run(browser + ["--dump-dom", page], capture_output=True, text=True, timeout=120)
+        self.assertIn("<h1>sluice route</h1>", dom.stdout, dom.stderr[-2000:])
+        for want in (s1, c, "dash", ">aborted<", "shadow disagreement", "<polyline", "The most differing pairs"):
+            self.assertIn(want, dom.stdout)
+        shot = os.path.join(ARTIFACTS, "router_dashboard.png")
+        r = subprocess.run(browser + [f"--screenshot={shot}", "--window-size=1280,2200", page],
+                           capture_output=True, text=True, timeout=120)
+        self.assertTrue(os.path.exists(shot) and os.path.getsize(shot) > 10_000, r.stderr[-2000:])
+        with open(shot, "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 
     def test_a_slow_candidate_is_rolled_back_for_its_time_to_first_token(self):
         s1 = self.serve(STORIES)[1]
