@@ -60,6 +60,7 @@ int run_route(RouteOptions& o) {
     c.discover.push_back(*d);
   }
   c.session_headers = split(o.session_headers, ',');
+  c.learn_versions = true;
   c.shadow.by_session = o.shadow_by == "session";
   if (c.shadow.fraction > 0 && c.shadow.version.empty()) {
     return fail_usage("--shadow-fraction needs --shadow VERSION: the version the copies go to");
@@ -321,8 +322,8 @@ CommandFn add_route_command(CLI::App& app) {
   cmd->add_option("--backend", o->backends,
                   "A replica's base URL, e.g. http://10.0.0.5:8000 (repeatable); ',key=KEY' after it: the API key "
                   "sent to it (otherwise the client's Authorization is passed on); ',weight=W': its share relative to "
-                  "the others (default 1, 0.01..100); ',version=V': its version label, which canary rollouts split "
-                  "traffic by")
+                  "the others (default 1, 0.01..100); ',version=V': its version label, which canary rollouts and shadow "
+                  "traffic split by (without one: the model id and system_fingerprint it reports, 'ID@FINGERPRINT')")
       ->group(replicas);
   cmd->add_option("--backends-file", o->backends_file,
                   "A file of replicas, one per line as --backend ('#' starts a comment)")

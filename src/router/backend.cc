@@ -187,6 +187,19 @@ Status BackendPool::set_weight(std::string_view name, double weight) {
   return Status();
 }
 
+void BackendPool::set_reported_version(int i, std::string version, uint64_t generation) {
+  MutexLock lock(mu_);
+  State& s = states_[static_cast<size_t>(i)];
+  if (!s.present || s.generation != generation || !(s.config->version.empty() || s.config->version_reported) ||
+      s.config->version == version) {
+    return;
+  }
+  BackendConfig c = *s.config;
+  c.version = std::move(version);
+  c.version_reported = true;
+  s.config = std::make_shared<const BackendConfig>(std::move(c));
+}
+
 uint64_t BackendPool::begin(int i) {
   MutexLock lock(mu_);
   ++states_[i].in_flight;

@@ -51,6 +51,9 @@ struct BackendConfig {
   double weight = 1;    // its share relative to the others (kMinWeight..kMaxWeight)
   Source source = Source::kStatic;
   std::string version;  // its version label, which canary rollouts split traffic by (rollout.h); "" none
+  // The label is what the replica reports (its model id and system_fingerprint, GET /v1/models),
+  // learnt by the health checks, rather than given by the flag or the admin API.
+  bool version_reported = false;
 };
 inline constexpr double kMinWeight = 0.01, kMaxWeight = 100;
 
@@ -120,6 +123,9 @@ class BackendPool {
   Status remove(std::string_view name);
   Status drain(std::string_view name, bool draining);
   Status set_weight(std::string_view name, double weight);
+  // A reported version label (BackendConfig::version_reported) for slot i, while it holds the
+  // replica of `generation`; a label given by the flag or the admin API is kept.
+  void set_reported_version(int i, std::string version, uint64_t generation);
 
   // A request goes to replica i: counted in flight. Returns the slot's generation, read under the
   // same lock, for the request to tell later whether its replica is still there.

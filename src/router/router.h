@@ -139,6 +139,9 @@ struct RouterConfig {
   std::string shadow_db;
   // Runs a rollout's eval suite (AnalysisConfig::eval_suite); without it such rollouts are refused.
   EvalGate eval_gate;
+  // Replicas without a version label are labelled by the model id and system_fingerprint they
+  // report (GET /v1/models after a passing health check; again every tenth). `sluice route` does.
+  bool learn_versions = false;
 };
 
 class Router {

@@ -5,6 +5,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
 
+#include "common/json.h"
 #include "router/resolve.h"
 #include "router/router_impl.h"
 
@@ -44,12 +45,33 @@ void Router::Impl::start_checks(int backend) {
 
 net::awaitable<void> Router::Impl::health_loop(int backend, uint64_t generation) {
   auto ex = co_await net::this_coro::executor;
+  int64_t checks = 0;
   while (!stopping && pool.generation(backend) == generation) {
     auto got = co_await get(backend, "/health");
     // A server without the route (404) is alive all the same; a 5xx (draining) or no answer is not.
     const bool passed = got.has_value() || (got.error().kind == http::ErrorKind::kStatus && got.error().status == 404);
     if (pool.generation(backend) != generation) break;
     pool.health_check(backend, passed, generation);
+    // A replica without a version label is labelled by what it reports: its model id, and its
+    // system_fingerprint where it has one (sluice's changes with the model file and the engine
+    // configuration), "id@fingerprint". Asked again every tenth check: a replica restarted with
+    // another model changes version.
+    const std::shared_ptr<const BackendConfig> now = pool.config(backend);
+    if (config.learn_versions && passed && (now->version.empty() || (now->version_reported && checks % 10 == 0))) {
+      if (auto models = co_await get(backend, "/v1/models")) {
+        auto j = parse_json(models->body);
+        if (j && j->contains("data") && (*j)["data"].is_array() && !(*j)["data"].empty() &&
+            (*j)["data"][0].is_object() && (*j)["data"][0].contains("id") && (*j)["data"][0]["id"].is_string()) {
+          const Json& m = (*j)["data"][0];
+          std::string version = m["id"].get<std::string>();
+          if (m.contains("system_fingerprint") && m["system_fingerprint"].is_string()) {
+            version += "@" + m["system_fingerprint"].get<std::string>();
+          }
+          pool.set_reported_version(backend, std::move(version), generation);
+        }
+      }
+    }
+    ++checks;
     net::steady_timer t(ex, ms(config.health_interval_seconds));
     co_await t.async_wait(kTuple);
   }

@@ -350,5 +350,41 @@ TEST(Router, ARolloutsEvalSuiteGatesItsAnalysisSteps) {
   EXPECT_NE(refused.error().body.find("cannot run eval suites"), std::string::npos) << refused.error().body;
 }
 
+// A replica without a version label is labelled by the model id and system_fingerprint it
+// reports; a label given by the flag is kept.
+TEST(Router, UnlabelledReplicasAreLabelledByWhatTheyReport) {
+  // The /v1/models answer is made before the handler (g++ 12 and braced temporaries in co_await).
+  auto reporting = [](const std::string& id, const std::string& fingerprint) -> TestHttpServer::Handler {
+    Json m = Json::object();
+    m["id"] = id;
+    if (!fingerprint.empty()) m["system_fingerprint"] = fingerprint;
+    Json list = Json::object();
+    list["data"] = Json::array();
+    list["data"].push_back(m);
+    const std::string models = list.dump();
+    return [models](const ReceivedRequest& r, TestExchange& ex) -> net::awaitable<void> {
+      const std::string body = r.target == "/v1/models" ? models : std::string(R"({"status":"ok"})");
+      co_await ex.respond(200, body);
+    };
+  };
+  TestHttpServer a(reporting("qwen", "fp_1")), b(reporting("qwen", "")), c(reporting("qwen", "fp_2"));
+  Fixture f({}, "round_robin", {}, [&](RouterConfig& rc) {
+    rc.admin_key = "adm";
+    rc.learn_versions = true;
+    rc.backends.push_back(*parse_backend(a.url().to_string()));
+    rc.backends.push_back(*parse_backend(b.url().to_string()));
+    rc.backends.push_back(*parse_backend(c.url().to_string() + ",version=canary"));
+  });
+  Json replicas;
+  for (int i = 0; i < 500; ++i) {
+    replicas = (*parse_json(admin(f, "GET", "/admin/replicas")->body))["replicas"];
+    if (replicas[0]["version"] != "" && replicas[1]["version"] != "") break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(replicas[0]["version"], "qwen@fp_1") << replicas.dump();
+  EXPECT_EQ(replicas[1]["version"], "qwen");
+  EXPECT_EQ(replicas[2]["version"], "canary");
+}
+
 }  // namespace
 }  // namespace sluice::router

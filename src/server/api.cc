@@ -322,7 +322,8 @@ Json OpenAiApi::models() const {
             {"object", "model"},
             {"created", config_.created},
             {"owned_by", "sluice"},
-            {"max_model_len", engine_.max_sequence_tokens()}};
+            {"max_model_len", engine_.max_sequence_tokens()},
+            {"system_fingerprint", config_.system_fingerprint}};
   return {{"object", "list"}, {"data", Json::array({std::move(m)})}};
 }
 

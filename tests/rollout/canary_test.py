@@ -255,6 +255,24 @@ class CanaryTest(unittest.TestCase):
         with open(shot, "rb") as f:
             self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 
+    def test_unlabelled_replicas_are_labelled_by_their_model_and_fingerprint(self):
+        a, b, c = self.serve(STORIES)[1], self.serve(STORIES)[1], self.serve(OTHER)[1]
+        args = ["route", "--port", "0", "--admin-key", KEY, "--health-interval", "0.1"]
+        for u in (a, b, c):
+            args += ["--backend", u]
+        p, url = sluice_process.start(BIN, args, LISTENING)
+        self.processes.append(p)
+        for _ in range(300):
+            req = urllib.request.Request(f"{url}/admin/replicas", headers={"Authorization": f"Bearer {KEY}"})
+            with urllib.request.urlopen(req, timeout=30) as r:
+                versions = [x["version"] for x in json.loads(r.read())["replicas"]]
+            if all(versions):
+                break
+            time.sleep(0.05)
+        self.assertTrue(versions[0].startswith("stories260K@"), versions)
+        self.assertEqual(versions[0], versions[1])  # the same file and configuration
+        self.assertTrue(versions[2].startswith("llama-d256-s21-Q8_0@"), versions)
+
     def test_a_slow_candidate_is_rolled_back_for_its_time_to_first_token(self):
         s1 = self.serve(STORIES)[1]
         c = self.serve(STORIES, "--max-num-seqs", "1")[1]
