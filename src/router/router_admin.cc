@@ -178,7 +178,7 @@ net::awaitable<bool> Router::Impl::dashboard(beast::tcp_stream& client, bhttp::r
   ShadowReportOptions o;
   o.worst = 5;
   o.since = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() - 3600;
-  d.shadow = shadow_report(o);
+  d.shadow = co_await shadow_report_off_thread(o);
   d.now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   Headers extra;
   extra.emplace_back("Cache-Control", "no-store");

@@ -5,6 +5,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include "router/router_impl.h"
 
@@ -305,6 +306,12 @@ Json Router::Impl::shadow_report(const ShadowReportOptions& options, std::string
   return out;
 }
 
+net::awaitable<Json> Router::Impl::shadow_report_off_thread(ShadowReportOptions options, std::string* error) {
+  co_return co_await net::co_spawn(
+      shadow_ioc, [this, options, error]() -> net::awaitable<Json> { co_return shadow_report(options, error); },
+      net::use_awaitable);
+}
+
 net::awaitable<bool> Router::Impl::admin_shadow(beast::tcp_stream& client, bhttp::request<bhttp::string_body>& req,
                                                 std::string_view path, bool keep) {
   auto bad = [](std::string message) { return error_body(message, "invalid_request_error"); };
@@ -325,7 +332,7 @@ net::awaitable<bool> Router::Impl::admin_shadow(beast::tcp_stream& client, bhttp
           client, 400, bad("query: since=SECONDS_SINCE_EPOCH, worst=0..1000, bucket=SECONDS (> 0), version=V"), keep);
     }
     std::string error;
-    const Json out = shadow_report(o, &error);
+    const Json out = co_await shadow_report_off_thread(o, &error);
     if (out.is_null()) co_return co_await respond(client, 500, error_body(error, "server_error"), keep);
     co_return co_await respond(client, 200, out.dump(-1, ' ', false, Json::error_handler_t::replace), keep);
   }
