@@ -234,6 +234,7 @@ struct Router::Impl {
   // GET /admin/shadow/report's answer; null with `error` set when the store failed.
   Json shadow_report(const ShadowReportOptions& options, std::string* error = nullptr);
   // The same, computed on the shadow thread: reading the store never holds up an I/O thread.
+  // REQUIRES: the caller runs on a strand (every connection's coroutine does, serve()).
   net::awaitable<Json> shadow_report_off_thread(ShadowReportOptions options, std::string* error = nullptr);
   net::awaitable<bool> admin_shadow(beast::tcp_stream& client, bhttp::request<bhttp::string_body>& req,
                                     std::string_view path, bool keep);

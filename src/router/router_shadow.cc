@@ -5,7 +5,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/this_coro.hpp>
-#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include "router/router_impl.h"
 
@@ -307,9 +307,22 @@ Json Router::Impl::shadow_report(const ShadowReportOptions& options, std::string
 }
 
 net::awaitable<Json> Router::Impl::shadow_report_off_thread(ShadowReportOptions options, std::string* error) {
-  co_return co_await net::co_spawn(
-      shadow_ioc, [this, options, error]() -> net::awaitable<Json> { co_return shadow_report(options, error); },
-      net::use_awaitable);
+  // Computed on the shadow thread; the caller's strand is woken by cancelling a timer there
+  // (posted to it, so the wake-up cannot come before the wait).
+  struct Shared {
+    explicit Shared(const net::any_io_executor& ex) : done(ex, net::steady_timer::time_point::max()) {}
+    Json report;
+    std::string error;
+    net::steady_timer done;
+  };
+  auto shared = std::make_shared<Shared>(co_await net::this_coro::executor);
+  net::post(shadow_ioc, [this, options, shared] {
+    shared->report = shadow_report(options, &shared->error);
+    net::post(shared->done.get_executor(), [shared] { shared->done.cancel(); });
+  });
+  co_await shared->done.async_wait(kTuple);
+  if (error) *error = shared->error;
+  co_return std::move(shared->report);
 }
 
 net::awaitable<bool> Router::Impl::admin_shadow(beast::tcp_stream& client, bhttp::request<bhttp::string_body>& req,
