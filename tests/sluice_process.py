@@ -1,8 +1,9 @@
-"""Starting `sluice` processes from the Python tests: run one, wait for the line that says it is
-ready (a regex whose first group is returned, e.g. its URL), and keep draining its output so a
-full pipe never blocks it."""
+"""Starting and stopping `sluice` processes from the Python tests: run one, wait for the line that
+says it is ready (a regex whose first group is returned, e.g. its URL), and keep draining its
+output so a full pipe never blocks it; stop it with a signal, killing it if it lingers."""
 
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -23,3 +24,15 @@ def start(binary, args, pattern, timeout=60):
             return p, m.group(1)
     p.kill()
     raise AssertionError(f"{args[0]} did not start: {seen}")
+
+
+def stop(p, sig=signal.SIGTERM, timeout=30):
+    """Sends `sig` (SIGTERM: a graceful stop) and waits; kills it if it has not exited by then."""
+    if p.poll() is not None:
+        return
+    p.send_signal(sig)
+    try:
+        p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()

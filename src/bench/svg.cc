@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/html.h"
+
 namespace sluice::bench {
 namespace {
 
@@ -10,20 +12,6 @@ constexpr double kWidth = 900;
 constexpr double kPanelHeight = 250;
 constexpr double kLeft = 70, kRight = 20, kTop = 50, kGap = 60;
 constexpr const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"};
-
-std::string xml_escape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 // Tick values 1, 2 or 5 x 10^k apart, about `count` of them over [0, max].
 std::vector<double> linear_ticks(double max, int count) {
@@ -58,7 +46,7 @@ class Svg {
  public:
   void text(double x, double y, std::string_view s, const char* anchor = "middle", int size = 11) {
     out_ += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" font-size="{}" text-anchor="{}">{}</text>)", x, y, size, anchor,
-                        xml_escape(s));
+                        html_escape(s));
     out_ += '\n';
   }
   void line(double x1, double y1, double x2, double y2, const char* stroke, double width = 1) {
@@ -99,7 +87,7 @@ class Svg {
     text(p.x0 + p.width - 2, p.y0 - 10, title, "end", 13);
     text(p.x0 + p.width / 2, p.y0 + p.height + 32, xlabel);
     out_ += fmt::format(R"svg(<text x="{:.1f}" y="{:.1f}" font-size="11" text-anchor="middle" transform="rotate(-90 {:.1f} {:.1f})">{}</text>)svg",
-                        p.x0 - 50, p.y0 + p.height / 2, p.x0 - 50, p.y0 + p.height / 2, xml_escape(ylabel));
+                        p.x0 - 50, p.y0 + p.height / 2, p.x0 - 50, p.y0 + p.height / 2, html_escape(ylabel));
     out_ += '\n';
     for (double y : linear_ticks(p.ymax - p.ymin, 5)) {
       line(p.x0 - 4, p.py(p.ymin + y), p.x0, p.py(p.ymin + y), "#444");

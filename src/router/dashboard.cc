@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "common/html.h"
+
 namespace sluice::router {
 namespace {
 
@@ -205,22 +207,6 @@ std::string shadow_section(const DashboardData& d) {
 }
 
 }  // namespace
-
-std::string html_escape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 std::string render_dashboard(const DashboardData& d) {
   std::string out = fmt::format(

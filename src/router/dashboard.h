@@ -31,7 +31,4 @@ struct DashboardData {
 
 std::string render_dashboard(const DashboardData& data);
 
-// &, <, >, " and ' as entities.
-std::string html_escape(std::string_view text);
-
 }  // namespace sluice::router

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/html.h"
+
 namespace sluice::router {
 namespace {
 

@@ -68,13 +68,7 @@ def serve_demo():
     return serve(model="demo")
 
 
-def stop(p):
-    p.terminate()
-    try:
-        p.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
+stop = sluice_process.stop
 
 
 class EvalTest(unittest.TestCase):

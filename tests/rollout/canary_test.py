@@ -34,15 +34,7 @@ LISTENING = r"listening on (http://[\d.]+:\d+)"
 NAMES = ["Lily", "Tom", "Ben", "Sue", "Max", "Anna", "Sam", "Mia", "Leo", "Zoe"]
 
 
-def stop(p, sig=signal.SIGTERM):
-    if p.poll() is not None:
-        return
-    p.send_signal(sig)
-    try:
-        p.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
+stop = sluice_process.stop
 
 
 class CanaryTest(unittest.TestCase):
@@ -149,6 +141,16 @@ class CanaryTest(unittest.TestCase):
         self.assertIn("shadow disagreement", r["decisions"][-1]["reason"])
         report = json.loads(self.cli(url, "shadow", "report", "--worst", "1", as_json=True))
         self.assertLess(report["arms"]["candidate"]["exact_match_rate"], 0.5, report)
+        # Aborted, so every session is stable's again: what a client gets through the router is
+        # stable's answer (the same at temperature 0 as stable asked directly), never the
+        # candidate's, whose copy of the same request differs.
+        for i in range(5):
+            _, through = self.request(url, i)
+            _, direct = self.request(s1, i)
+            _, candidate = self.request(c, i)
+            answer = lambda body: json.loads(body)["choices"][0]["text"]
+            self.assertEqual(answer(through), answer(direct))
+            self.assertNotEqual(answer(through), answer(candidate))
         worst = report["worst"][0]
         self.assertNotEqual(worst["primary"]["text"], worst["shadow"]["text"])
         self.assertGreaterEqual(worst["comparison"]["first_diff_token"], 0)

@@ -26,13 +26,7 @@ def start(args, pattern):
     return sluice_process.start(BIN, args, pattern)
 
 
-def stop(p, sig=signal.SIGTERM):
-    p.send_signal(sig)
-    try:
-        p.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
+stop = sluice_process.stop
 
 
 class RolloutTest(unittest.TestCase):
