@@ -53,6 +53,17 @@ std::string badge(std::string_view text, std::string_view kind) {
   return fmt::format("<span class=\"badge {}\">{}</span>", kind, html_escape(text));
 }
 
+// The newest kMaxRows of `rows` (a long rollout analyses every interval for hours); a table row
+// of `columns` cells says how many earlier ones are left out.
+constexpr size_t kMaxRows = 50;
+Json latest(const Json& rows, std::string& out, int columns) {
+  if (!rows.is_array() || rows.size() <= kMaxRows) return rows.is_array() ? rows : Json::array();
+  out += fmt::format("<tr><td colspan={} class=muted>{} earlier not shown</td></tr>", columns, rows.size() - kMaxRows);
+  Json kept = Json::array();
+  for (size_t i = rows.size() - kMaxRows; i < rows.size(); ++i) kept.push_back(rows[i]);
+  return kept;
+}
+
 std::string replicas_section(const DashboardData& d) {
   std::string out = "<section id=\"replicas\"><h2>Replicas</h2><table><tr><th>replica</th><th>version</th><th>state</th>"
                     "<th class=num>weight</th><th class=num>in flight</th><th class=num>waiting</th>"
@@ -93,13 +104,14 @@ std::string rollout_section(const DashboardData& d) {
       "<text x=\"4\" y=\"33\" font-size=\"10\" fill=\"#5b6475\">candidate share of sessions</text></svg>",
       weight, w);
   out += "<h3>Decisions</h3><table><tr><th>when</th><th class=num>step</th><th>action</th><th>reason</th></tr>";
-  for (const Json& dec : r.value("decisions", Json::array())) {
+  const Json decisions = latest(r.value("decisions", Json::array()), out, 4);
+  for (const Json& dec : decisions) {
     out += fmt::format("<tr><td class=small>{}</td><td class=num>{}</td><td>{}</td><td>{}</td></tr>",
                        ago(dec.value("at", 0.0), d.now), dec.value("step", 0), html_escape(str(dec, "action")),
                        html_escape(str(dec, "reason")));
   }
   out += "</table><h3>Analyses</h3><table><tr><th>when</th><th class=num>step</th><th>verdict</th><th>reason</th></tr>";
-  const Json analyses = r.value("analyses", Json::array());
+  const Json analyses = latest(r.value("analyses", Json::array()), out, 4);
   for (const Json& a : analyses) {
     const bool passed = a.value("passed", false);
     out += fmt::format("<tr><td class=small>{}</td><td class=num>{}</td><td>{}</td><td>{}</td></tr>",

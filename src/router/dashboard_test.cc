@@ -1,6 +1,7 @@
 // The dashboard's page from the admin API's JSON: every section drawn, outside text escaped.
 #include "router/dashboard.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "common/html.h"
@@ -45,6 +46,19 @@ TEST(Dashboard, DrawsReplicasTheRolloutAndShadowPairsWithOutsideTextEscaped) {
   // Nothing from elsewhere: no external URL but the replicas' own, shown as text.
   EXPECT_EQ(html.find("src="), std::string::npos);
   EXPECT_EQ(html.find("href="), std::string::npos);
+}
+
+TEST(Dashboard, ShowsTheNewestFiftyDecisionsOfALongRollout) {
+  DashboardData d;
+  d.rollout = Json::parse(R"({"name":"long","phase":"progressing","decisions":[],"analyses":[]})");
+  for (int i = 0; i < 120; ++i) {
+    d.rollout["decisions"].push_back({{"at", i}, {"step", 0}, {"action", "note"}, {"reason", fmt::format("decision {}", i)}});
+  }
+  const std::string html = render_dashboard(d);
+  EXPECT_NE(html.find("70 earlier not shown"), std::string::npos);
+  EXPECT_EQ(html.find("decision 69<"), std::string::npos);
+  EXPECT_NE(html.find("decision 70<"), std::string::npos);
+  EXPECT_NE(html.find("decision 119<"), std::string::npos);
 }
 
 TEST(Dashboard, SaysWhatIsMissingRatherThanDrawingNothing) {

@@ -54,7 +54,7 @@ bool flag(const Json& c, const char* key) { return c.contains(key) && c[key].is_
 
 // What one arm's pairs add up to.
 Json arm_stats(const std::vector<const Row*>& rows) {
-  int64_t answered = 0, exact = 0, deterministic = 0, deterministic_exact = 0, disagree = 0, sampled = 0;
+  int64_t answered = 0, deterministic = 0, deterministic_exact = 0, disagree = 0, sampled = 0;
   int64_t finish_match = 0, primary_json = 0, shadow_json = 0;
   std::vector<double> edits, ratios, gaps, first_tokens;
   std::array<int64_t, 10> edit_hist{};
@@ -69,7 +69,6 @@ Json arm_stats(const std::vector<const Row*>& rows) {
     const Json& c = r->c;
     const bool is_sampled = flag(c, "sampled");
     sampled += is_sampled;
-    exact += flag(c, "exact");
     if (!is_sampled) {
       ++deterministic;
       deterministic_exact += flag(c, "exact");
