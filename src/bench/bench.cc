@@ -241,12 +241,11 @@ Result<std::string> first_model(const http::Url& api_url, const ApiSettings& api
   auto response = http::fetch(api_url, request, options);
   const std::string hint = "pass --model to name the model instead";
   if (!response) return Error("cannot list the server's models: {} ({})", response.error().message, hint);
-  auto j = nlohmann::json::parse(response->body, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("data") || !j["data"].is_array() || j["data"].empty() ||
-      !j["data"][0].is_object() || !j["data"][0].contains("id") || !j["data"][0]["id"].is_string()) {
+  auto listed = http::first_listed_model(response->body);
+  if (!listed) {
     return Error("GET {} did not list a model (expected {{\"data\": [{{\"id\": ...}}]}}); {}", request.target, hint);
   }
-  return j["data"][0]["id"].get<std::string>();
+  return listed->id;
 }
 
 // Runs one phase to its end on `io`.

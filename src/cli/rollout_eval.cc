@@ -1,7 +1,6 @@
 #include "cli/rollout_eval.h"
 
 #include "common/http_client.h"
-#include "common/json.h"
 #include "eval/compare.h"
 #include "eval/runner.h"
 #include "eval/store.h"
@@ -19,12 +18,9 @@ Result<std::string> served_model(const std::string& base_url) {
   options.request_timeout = std::chrono::seconds(30);
   auto r = http::fetch(*url, http::HttpRequest{.target = url->target("/models")}, options);
   if (!r) return Error(r.error().to_status());
-  auto j = parse_json(r->body);
-  if (!j || !j->contains("data") || !(*j)["data"].is_array() || (*j)["data"].empty() ||
-      !(*j)["data"][0].contains("id") || !(*j)["data"][0]["id"].is_string()) {
-    return Error("{}/models lists no model", base_url);
-  }
-  return (*j)["data"][0]["id"].get<std::string>();
+  auto listed = http::first_listed_model(r->body);
+  if (!listed) return Error("{}/models lists no model", base_url);
+  return listed->id;
 }
 
 // One run of the suite against `base_url`; its id and rows.

@@ -15,6 +15,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <nlohmann/json.hpp>
 #include <openssl/ssl.h>
 
 namespace sluice::http {
@@ -328,6 +329,20 @@ net::awaitable<void> fetch_into(Url url, HttpRequest request, HttpOptions option
 }
 
 }  // namespace
+
+std::optional<ListedModel> first_listed_model(std::string_view body) {
+  auto j = nlohmann::json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("data") || !j["data"].is_array() || j["data"].empty()) {
+    return std::nullopt;
+  }
+  const nlohmann::json& m = j["data"][0];
+  if (!m.is_object() || !m.contains("id") || !m["id"].is_string()) return std::nullopt;
+  ListedModel out{m["id"].get<std::string>(), {}};
+  if (m.contains("system_fingerprint") && m["system_fingerprint"].is_string()) {
+    out.system_fingerprint = m["system_fingerprint"].get<std::string>();
+  }
+  return out;
+}
 
 HttpResult<HttpResponse> fetch(const Url& url, HttpRequest request, const HttpOptions& options) {
   net::io_context io;

@@ -22,6 +22,7 @@
 #include <expected>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -119,6 +120,15 @@ class HttpConnection {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// The first model a GET .../models answer lists (OpenAI's {"data": [{"id": ...}]}), with the
+// system_fingerprint its entry carries where it has one (sluice serve's); none when the body
+// lists no model.
+struct ListedModel {
+  std::string id;
+  std::string system_fingerprint;  // "" when not reported
+};
+std::optional<ListedModel> first_listed_model(std::string_view body);
 
 // One request on a new connection with an io_context of its own, blocking until it ends. For
 // one-off calls (GET /v1/models) and tests; a load wants HttpConnection on one io_context.

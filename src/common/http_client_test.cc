@@ -36,6 +36,19 @@ HttpResult<HttpResponse> run_async(const Url& url, HttpOptions options, Make mak
   return out;
 }
 
+TEST(HttpClient, FirstListedModelReadsAModelListAndItsFingerprint) {
+  auto m = first_listed_model(R"({"object":"list","data":[{"id":"qwen","system_fingerprint":"fp_1"},{"id":"b"}]})");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->id, "qwen");
+  EXPECT_EQ(m->system_fingerprint, "fp_1");
+  auto plain = first_listed_model(R"({"data":[{"id":"llama"}]})");
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->system_fingerprint, "");
+  for (const char* bad : {"", "not json", "[]", R"({"data":[]})", R"({"data":[{"name":"x"}]})", R"({"data":[{"id":3}]})"}) {
+    EXPECT_FALSE(first_listed_model(bad)) << bad;
+  }
+}
+
 TEST(HttpClient, GetCollectsABodyAndSendsHostAndUserAgent) {
   std::string host, agent, method;
   TestHttpServer server([&](const ReceivedRequest& r, TestExchange& ex) -> net::awaitable<void> {

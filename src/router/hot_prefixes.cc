@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <set>
 
-#include "router/policy.h"
+#include "router/prefix_index.h"
 
 namespace sluice::router {
 
@@ -14,14 +14,14 @@ HotPrefixes::HotPrefixes(size_t chunk_bytes, size_t max_hashes, size_t max_sampl
 
 void HotPrefixes::observe(std::string_view prompt, std::string_view target, std::string_view body) {
   if (prompt.size() < chunk_bytes_ || body.size() > kMaxSampleBytes) return;
+  const std::vector<uint64_t> hashes = chunk_hashes(prompt, chunk_bytes_);
+  Sample kept{std::string(target), std::string(body)};  // copied before the lock is taken
   MutexLock lock(mu_);
   const uint64_t sample = next_sample_++;
-  samples_[sample] = {std::string(target), std::string(body)};
+  samples_[sample] = std::move(kept);
   while (samples_.size() > max_samples_) samples_.erase(samples_.begin());
-  uint64_t h = 0;
   int32_t depth = 0;
-  for (size_t at = 0; at + chunk_bytes_ <= prompt.size(); at += chunk_bytes_) {
-    h = stable_hash(prompt.substr(at, chunk_bytes_), h);
+  for (uint64_t h : hashes) {
     ++depth;
     auto [it, fresh] = counts_.try_emplace(h);
     Counted& c = it->second;

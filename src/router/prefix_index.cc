@@ -9,14 +9,18 @@ namespace sluice::router {
 PrefixIndex::PrefixIndex(size_t chunk_bytes, size_t max_entries)
     : chunk_bytes_(std::max<size_t>(1, chunk_bytes)), max_entries_(std::max<size_t>(1, max_entries)) {}
 
-std::vector<uint64_t> PrefixIndex::chunk_hashes(std::string_view text) const {
+std::vector<uint64_t> chunk_hashes(std::string_view text, size_t chunk_bytes) {
   std::vector<uint64_t> hashes;
   uint64_t h = 0;
-  for (size_t at = 0; at + chunk_bytes_ <= text.size(); at += chunk_bytes_) {
-    h = stable_hash(text.substr(at, chunk_bytes_), h);
+  for (size_t at = 0; at + chunk_bytes <= text.size(); at += chunk_bytes) {
+    h = stable_hash(text.substr(at, chunk_bytes), h);
     hashes.push_back(h);
   }
   return hashes;
+}
+
+std::vector<uint64_t> PrefixIndex::chunk_hashes(std::string_view text) const {
+  return router::chunk_hashes(text, chunk_bytes_);
 }
 
 std::vector<int32_t> PrefixIndex::match(const std::vector<uint64_t>& hashes, size_t num_backends,

@@ -23,6 +23,10 @@
 
 namespace sluice::router {
 
+// The chained hashes of `text`'s whole chunks of `chunk_bytes` (a partial last chunk is not
+// named): hash i stands for the prefix up to the end of chunk i.
+std::vector<uint64_t> chunk_hashes(std::string_view text, size_t chunk_bytes);
+
 class PrefixIndex {
  public:
   PrefixIndex(size_t chunk_bytes, size_t max_entries);

@@ -177,9 +177,9 @@ net::awaitable<bool> Router::Impl::dashboard(beast::tcp_stream& client, bhttp::r
   d.rollout = current_rollout_json(true);
   ShadowReportOptions o;
   o.worst = 5;
-  o.since = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() - 3600;
+  d.now = epoch_now();
+  o.since = d.now - 3600;
   d.shadow = co_await shadow_report_off_thread(o);
-  d.now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   Headers extra;
   extra.emplace_back("Cache-Control", "no-store");
   extra.emplace_back("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data:");

@@ -5,7 +5,6 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
 
-#include "common/json.h"
 #include "router/resolve.h"
 #include "router/router_impl.h"
 
@@ -58,17 +57,11 @@ net::awaitable<void> Router::Impl::health_loop(int backend, uint64_t generation)
     // another model changes version.
     const std::shared_ptr<const BackendConfig> now = pool.config(backend);
     if (config.learn_versions && passed && (now->version.empty() || (now->version_reported && checks % 10 == 0))) {
-      if (auto models = co_await get(backend, "/v1/models")) {
-        auto j = parse_json(models->body);
-        if (j && j->contains("data") && (*j)["data"].is_array() && !(*j)["data"].empty() &&
-            (*j)["data"][0].is_object() && (*j)["data"][0].contains("id") && (*j)["data"][0]["id"].is_string()) {
-          const Json& m = (*j)["data"][0];
-          std::string version = m["id"].get<std::string>();
-          if (m.contains("system_fingerprint") && m["system_fingerprint"].is_string()) {
-            version += "@" + m["system_fingerprint"].get<std::string>();
-          }
-          pool.set_reported_version(backend, std::move(version), generation);
-        }
+      auto models = co_await get(backend, "/v1/models");
+      if (auto listed = models ? http::first_listed_model(models->body) : std::nullopt) {
+        std::string version = listed->id;
+        if (!listed->system_fingerprint.empty()) version += "@" + listed->system_fingerprint;
+        pool.set_reported_version(backend, std::move(version), generation);
       }
     }
     ++checks;

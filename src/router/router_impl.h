@@ -43,6 +43,11 @@ using Json = nlohmann::ordered_json;
 inline constexpr auto kTuple = net::as_tuple(net::use_awaitable);
 using Headers = std::vector<std::pair<std::string, std::string>>;
 
+// Seconds since the epoch: the time the rollout and shadow stores keep.
+inline double epoch_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 inline std::chrono::milliseconds ms(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }

@@ -13,10 +13,6 @@
 namespace sluice::router {
 namespace {
 
-double epoch_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 constexpr auto kRolloutTick = std::chrono::milliseconds(200);
 
 }  // namespace

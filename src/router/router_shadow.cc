@@ -27,10 +27,6 @@ struct ShadowExchange {
 
 namespace {
 
-double epoch_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 // A copy's body: the same request, answered whole (a stream's events would only be joined
 // again) and with the sampled tokens' logprobs, so that the comparison knows the shadow's tokens.
 std::optional<std::string> shadow_body(const Json& body, bool chat) {

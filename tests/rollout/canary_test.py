@@ -274,6 +274,13 @@ class CanaryTest(unittest.TestCase):
         self.assertTrue(versions[0].startswith("stories260K@"), versions)
         self.assertEqual(versions[0], versions[1])  # the same file and configuration
         self.assertTrue(versions[2].startswith("llama-d256-s21-Q8_0@"), versions)
+        # A reported label names a shadow like any other; a shadow without a version is refused.
+        r = subprocess.run([BIN, "route", "shadow", "--url", url, "set", "--fraction", "0.5"], capture_output=True,
+                           text=True, env=dict(os.environ, SLUICE_ADMIN_KEY=KEY), timeout=60)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("shadow.version is required", r.stderr)
+        self.cli(url, "shadow", "set", "--version", versions[2], "--fraction", "1")
+        self.assertIn(f"to {versions[2]}, 100.0% of requests", self.cli(url, "shadow", "status"))
 
     def test_a_slow_candidate_is_rolled_back_for_its_time_to_first_token(self):
         s1 = self.serve(STORIES)[1]
