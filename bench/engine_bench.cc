@@ -1,12 +1,13 @@
 // engine_bench: the forward pass against the machine's ceilings, as ratios taken in one run.
 //
-//   decode step (1 sequence)   weight bytes per step / step time, vs measured read bandwidth
+//   decode step (1 sequence)   bytes read per step (the weights, and the keys and values of the
+//                              context) / step time, vs measured read bandwidth
 //   prefill                    matmul rate, vs the kernel path's measured peak (integer types:
 //                              its instruction mix, bench/peak_isa.cc; float types: FMA)
 //   batched decode (B seqs)    tokens/s of B sequences per step, vs one sequence per step
 //
 // Usage: engine_bench [-m FILE.gguf | --preset NAME --dtype TYPE] [--threads N] [--ctx N]
-//                     [--batch B] [--prefill P] [--steps S]
+//                     [--batch B] [--prefill P] [--steps S] [--kv-dtype f16|f32] [--paths avx2,...]
 #include <chrono>
 #include <cstdio>
 #include <numeric>
@@ -46,10 +47,10 @@ double matmul_params(const Model& m) {
 
 // Runs B sequences: prefill `ctx` tokens each, then `steps` decode steps of one token per
 // sequence. Returns seconds per decode step.
-double decode_step_seconds(Model& m, ThreadPool& pool, int batch, int ctx, int steps) {
+double decode_step_seconds(Model& m, ThreadPool& pool, KvType kv_type, int batch, int ctx, int steps) {
   const int32_t bs = 16;
   const int32_t blocks_per_seq = (ctx + steps + bs) / bs;
-  KvPool kv(m.config(), blocks_per_seq * batch, bs);
+  KvPool kv(m.config(), blocks_per_seq * batch, bs, kv_type);
   std::vector<float> logits;
   auto seq_blocks = [&](int s) {
     std::vector<int32_t> b(blocks_per_seq);
@@ -78,9 +79,9 @@ double decode_step_seconds(Model& m, ThreadPool& pool, int batch, int ctx, int s
   return (now() - t0) / steps;
 }
 
-double prefill_seconds(Model& m, ThreadPool& pool, int tokens) {
+double prefill_seconds(Model& m, ThreadPool& pool, KvType kv_type, int tokens) {
   const int32_t bs = 16, blocks = (tokens + bs - 1) / bs;
-  KvPool kv(m.config(), blocks, bs);
+  KvPool kv(m.config(), blocks, bs, kv_type);
   ForwardBatch b;
   b.block_size = bs;
   b.max_blocks_per_seq = blocks;
@@ -112,7 +113,12 @@ int run(int argc, char** argv) {
   app.add_option("--steps", steps, "Decode steps measured")->capture_default_str();
   std::string paths;
   app.add_option("--paths", paths, "Kernel paths to measure, e.g. avx2,amx (default: every one this machine runs)");
+  std::string kv_dtype = "f16";
+  app.add_option("--kv-dtype", kv_dtype, "KV cache element type, as sluice serve's --kv-cache-dtype")
+      ->check(CLI::IsMember({"f16", "f32"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  const KvType kv_type = kv_dtype == "f32" ? KvType::kF32 : KvType::kF16;
 
   std::string description;
   LoadedModel loaded = load_bench_model(model_path, preset, dtype, description);
@@ -126,6 +132,8 @@ int run(int argc, char** argv) {
   std::printf("machine: read bandwidth %.1f GB/s, peak FMA %.1f GFLOP/s\n", bw / 1e9, peak / 1e9);
 
   const double wbytes = weight_bytes_per_token_step(*model);
+  // A one-sequence step also reads the keys and values of its context, ctx + steps / 2 on average.
+  const double kv_bytes = static_cast<double>(KvPool::bytes_per_token(model->config(), kv_type)) * (ctx + steps / 2.0);
   const bool int8 = kernels::is_block_quant(model->weights().layers.at(0).up.type);
   // Each kernel path the machine runs, side by side (kernel_path.h; all give the same bits).
   for (const std::string& why : kernels::unavailable_kernel_paths()) std::printf("kernel path not run: %s\n", why.c_str());
@@ -133,12 +141,14 @@ int run(int argc, char** argv) {
     if (!path_listed(paths, kernels::kernel_path_name(path))) continue;
     if (!kernels::set_kernel_path(path)) continue;
     std::printf("-- kernel path %s\n", kernels::kernel_path_name(path));
-    const double single = decode_step_seconds(*model, pool, 1, ctx, steps);
-    const double batched = decode_step_seconds(*model, pool, batch, ctx, steps);
-    const double pf = prefill_seconds(*model, pool, prefill);
+    const double single = decode_step_seconds(*model, pool, kv_type, 1, ctx, steps);
+    const double batched = decode_step_seconds(*model, pool, kv_type, batch, ctx, steps);
+    const double pf = prefill_seconds(*model, pool, kv_type, prefill);
     const double pf_flops = 2.0 * matmul_params(*model) * prefill / pf;
-    std::printf("decode, 1 sequence at ctx %d:  %.2f ms/step, %.1f tok/s, weights %.0f MB/step -> %.1f GB/s = %.2f of read bandwidth\n",
-                ctx, single * 1e3, 1 / single, wbytes / 1e6, wbytes / single / 1e9, wbytes / single / bw);
+    const double read = wbytes + kv_bytes;
+    std::printf("decode, 1 sequence at ctx %d:  %.2f ms/step, %.1f tok/s, weights %.0f MB + %s kv %.0f MB per step -> %.1f GB/s = %.2f of read bandwidth\n",
+                ctx, single * 1e3, 1 / single, wbytes / 1e6, kv_dtype.c_str(), kv_bytes / 1e6, read / single / 1e9,
+                read / single / bw);
     std::printf("decode, %d sequences per step: %.2f ms/step (%.2fx a 1-sequence step), %.1f tok/s = %.2fx one sequence\n",
                 batch, batched * 1e3, batched / single, batch / batched, (batch / batched) / (1 / single));
     if (int8) {  // against the path's own integer peak (bench/peak_isa.cc)

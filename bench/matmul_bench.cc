@@ -1,13 +1,15 @@
 // matmul_bench: the matmul kernels alone, against this machine's measured ceilings, as ratios
 // taken in one run.
 //
-// For each weight shape of a model (Qwen2.5-0.5B's by default) and each token count, the
+// For each weight shape of a model (a preset of `sluice model make`: Qwen2.5-0.5B's by default;
+// qwen3-0.6b has rows of 1024, which the 256-element K-quant blocks hold) and each token count, the
 // multiply-accumulates per second of kernels::matmul, divided by:
 //   - the rate of a reference loop of the kernel's own instructions on data in L1 (Q8_0: a
 //     broadcast, sign, multiply-add, widen and add per 32 products; float types: FMA chains), and
 //   - for one token, the memory read bandwidth (weight bytes per second).
 //
-// Usage: matmul_bench [--dtype q8_0|q4_k|...|f16|f32|bf16] [--tokens 1,4,16] [--threads N] [--seconds S]
+// Usage: matmul_bench [--dtype q8_0|q4_k|...|f16|f32|bf16] [--preset qwen3-0.6b] [--tokens 1,4,16] [--threads N]
+//                     [--seconds S]
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -25,6 +27,7 @@
 #include "kernels/matmul.h"
 #include "kernels/quant_blocks.h"
 #include "kernels/quantize.h"
+#include "model/model_maker.h"
 
 namespace sluice::bench {
 namespace {
@@ -32,9 +35,24 @@ namespace {
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 struct Shape {
-  const char* name;
+  std::string name;
   int64_t rows, cols;
 };
+
+// The distinct matrix shapes of a preset's layers, and its output matrix.
+std::vector<Shape> preset_shapes(const ModelSpec& m) {
+  const int64_t head_dim = m.head_dim > 0 ? m.head_dim : m.dim / m.num_heads;
+  const auto shape = [](const char* what, int64_t rows, int64_t cols) {
+    return Shape{std::string(what) + " " + std::to_string(rows) + "x" + std::to_string(cols), rows, cols};
+  };
+  std::vector<Shape> shapes = {shape("attn_q", m.num_heads * head_dim, m.dim)};
+  if (m.num_heads * head_dim != m.dim) shapes.push_back(shape("attn_output", m.dim, m.num_heads * head_dim));
+  shapes.push_back(shape("attn_k", m.num_kv_heads * head_dim, m.dim));
+  shapes.push_back(shape("ffn_up", m.ffn_dim, m.dim));
+  shapes.push_back(shape("ffn_down", m.dim, m.ffn_dim));
+  shapes.push_back(shape("output", m.vocab_size, m.dim));
+  return shapes;
+}
 
 // Random weights of a type in ggml's layout.
 std::vector<uint8_t> make_weights(gguf::TensorType type, int64_t rows, int64_t cols, std::mt19937& rng) {
@@ -88,6 +106,9 @@ int run(int argc, char** argv) {
   app.add_option("--seconds", seconds, "Time per measurement (best of repeated runs)")
       ->check(CLI::Range(0.001, 60.0))
       ->capture_default_str();
+  std::string preset = "qwen2.5-0.5b";
+  app.add_option("--preset", preset, "Model shape whose matrices to measure (a preset of `sluice model make`)")
+      ->capture_default_str();
   std::string paths;
   app.add_option("--paths", paths, "Kernel paths to measure, e.g. avx2,amx (default: every one this machine runs)");
   CLI11_PARSE(app, argc, argv);
@@ -97,6 +118,9 @@ int run(int argc, char** argv) {
     return std::fprintf(stderr, "unknown --dtype '%s' (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, ...)\n", dtype.c_str()), 2;
   }
   const gguf::TensorType type = *parsed;
+  const Result<ModelSpec> spec = preset_spec(preset);
+  if (!spec) return std::fprintf(stderr, "%s\n", spec.error().message().c_str()), 2;
+  const std::vector<Shape> shapes = preset_shapes(*spec);
 
   ThreadPool pool(threads);
   const double bw = measure_read_bandwidth(pool);
@@ -105,12 +129,6 @@ int run(int argc, char** argv) {
   std::printf("threads: %d, SIMD: %s, read bandwidth %.1f GB/s\n", pool.num_threads(), kernels::simd_target_name(),
               bw / 1e9);
 
-  // Qwen2.5-0.5B: q (and o), k/v, gate/up, down, output.
-  const Shape shapes[] = {{"attn_q 896x896", 896, 896},
-                          {"attn_k 128x896", 128, 896},
-                          {"ffn_up 4864x896", 4864, 896},
-                          {"ffn_down 896x4864", 896, 4864},
-                          {"output 151936x896", 151936, 896}};
   // Each kernel path the machine runs, side by side (kernel_path.h; all give the same bits).
   for (const std::string& why : kernels::unavailable_kernel_paths()) std::printf("kernel path not run: %s\n", why.c_str());
   for (const kernels::KernelPath path : kernels::available_kernel_paths()) {
@@ -127,7 +145,7 @@ int run(int argc, char** argv) {
     std::printf("\n");
     for (const Shape& s : shapes) {
       if (s.cols % kernels::block_elements(type) != 0 && int8) {
-        std::printf("%-20s %s cannot hold rows of %lld\n", s.name, dtype.c_str(), static_cast<long long>(s.cols));
+        std::printf("%-20s %s cannot hold rows of %lld\n", s.name.c_str(), dtype.c_str(), static_cast<long long>(s.cols));
         continue;
       }
       const auto data = make_weights(type, s.rows, s.cols, rng);
@@ -138,7 +156,7 @@ int run(int argc, char** argv) {
         packed = kernels::PackedWeight::pack(w, pool);
         w.packed = packed.get();
       }
-      std::printf("%-20s", s.name);
+      std::printf("%-20s", s.name.c_str());
       double one_token_of_bandwidth = -1;
       for (int t : tokens) {
         std::vector<float> x(static_cast<size_t>(t) * s.cols), y(static_cast<size_t>(t) * s.rows);

@@ -53,8 +53,8 @@ struct Fixture {
     std::vector<uint8_t> k(num_slots * kv_dim * esize, 0xFF), v(num_slots * kv_dim * esize, 0xFF);
     for (int64_t p = 0; p < dims.len; ++p) {
       int64_t slot = int64_t{table[p / block_size]} * block_size + p % block_size;
-      store_kv(type, &k_seq[p * kv_dim], kv_dim, &k[slot * kv_dim * esize]);
-      store_kv(type, &v_seq[p * kv_dim], kv_dim, &v[slot * kv_dim * esize]);
+      store_kv_token(type, shape, block_size, 2 * num_blocks(), slot, &k_seq[p * kv_dim], k.data());
+      store_kv_token(type, shape, block_size, 2 * num_blocks(), slot, &v_seq[p * kv_dim], v.data());
     }
     std::vector<float> qb;
     std::vector<int32_t> pos, seq;
@@ -67,7 +67,7 @@ struct Fixture {
     AttentionBatch batch{qb.data(), pos.data(), seq.data(), table.data(),
                          static_cast<int32_t>(table.size()), static_cast<int64_t>(tokens.size())};
     ThreadPool pool(threads);
-    paged_attention(pool, shape, batch, {k.data(), v.data(), block_size, type}, out.data());
+    paged_attention(pool, shape, batch, {k.data(), v.data(), block_size, 2 * num_blocks(), type}, out.data());
     return out;
   }
 
@@ -129,12 +129,38 @@ TEST_P(PagedAttention, OutputIgnoresBlockPlacementBatchAndThreads) {
 INSTANTIATE_TEST_SUITE_P(
     KvTypesAndShapes, PagedAttention,
     testing::Combine(testing::Values(KvType::kF32, KvType::kF16),
-                     testing::Values(Dims{4, 2, 8, 13}, Dims{18, 2, 12, 37}, Dims{3, 3, 20, 21})),
+                     // The weighted sum's chunks of 1, 2, 4 and 8 vectors (groups of 2 to 9 heads,
+                     // 1 to 16 vectors a head, with and without a scalar tail), over one to three
+                     // tiles of 16 keys.
+                     testing::Values(Dims{4, 2, 8, 13}, Dims{18, 2, 12, 37}, Dims{3, 3, 20, 21},
+                                     Dims{8, 2, 128, 40}, Dims{4, 2, 64, 35}, Dims{2, 2, 64, 20})),
     [](const auto& info) {
       const Dims d = std::get<1>(info.param);
       return std::string(kv_type_name(std::get<0>(info.param))) + "_h" + std::to_string(d.heads) + "_kv" +
              std::to_string(d.kv_heads) + "_d" + std::to_string(d.head_dim) + "_n" + std::to_string(d.len);
     });
+
+// Each kv head has its own region of the cache, the blocks' rows one after another in it: the
+// rows of consecutive slots of one head are one run, and every element is written by one row.
+TEST(StoreKv, TokenRowsAreGroupedByHeadThenBlock) {
+  const AttentionShape shape{4, 2, 3, 1.0f};  // 2 kv heads of 3
+  constexpr int32_t kBlock = 4;
+  constexpr int64_t kBlocks = 3;
+  std::vector<float> cache(kBlocks * kBlock * 2 * 3, -1.0f);
+  for (int64_t slot = 0; slot < kBlocks * kBlock; ++slot) {
+    const float token[6] = {slot * 10.0f, slot * 10.0f + 1, slot * 10.0f + 2,   // kv head 0
+                            slot * 10.0f + 5, slot * 10.0f + 6, slot * 10.0f + 7};  // kv head 1
+    store_kv_token(KvType::kF32, shape, kBlock, kBlocks, slot, token, cache.data());
+  }
+  // Head 1's region: slots 0..11 in order.
+  std::vector<float> head1(cache.begin() + kBlocks * kBlock * 3, cache.end()), expected;
+  for (int slot = 0; slot < kBlocks * kBlock; ++slot) {
+    for (int d = 0; d < 3; ++d) expected.push_back(slot * 10.0f + 5 + d);
+  }
+  EXPECT_EQ(head1, expected);
+  EXPECT_EQ(kv_row_offset(shape, kBlock, kBlocks, 2, 1, 3), (1 * kBlocks * kBlock + 2 * kBlock + 3) * 3);
+  EXPECT_EQ(cache[kv_row_offset(shape, kBlock, kBlocks, 1, 0, 2)], 60.0f);  // slot 6, head 0
+}
 
 TEST(StoreKv, F16RoundsToNearestEven) {
   // 1 + 2^-11 is a tie between 1 and 1 + 2^-10 (rounds to the even 1); 1 + 3 * 2^-11 rounds up.

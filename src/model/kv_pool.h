@@ -3,7 +3,8 @@
 // Sized once at start-up (DESIGN.md, invariant 3: bounded memory). Which blocks belong to
 // which sequence is the engine's business (engine/block_pool); the pool only stores values,
 // f16 (the default of the engine: half the memory, rounding to nearest even) or f32.
-// Layout per layer: K and V each [num_blocks * block_size, kv_dim] elements.
+// Layout per layer: K and V each [num_kv_heads, num_blocks, block_size, head_dim] elements
+// (kernels::kv_row_offset: attention streams one kv head's rows, block after block).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,9 @@ using kernels::KvType;
 class KvPool {
  public:
   KvPool(const ModelConfig& config, int32_t num_blocks, int32_t block_size, KvType type = KvType::kF32);
+  ~KvPool();
+  KvPool(const KvPool&) = delete;
+  KvPool& operator=(const KvPool&) = delete;
 
   int32_t num_blocks() const { return num_blocks_; }
   int32_t block_size() const { return block_size_; }
@@ -28,11 +32,11 @@ class KvPool {
   KvType type() const { return type_; }
   size_t bytes() const { return bytes_; }
 
-  // Base of layer's K or V rows; row `slot` starts at element slot * kv_dim.
-  void* k(int32_t layer) { return data_.get() + (2 * size_t(layer)) * layer_bytes(); }
-  void* v(int32_t layer) { return data_.get() + (2 * size_t(layer) + 1) * layer_bytes(); }
-  const void* k(int32_t layer) const { return data_.get() + (2 * size_t(layer)) * layer_bytes(); }
-  const void* v(int32_t layer) const { return data_.get() + (2 * size_t(layer) + 1) * layer_bytes(); }
+  // Base of layer's K or V cache; a slot's rows are placed by kernels::kv_row_offset.
+  void* k(int32_t layer) { return data_ + (2 * size_t(layer)) * layer_bytes(); }
+  void* v(int32_t layer) { return data_ + (2 * size_t(layer) + 1) * layer_bytes(); }
+  const void* k(int32_t layer) const { return data_ + (2 * size_t(layer)) * layer_bytes(); }
+  const void* v(int32_t layer) const { return data_ + (2 * size_t(layer) + 1) * layer_bytes(); }
   size_t row_bytes() const { return size_t(kv_dim_) * kernels::kv_type_size(type_); }
 
   // Bytes one token occupies across all layers: 2 x layers x kv_heads x head_dim x dtype size.
@@ -48,10 +52,9 @@ class KvPool {
   int64_t kv_dim_;
   KvType type_;
   size_t bytes_;
-  struct Free {
-    void operator()(uint8_t* p) const { std::free(p); }
-  };
-  std::unique_ptr<uint8_t, Free> data_;
+  uint8_t* map_ = nullptr;  // the whole mapping, unmapped by the destructor
+  size_t map_bytes_ = 0;
+  uint8_t* data_ = nullptr;  // its 2 MiB aligned start
 };
 
 }  // namespace sluice

@@ -88,9 +88,8 @@ void Model::attention_block(int32_t layer, const ForwardBatch& b, KvPool& kv, Th
   for (int64_t t = 0; t < n; ++t) kernels::rms_norm(&x_[t * c.dim], w.attn_norm, c.dim, c.rms_eps, &xn_[t * c.dim]);
   const kernels::MatmulTarget qkv[] = {{w.wq, q_.data()}, {w.wk, k_.data()}, {w.wv, v_.data()}};
   kernels::matmul_multi(pool, qkv, xn_.data(), n);
-  auto* k_cache = static_cast<uint8_t*>(kv.k(layer));
-  auto* v_cache = static_cast<uint8_t*>(kv.v(layer));
-  const size_t row_bytes = kv.row_bytes();
+  const kernels::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim,
+                                      1.0f / std::sqrt(static_cast<float>(c.head_dim))};
   for (int64_t t = 0; t < n; ++t) {
     float* q = &q_[t * c.q_dim()];
     float* k = &k_[t * c.kv_dim()];
@@ -111,14 +110,12 @@ void Model::attention_block(int32_t layer, const ForwardBatch& b, KvPool& kv, Th
       if (w.k_norm) kernels::rms_norm(kh, w.k_norm, c.head_dim, c.rms_eps, kh);
       kernels::rope(kh, c.rope_dim, cs, c.rope_neox);
     }
-    kernels::store_kv(kv.type(), k, c.kv_dim(), k_cache + b.slots[t] * row_bytes);
-    kernels::store_kv(kv.type(), v, c.kv_dim(), v_cache + b.slots[t] * row_bytes);
+    kernels::store_kv_token(kv.type(), shape, kv.block_size(), kv.num_blocks(), b.slots[t], k, kv.k(layer));
+    kernels::store_kv_token(kv.type(), shape, kv.block_size(), kv.num_blocks(), b.slots[t], v, kv.v(layer));
   }
-  kernels::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim,
-                                1.0f / std::sqrt(static_cast<float>(c.head_dim))};
   kernels::AttentionBatch ab{q_.data(), b.positions.data(), b.seq_idx.data(), b.block_table.data(),
                              b.max_blocks_per_seq, n};
-  kernels::paged_attention(pool, shape, ab, {k_cache, v_cache, kv.block_size(), kv.type()}, att_.data());
+  kernels::paged_attention(pool, shape, ab, {kv.k(layer), kv.v(layer), kv.block_size(), kv.num_blocks(), kv.type()}, att_.data());
   kernels::matmul(pool, w.wo, att_.data(), n, proj_.data());
   kernels::add_inplace(x_.data(), proj_.data(), n * c.dim);
 }
