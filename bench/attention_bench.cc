@@ -72,13 +72,7 @@ int run(int argc, char** argv) {
   std::printf("%8s %12s %12s %10s %8s\n", "ctx", "kv MB/step", "ms/step", "GB/s", "of bw");
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<uint8_t> flush(256u << 20, 1);
-  volatile uint8_t sink = 0;
-  auto evict = [&] {
-    uint8_t x = 0;
-    for (size_t i = 0; i < flush.size(); i += 64) x ^= flush[i];
-    sink = sink ^ x;
-  };
+  CacheEvictor evict;
   for (const int ctx : contexts) {
     constexpr int32_t kBlock = 16;
     const int32_t blocks_per_seq = (ctx + kBlock - 1) / kBlock;

@@ -3,10 +3,12 @@
 //
 // For each weight shape of a model (a preset of `sluice model make`: Qwen2.5-0.5B's by default;
 // qwen3-0.6b has rows of 1024, which the 256-element K-quant blocks hold) and each token count, the
-// multiply-accumulates per second of kernels::matmul, divided by:
+// multiply-accumulates per second of kernels::matmul on a weight evicted from the caches before
+// each call (as a forward pass finds it), divided by:
 //   - the rate of a reference loop of the kernel's own instructions on data in L1 (Q8_0: a
 //     broadcast, sign, multiply-add, widen and add per 32 products; float types: FMA chains), and
-//   - for one token, the memory read bandwidth (weight bytes per second).
+//   - for one token, the memory read bandwidth (bytes of the weight read per second: the lean
+//     form's on the paths that read it, packed_weight.h, else the file's).
 //
 // Usage: matmul_bench [--dtype q8_0|q4_k|...|f16|f32|bf16] [--preset qwen3-0.6b] [--tokens 1,4,16] [--threads N]
 //                     [--seconds S]
@@ -140,6 +142,7 @@ int run(int argc, char** argv) {
                 !int8 ? "f32 FMA peak" : path == kernels::KernelPath::kAmx ? "tdpbssd peak" : "inner-loop peak",
                 peak_mac / 1e9);
     std::mt19937 rng(1);
+    CacheEvictor evict;
     std::printf("%-20s", "shape \\ tokens");
     for (int t : tokens) std::printf(" %11d", t);
     std::printf("\n");
@@ -156,6 +159,10 @@ int run(int argc, char** argv) {
         packed = kernels::PackedWeight::pack(w, pool);
         w.packed = packed.get();
       }
+      // One token reads the lean form where the path has one (the avx512 and amx paths), else the file's blocks.
+      const bool lean = packed != nullptr && packed->lean() &&
+                        (path == kernels::KernelPath::kAvx512 || path == kernels::KernelPath::kAmx);
+      const double one_token_bytes = static_cast<double>(lean ? packed->lean_bytes() : data.size());
       std::printf("%-20s", s.name.c_str());
       double one_token_of_bandwidth = -1;
       for (int t : tokens) {
@@ -167,6 +174,7 @@ int run(int argc, char** argv) {
         const double end = now() + seconds;
         int reps = 0;
         do {
+          evict();  // the weight comes from memory, as in a forward pass
           const double t0 = now();
           kernels::matmul(pool, w, x.data(), t, y.data());
           best = std::min(best, now() - t0);
@@ -174,7 +182,7 @@ int run(int argc, char** argv) {
         } while (now() < end || reps < 3);
         const double macs = static_cast<double>(s.rows) * s.cols * t / best;
         std::printf(" %5.1f %4.2fc", macs / 1e9, macs / peak_mac);
-        if (t == 1) one_token_of_bandwidth = static_cast<double>(data.size()) / best / bw;
+        if (t == 1) one_token_of_bandwidth = one_token_bytes / best / bw;
       }
       if (one_token_of_bandwidth >= 0) std::printf("   1 token: %.2f of bandwidth", one_token_of_bandwidth);
       std::printf("\n");

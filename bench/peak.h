@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "common/thread_pool.h"
 #include "kernels/kernel_path.h"
@@ -25,6 +26,19 @@ double measure_peak_int8_macs(ThreadPool& pool);
 // (64, the instruction's most; 32, the kernel's), measure_peak_int8_macs for avx2. 0 for a path
 // the machine cannot run.
 double measure_peak_path_macs(ThreadPool& pool, kernels::KernelPath path, int amx_k = 64);
+
+// Reads a buffer far larger than the last-level cache, so that the next timed run finds none
+// of its data in the caches, as a decode step finds each layer's weights and cached keys (the
+// rest of the step went through the caches in between).
+class CacheEvictor {
+ public:
+  explicit CacheEvictor(size_t bytes = size_t{256} << 20) : buf_(bytes, 1) {}
+  void operator()();
+
+ private:
+  std::vector<uint8_t> buf_;
+  uint8_t sink_ = 0;
+};
 
 // Whether a kernel path is one of a comma-separated list ("avx2,amx"); an empty list holds all.
 inline bool path_listed(const std::string& csv, const std::string& name) {

@@ -233,6 +233,19 @@ SLUICE_VNNI_INLINE void unpack_lean(__m512i v, const uint8_t* high, int p, __m51
   }
 }
 
+// Step j's levels of a 2-bit lean vector v (the sub-block's steps 4 (j / 4) .. 4 (j / 4) + 3),
+// with kPlanes bit planes above 2 from high (Q3_K: its third bit).
+template <int kPlanes>
+SLUICE_VNNI_INLINE __m512i unpack_lean2(__m512i v, const uint8_t* high, int j) {
+  __m512i l = _mm512_and_si512(_mm512_srli_epi16(v, 2 * (j % 4)), _mm512_set1_epi8(3));
+  for (int plane = 0; plane < kPlanes; ++plane) {
+    __mmask64 m;
+    std::memcpy(&m, high + 64 * plane + 8 * j, 8);
+    l = _mm512_or_si512(l, _mm512_maskz_mov_epi8(m, _mm512_set1_epi8(static_cast<char>(4 << plane))));
+  }
+  return l;
+}
+
 // The next group follows in memory: its b-th part (of `part` bytes) is asked for at sub-block b,
 // so its lines arrive spread over this group's work (as the avx2 code's direct path does).
 SLUICE_VNNI_INLINE void prefetch_part(const uint8_t* next, int64_t b, size_t part, size_t group_bytes) {
@@ -302,16 +315,18 @@ SLUICE_VNNI_TARGET void lean_groups(const PackedWeight& pw, int64_t num_rows_tot
   }
 }
 
-// The super-block types (Q4_K, Q5_K, Q6_K, IQ4_XS): kBits 4, 5 or 6; kHalves: scales per 16
-// (Q6_K). Per sub-block the dot product of each half (vectors 0, 1 and 2, 3: steps 0..3 are
-// elements 0..15), scaled by its integer scale into the super-block's sum; per super-block the
-// float steps.
+// The super-block types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS): kBits 2 to 6; kHalves: scales
+// (and Q2_K's mins) per 16. Per sub-block the dot product of each half (steps 0..3 are elements
+// 0..15: 4-bit vectors 0, 1 and 2, 3; 2-bit vectors 0 and 1), scaled by its integer scale into
+// the super-block's sum; per super-block the float steps.
 template <int kBits, bool kTable, bool kMin, bool kHalves>
 SLUICE_VNNI_TARGET void lean_super_groups(const PackedWeight& pw, int64_t num_rows_total, int64_t num_blocks, int offset,
                                           const int8_t* x, const float* dx, const int16_t* sums, float* y,
                                           int64_t group_begin, int64_t group_end) {
   const __m512i table = iq4_table(true);
-  constexpr int kPlanes = kBits - 4;
+  constexpr bool kTwoBit = kBits <= 3;
+  constexpr int kPlanes = kTwoBit ? kBits - 2 : kBits - 4;
+  constexpr int64_t kLevelBytes = kTwoBit ? 128 : 256;
   const size_t group_bytes = pw.lean_group_bytes();
   const size_t part = (group_bytes + num_blocks - 1) / num_blocks;
   for (int64_t g = group_begin; g < group_end; ++g) {
@@ -321,14 +336,24 @@ SLUICE_VNNI_TARGET void lean_super_groups(const PackedWeight& pw, int64_t num_ro
     __m512i isum = _mm512_setzero_si512(), msum = _mm512_setzero_si512();
     for (int64_t b = 0; b < num_blocks; ++b) {
       prefetch_part(next, b, part, group_bytes);
-      const uint8_t* lv = lean.levels + b * 256;
+      const uint8_t* lv = lean.levels + b * kLevelBytes;
       const int8_t* xb = x + b * kSubBlock;
       __m512i half[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-      for (int p = 0; p < 4; ++p) {
-        __m512i lo, hi;
-        unpack_lean<kPlanes, kTable>(_mm512_load_si512(lv + 64 * p), lean.high + b * 64 * kPlanes, p, table, lo, hi);
-        half[p / 2] = _mm512_dpbusd_epi32(half[p / 2], lo, xbcast(xb + 8 * p));
-        half[p / 2] = _mm512_dpbusd_epi32(half[p / 2], hi, xbcast(xb + 8 * p + 4));
+      if constexpr (kTwoBit) {
+        for (int p = 0; p < 2; ++p) {
+          const __m512i v = _mm512_load_si512(lv + 64 * p);
+          for (int j = 4 * p; j < 4 * p + 4; ++j) {
+            half[p] = _mm512_dpbusd_epi32(half[p], unpack_lean2<kPlanes>(v, lean.high + b * 64 * kPlanes, j),
+                                          xbcast(xb + 4 * j));
+          }
+        }
+      } else {
+        for (int p = 0; p < 4; ++p) {
+          __m512i lo, hi;
+          unpack_lean<kPlanes, kTable>(_mm512_load_si512(lv + 64 * p), lean.high + b * 64 * kPlanes, p, table, lo, hi);
+          half[p / 2] = _mm512_dpbusd_epi32(half[p / 2], lo, xbcast(xb + 8 * p));
+          half[p / 2] = _mm512_dpbusd_epi32(half[p / 2], hi, xbcast(xb + 8 * p + 4));
+        }
       }
       const int32_t s0 = sums[2 * b], s1 = sums[2 * b + 1];
       const __m512i d0 = _mm512_sub_epi32(half[0], _mm512_set1_epi32(offset * s0));
@@ -341,7 +366,11 @@ SLUICE_VNNI_TARGET void lean_super_groups(const PackedWeight& pw, int64_t num_ro
         const __m512i sc = widen_i8(lean.sc + b * 16);
         isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(sc, _mm512_add_epi32(d0, d1)));
       }
-      if constexpr (kMin) {
+      if constexpr (kMin && kHalves) {
+        const __m512i m0 = widen_u8(lean.m + b * 32), m1 = widen_u8(lean.m + b * 32 + 16);
+        msum = _mm512_add_epi32(msum, _mm512_add_epi32(_mm512_mullo_epi32(m0, _mm512_set1_epi32(s0)),
+                                                       _mm512_mullo_epi32(m1, _mm512_set1_epi32(s1))));
+      } else if constexpr (kMin) {
         const __m512i m = widen_u8(lean.m + b * 16);
         msum = _mm512_add_epi32(msum, _mm512_mullo_epi32(m, _mm512_set1_epi32(s0 + s1)));
       }
@@ -365,10 +394,17 @@ SLUICE_VNNI_TARGET void lean_chunk(const PackedWeight& pw, int64_t g, int64_t b0
   const PackedWeight::Lean lean = pw.lean_group(g);
   const __m512i off8 = _mm512_set1_epi8(static_cast<char>(offset)), ones = _mm512_set1_epi32(1);
   const __m512i table = iq4_table(false);  // the indices give the table's signed values directly
-  constexpr int kPlanes = kBits == 8 ? 0 : kBits - 4;
+  constexpr bool kTwoBit = kBits <= 3;
+  constexpr int kPlanes = kBits == 8 ? 0 : kTwoBit ? kBits - 2 : kBits - 4;
   for (int i = 0; i < nb; ++i) {
     const int64_t b = b0 + i;
-    if constexpr (kBits == 8) {
+    if constexpr (kTwoBit) {
+      const uint8_t* lv = lean.levels + b * 128;
+      for (int j = 0; j < 8; ++j) {
+        const __m512i l = unpack_lean2<kPlanes>(_mm512_load_si512(lv + 64 * (j / 4)), lean.high + b * 64 * kPlanes, j);
+        _mm512_store_si512(c.w[i][j], _mm512_sub_epi8(l, off8));
+      }
+    } else if constexpr (kBits == 8) {
       const uint8_t* lv = lean.levels + b * 512;
       for (int j = 0; j < 8; ++j) {
         _mm512_store_si512(c.w[i][j], _mm512_xor_si512(_mm512_load_si512(lv + 64 * j), _mm512_set1_epi8(-128)));
@@ -395,9 +431,14 @@ SLUICE_VNNI_TARGET void lean_chunk(const PackedWeight& pw, int64_t g, int64_t b0
       _mm512_store_si512(c.sc[i][0], ones);
       _mm512_store_si512(c.sc[i][1], ones);
     }
-    const __m512i m = !kMin ? _mm512_setzero_si512() : kSuper ? widen_u8(lean.m + b * 16) : ones;
-    _mm512_store_si512(c.m[i][0], m);
-    _mm512_store_si512(c.m[i][1], m);
+    if constexpr (kMin && kHalves) {  // Q2_K: a min per 16
+      _mm512_store_si512(c.m[i][0], widen_u8(lean.m + b * 32));
+      _mm512_store_si512(c.m[i][1], widen_u8(lean.m + b * 32 + 16));
+    } else {
+      const __m512i m = !kMin ? _mm512_setzero_si512() : kSuper ? widen_u8(lean.m + b * 16) : ones;
+      _mm512_store_si512(c.m[i][0], m);
+      _mm512_store_si512(c.m[i][1], m);
+    }
     const int64_t block = kSuper ? b / 8 : b;
     _mm512_store_ps(c.d[i], halves16(lean.d + block * kRows));
     _mm512_store_ps(c.dmin[i], kMin ? halves16(lean.dmin + block * kRows) : _mm512_setzero_ps());
@@ -419,6 +460,8 @@ void lean_decode_chunk(const WeightView& w, int64_t g, int64_t b0, int nb, Decod
     case T::kQ5_0: return lean_chunk<5, false, false, false, false>(pw, g, b0, nb, off, c);
     case T::kQ5_1: return lean_chunk<5, false, true, false, false>(pw, g, b0, nb, off, c);
     case T::kQ8_0: return lean_chunk<8, false, false, false, false>(pw, g, b0, nb, off, c);
+    case T::kQ2_K: return lean_chunk<2, false, true, true, true>(pw, g, b0, nb, off, c);
+    case T::kQ3_K: return lean_chunk<3, false, false, true, true>(pw, g, b0, nb, off, c);
     case T::kQ4_K: return lean_chunk<4, false, true, true, false>(pw, g, b0, nb, off, c);
     case T::kQ5_K: return lean_chunk<5, false, true, true, false>(pw, g, b0, nb, off, c);
     case T::kQ6_K: return lean_chunk<6, false, false, true, true>(pw, g, b0, nb, off, c);
@@ -443,6 +486,10 @@ void lean_one_token(const WeightView& w, const QuantizedActivations& xq, float* 
     case T::kQ5_0: return lean_groups<5, false, false>(pw, w.rows, nb, off, x, dx, sums, y, group_begin, group_end);
     case T::kQ5_1: return lean_groups<5, false, true>(pw, w.rows, nb, off, x, dx, sums, y, group_begin, group_end);
     case T::kQ8_0: return lean_groups<8, false, false>(pw, w.rows, nb, off, x, dx, sums, y, group_begin, group_end);
+    case T::kQ2_K:
+      return lean_super_groups<2, false, true, true>(pw, w.rows, nb, off, x, dx, sums, y, group_begin, group_end);
+    case T::kQ3_K:
+      return lean_super_groups<3, false, false, true>(pw, w.rows, nb, off, x, dx, sums, y, group_begin, group_end);
     case T::kQ4_K:
       return lean_super_groups<4, false, true, false>(pw, w.rows, nb, off, x, dx, sums, y, group_begin, group_end);
     case T::kQ5_K:

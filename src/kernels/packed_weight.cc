@@ -90,7 +90,7 @@ bool PackedWeight::has_lean(gguf::TensorType type) {
   using T = gguf::TensorType;
   switch (type) {
     case T::kQ4_0: case T::kQ4_1: case T::kQ5_0: case T::kQ5_1: case T::kQ8_0: case T::kIQ4_NL:
-    case T::kQ4_K: case T::kQ5_K: case T::kQ6_K: case T::kIQ4_XS:
+    case T::kQ2_K: case T::kQ3_K: case T::kQ4_K: case T::kQ5_K: case T::kQ6_K: case T::kIQ4_XS:
       return true;
     default: return false;
   }
@@ -99,6 +99,7 @@ bool PackedWeight::has_lean(gguf::TensorType type) {
 int PackedWeight::lean_offset(gguf::TensorType type) {
   using T = gguf::TensorType;
   switch (type) {
+    case T::kQ3_K: return 4;
     case T::kQ4_0: return 8;
     case T::kQ5_0: return 16;
     case T::kQ6_K: return 32;
@@ -111,11 +112,13 @@ namespace {
 
 bool table_type(gguf::TensorType t) { return t == gguf::TensorType::kIQ4_NL || t == gguf::TensorType::kIQ4_XS; }
 
-// Bits of the lean form's levels: 8 (Q8_0), 4, 5 or 6.
+// Bits of the lean form's levels: 8 (Q8_0), 2, 3, 4, 5 or 6.
 int lean_bits(gguf::TensorType t) {
   using T = gguf::TensorType;
   switch (t) {
     case T::kQ8_0: return 8;
+    case T::kQ2_K: return 2;
+    case T::kQ3_K: return 3;
     case T::kQ5_0: case T::kQ5_1: case T::kQ5_K: return 5;
     case T::kQ6_K: return 6;
     default: return 4;
@@ -135,6 +138,12 @@ uint8_t lean_level(gguf::TensorType type, int8_t q) {
 
 enum LeanField { kLevels, kHigh, kLsc, kLm, kLd, kLdmin, kLeanFields };
 
+// The bits of a level held in the levels array (the rest are bit planes) and its bytes per
+// sub-block of a group: 8 (one byte a level), 4 (two steps a vector) or 2 (four steps a vector).
+int packed_bits(int bits) { return bits == 8 ? 8 : bits >= 4 ? 4 : 2; }
+size_t level_bytes(int bits) { return size_t{64} * 8 * packed_bits(bits) / 8; }
+int num_planes(int bits) { return bits - packed_bits(bits); }
+
 }  // namespace
 
 void PackedWeight::lean_layout(const WeightView& w) {
@@ -142,10 +151,10 @@ void PackedWeight::lean_layout(const WeightView& w) {
   const bool super = block_elements(w.type) == kSuperBlock, halves = has_half_scales(w.type);
   const int64_t nb = num_blocks_, blocks = super ? nb / 8 : nb;
   const size_t sizes[kLeanFields] = {
-      static_cast<size_t>(nb) * (bits == 8 ? 512 : 256),
-      static_cast<size_t>(nb) * (bits > 4 && bits < 8 ? 64 * (bits - 4) : 0),
+      static_cast<size_t>(nb) * level_bytes(bits),
+      static_cast<size_t>(nb) * 64 * num_planes(bits),
       static_cast<size_t>(super ? nb * (halves ? 32 : 16) : 0),
-      static_cast<size_t>(super && mins_ ? nb * 16 : 0),
+      static_cast<size_t>(super && mins_ ? nb * (halves ? 32 : 16) : 0),
       static_cast<size_t>(blocks) * kRows * 2,
       static_cast<size_t>(mins_ ? blocks * kRows * 2 : 0)};
   size_t off = 0;
@@ -191,7 +200,12 @@ void PackedWeight::pack_lean(const WeightView& w, ThreadPool& pool) {
             } else {
               sc[b * 16 + r] = static_cast<int8_t>(dec.sc[0]);
             }
-            if (mins_) m[b * 16 + r] = static_cast<uint8_t>(dec.m[0]);
+            if (mins_ && halves) {  // Q2_K: a min per 16 too
+              m[b * 32 + r] = static_cast<uint8_t>(dec.m[0]);
+              m[b * 32 + 16 + r] = static_cast<uint8_t>(dec.m[1]);
+            } else if (mins_) {
+              m[b * 16 + r] = static_cast<uint8_t>(dec.m[0]);
+            }
           }
           for (int e = 0; e < kSubBlock; ++e) {
             const uint8_t u = lean_level(type, dec.q[e]);
@@ -200,11 +214,14 @@ void PackedWeight::pack_lean(const WeightView& w, ThreadPool& pool) {
               levels[b * 512 + 64 * j + lane_byte] = u;
               continue;
             }
-            uint8_t& v = levels[b * 256 + 64 * (j / 2) + lane_byte];
-            v = static_cast<uint8_t>(v | (u & 15) << (4 * (j % 2)));
-            for (int plane = 0; plane < bits - 4; ++plane) {
-              if ((u >> (4 + plane)) & 1) {
-                high[b * 64 * (bits - 4) + 64 * plane + 8 * j + lane_byte / 8] |= static_cast<uint8_t>(1 << (lane_byte % 8));
+            // 4 bits: vector j / 2 holds step j in its low (j even) or high nibbles; 2 bits:
+            // vector j / 4 holds step j in bits 2 (j % 4) and 2 (j % 4) + 1 of each byte.
+            const int lb = packed_bits(bits), per_vector = 8 / lb, planes = num_planes(bits);
+            uint8_t& v = levels[b * level_bytes(bits) + 64 * (j / per_vector) + lane_byte];
+            v = static_cast<uint8_t>(v | (u & ((1 << lb) - 1)) << (lb * (j % per_vector)));
+            for (int plane = 0; plane < planes; ++plane) {
+              if ((u >> (lb + plane)) & 1) {
+                high[b * 64 * planes + 64 * plane + 8 * j + lane_byte / 8] |= static_cast<uint8_t>(1 << (lane_byte % 8));
               }
             }
           }

@@ -56,19 +56,21 @@ class PackedWeight {
   size_t lean_bytes() const { return lean_size_; }
 
   // The lean form, for one token (the avx512 code's lean path, matmul_vnni-inl.h): about as many
-  // bytes as the file's, laid out for vpdpbusd, for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K,
-  // Q5_K, Q6_K and IQ4_XS (not Q2_K and Q3_K, whose 2- and 3-bit levels it would store in 4).
-  // Per row group, arrays over sub-blocks b = 0 .. num_blocks - 1 (d and dmin: over the type's
-  // blocks), each contiguous, so a group is one stream:
+  // bytes as the file's (Q2_K 3.125 bits a weight against the file's 2.625, Q3_K 3.5625 against
+  // 3.4375: their scales stored a byte each), laid out for vpdpbusd, for every block-quantized
+  // type. Per row group, arrays over sub-blocks b = 0 .. num_blocks - 1 (d and dmin: over the
+  // type's blocks), each contiguous, so a group is one stream:
   //
   //   levels[b]  the transposed levels (lane r of step j = row r's levels 4j..4j+3) as unsigned
-  //              u = q + offset: Q8_0 8 steps of 64 bytes; the others 4 vectors of 64 bytes,
-  //              vector p holding step 2p in its low nibbles and 2p + 1 in its high ones
-  //              (IQ4_NL, IQ4_XS: the table indices)
-  //   high[b]    5- and 6-bit types: one plane per bit above 4, 8 bytes per step (byte k of step
-  //              j = that bit of lane bytes 8k .. 8k + 7), 64 bytes a plane
-  //   sc[b]      super-block types: the integer scales as int8, 16 (or 32: per half, Q6_K)
-  //   m[b]       Q4_K, Q5_K: the integer mins as uint8, 16
+  //              u = q + offset: Q8_0 8 steps of 64 bytes; Q2_K, Q3_K 2 vectors of 64 bytes,
+  //              vector p holding step 4p + k in bits 2k, 2k + 1 of each byte; the others 4
+  //              vectors, vector p holding step 2p in its low nibbles and 2p + 1 in its high
+  //              ones (IQ4_NL, IQ4_XS: the table indices)
+  //   high[b]    Q3_K, Q5_*, Q6_K: one plane per bit above those (2 or 4), 8 bytes per step
+  //              (byte k of step j = that bit of lane bytes 8k .. 8k + 7), 64 bytes a plane
+  //   sc[b]      super-block types: the integer scales as int8, 16 (or 32: per half, Q2_K,
+  //              Q3_K, Q6_K)
+  //   m[b]       Q2_K, Q4_K, Q5_K: the integer mins as uint8, 16 (Q2_K: 32, per half)
   //   d, dmin    16 halves per block of the type (dmin: types with a min)
   //
   // The dot products are sum(u x) - offset * sum(x), with sum(x) from the activations' 16-element
