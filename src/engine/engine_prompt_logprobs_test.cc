@@ -2,6 +2,7 @@
 // model, the numbers generation reports for the same tokens, whatever the chunking, the cache,
 // preemption or coalescing.
 #include <cstring>
+#include <latch>
 
 #include <gtest/gtest.h>
 
@@ -96,10 +97,13 @@ TEST(EnginePromptLogprobs, ChunkingTheCacheAndCoalescingChangeNothing) {
 
 TEST(EnginePromptLogprobs, PreemptedScoringRequestsPublishEachScoreOnce) {
   // 12 blocks of 4 tokens: four 30-token prompts scored and continued for 8 tokens each do not
-  // fit together, so some are preempted mid-prompt and recompute it.
+  // fit together, so some are preempted mid-prompt and recompute it. All four go in while the
+  // engine holds its first step (else a slow test thread could submit each after the last ended).
   EngineConfig config{.max_num_seqs = 4, .max_batch_tokens = 16, .block_size = 4, .coalesce = false};
   Fixture probe(config);
   config.kv_cache_bytes = 12 * probe.block_bytes(config);
+  std::latch hold(1);
+  engine_test::hold_first_step(config, hold);
   Fixture tight(config);
   Fixture roomy(EngineConfig{.block_size = 4});
   std::vector<Request> reqs;
@@ -113,6 +117,7 @@ TEST(EnginePromptLogprobs, PreemptedScoringRequestsPublishEachScoreOnce) {
   }
   std::vector<RequestHandle> hs;
   for (const Request& r : reqs) hs.push_back(std::move(*tight.engine->submit(r)));
+  hold.count_down();
   for (size_t i = 0; i < reqs.size(); ++i) {
     const StreamOutput s = hs[i].wait();
     const StreamOutput ref = roomy.run(reqs[i]);

@@ -252,15 +252,23 @@ TEST(Engine, IdenticalRequestsShareOneComputation) {
   EngineMetrics m = f.engine->wait_until_idle();
   EXPECT_EQ(m.num_requests_coalesced, 7);
   EXPECT_EQ(m.num_steps, 24);  // one computation: one prompt step, then 23 decode steps
-  // Seeded sampling coalesces too; unseeded sampling never does.
-  r.sampling.temperature = 0.8f;
-  r.seed = 42;
-  auto s1 = f.engine->submit(r), s2 = f.engine->submit(r);
-  expect_same_output(s1->wait(), s2->wait(), "seeded");
-  r.seed.reset();
-  auto u1 = f.engine->submit(r), u2 = f.engine->submit(r);
-  u1->wait(), u2->wait();
-  EXPECT_EQ(f.engine->wait_until_idle().num_requests_coalesced, 7 + 1);
+  // Seeded sampling coalesces too; unseeded sampling never does. Each pair goes in while the
+  // engine holds its first step, so the second always finds the first still running.
+  for (const bool seeded : {true, false}) {
+    SCOPED_TRACE(seeded ? "seeded" : "unseeded");
+    std::latch hold(1);
+    EngineConfig c;
+    hold_first_step(c, hold);
+    Fixture g(c);
+    Request s = g.request("the same question", 24);
+    s.sampling.temperature = 0.8f;
+    if (seeded) s.seed = 42;
+    auto a = g.engine->submit(s), b = g.engine->submit(s);
+    hold.count_down();
+    const StreamOutput out_a = a->wait(), out_b = b->wait();
+    if (seeded) expect_same_output(out_a, out_b, "seeded");
+    EXPECT_EQ(g.engine->wait_until_idle().num_requests_coalesced, seeded ? 1 : 0);
+  }
 }
 
 TEST(Engine, ALateIdenticalRequestGetsTheWholeOutput) {

@@ -186,7 +186,7 @@ bool repack_weights() {
 }
 
 bool repack_within_budget() { return repack_mode() == Repack::kAuto || repack_mode() == Repack::kLean; }
-bool repack_tile_form() { return repack_mode() != Repack::kLean; }
+bool repack_tile_form() { return repack_mode() != Repack::kLean && active_kernel_path() == KernelPath::kAmx; }
 
 std::string describe_kernel_paths() {
   std::string out = fmt::format("kernels: {}", kernel_path_name(active_kernel_path()));

@@ -3,11 +3,12 @@
 //
 //   amx     Intel AMX-INT8 tiles (Sapphire Rapids and later) for several tokens at once; Linux must
 //           grant the tile state (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)), which a
-//           VM can refuse. 2-7 tokens run the avx512 code (a tile of 16 token rows would be
-//           mostly padding), one token avx512's one-token kernel.
+//           VM can refuse. 1-7 tokens run the avx512 code (a tile of 16 token rows would be
+//           mostly padding).
 //   avx512  512-bit AVX-512 VNNI (vpdpbusd: 64 byte products into 16 int32 lanes), 16 rows a
-//           vector (Intel Ice Lake and later, AMD Zen 4 and later). One token: a kernel of its
-//           own on the weights repacked at load (packed_weight.h), else avx2's direct path.
+//           vector (Intel Ice Lake and later, AMD Zen 4 and later). Kernels of its own on the
+//           weights' lean form repacked at load (packed_weight.h, matmul_lean.h), else chunks
+//           decoded at run time (one token: avx2's direct path).
 //   avxvnni the 256-bit VEX form of vpdpbusd (AVX-VNNI: Intel Alder Lake and later, where
 //           AVX-512 is absent), 8 rows a vector. One token: avx2's direct path.
 //   avx2    256-bit integer dot products (vpmaddubsw + vpmaddwd), the baseline of x86-64-v3.
@@ -45,14 +46,15 @@ Status set_kernel_path(KernelPath path);
 Result<KernelPath> parse_kernel_path(const std::string& name);
 
 // Whether models repack their quantized weights at load (packed_weight.h): when the active path
-// reads packed weights (amx, avx512), unless SLUICE_REPACK=off. SLUICE_REPACK=auto (the default)
-// keeps the copies within half the memory available at load (the one-token form first, as big as
-// the file; the tile form, bigger, only if it fits too); on repacks whatever it takes. An unknown
-// value aborts with a message, as SLUICE_KERNELS does; lean keeps the one-token form only. Off, those paths decode each chunk at run
-// time: the same bits, slower, no extra memory.
+// reads packed weights (amx, avx512), unless SLUICE_REPACK=off. The avx512 path reads the lean
+// form only (about the file's size); the amx path also the tile form, for 8 tokens and more.
+// SLUICE_REPACK=auto (the default) keeps the copies within half the memory available at load
+// (the lean form first; the tile form, bigger, only if it fits too); on repacks whatever it
+// takes; lean keeps the lean form only. An unknown value aborts with a message, as SLUICE_KERNELS
+// does. Off, those paths decode each chunk at run time: the same bits, slower, no extra memory.
 bool repack_weights();
 bool repack_within_budget();  // auto and lean (true) or on (false)
-bool repack_tile_form();      // false for SLUICE_REPACK=lean: the one-token form only
+bool repack_tile_form();      // the amx path, unless SLUICE_REPACK=lean
 
 // One line for the logs: "kernels: amx (avx2 available; avx512-vnni: ...)".
 std::string describe_kernel_paths();

@@ -27,6 +27,7 @@
 #include "kernels/matmul.h"
 #include "kernels/decoded_chunk.h"
 #include "kernels/kernel_path.h"
+#include "kernels/matmul_lean.h"
 #include "kernels/matmul_vnni.h"
 #include "kernels/packed_weight.h"
 #include "kernels/matmul_amx.h"
@@ -262,7 +263,7 @@ SLUICE_AMX void amx_matmul_groups(const WeightView& w, const AmxActivations& xa,
   std::vector<float> acc(tiles * kTile * kRows);
   std::unique_ptr<DecodedChunk<kRows>> decoded;  // 27 KiB: off the stack of pool threads
   const bool packed = w.packed != nullptr && w.packed->tiles();
-  // The one-token form's unpacking uses AVX-512 VNNI, which every AMX CPU so far has; checked.
+  // The lean form's unpacking uses AVX-512 VNNI, which every AMX CPU so far has; checked.
   const bool lean = !packed && w.packed != nullptr && w.packed->lean() && kernel_path_runs(KernelPath::kAvx512);
   if (!packed) decoded = std::make_unique<DecodedChunk<kRows>>();
   for (int64_t g = group_begin; g < group_end; ++g) {

@@ -10,7 +10,7 @@
 namespace sluice::kernels {
 
 inline constexpr int kAmxGroupRows = 16;
-// Fewer tokens than this go to the avx512 code (its one-token kernel for one) even on the AMX path: a
+// Fewer tokens than this go to the avx512 code (its lean kernels) even on the AMX path: a
 // tile of 16 token rows would be mostly padding, and matmul_bench measured avx512 ahead at 4
 // tokens, even at 8, behind at 16 (Qwen2.5-0.5B shapes, Q8_0). The same bits either way.
 inline constexpr int64_t kAmxMinTokens = 8;

@@ -42,6 +42,7 @@
 #include "kernels/kernel_path.h"
 #include "kernels/decoded_chunk.h"
 #include "kernels/matmul_amx.h"
+#include "kernels/matmul_lean.h"
 #include "kernels/matmul_vnni.h"
 #include "kernels/packed_weight.h"
 #include "kernels/quant_blocks.h"
@@ -615,11 +616,14 @@ void decode_chunk8(gguf::TensorType type, const uint8_t* const* rows, int64_t b0
 
 QuantRoute quant_route(std::span<const MatmulTarget> targets, int64_t num_tokens) {
   const KernelPath path = active_kernel_path();
-  // One token on the avx512 or amx path, with every weight's lean form repacked: its own kernel.
-  if (num_tokens == 1 && (path == KernelPath::kAvx512 || path == KernelPath::kAmx) &&
-      kernel_path_runs(KernelPath::kAvx512) &&
-      std::all_of(targets.begin(), targets.end(),
-                  [](const MatmulTarget& t) { return t.w.packed != nullptr && t.w.packed->lean(); })) {
+  // The lean form where every weight has it: on the avx512 path for any number of tokens (it
+  // reads a third of the tile form's bytes and measured faster at every count up to 512), on the
+  // amx path for fewer tokens than its tiles want.
+  const bool all_lean = std::all_of(targets.begin(), targets.end(), [](const MatmulTarget& t) {
+    return t.w.packed != nullptr && t.w.packed->lean();
+  });
+  if (all_lean && kernel_path_runs(KernelPath::kAvx512) &&
+      (path == KernelPath::kAvx512 || (path == KernelPath::kAmx && num_tokens < kAmxMinTokens))) {
     return QuantRoute::kLean512;
   }
   switch (path) {
@@ -645,7 +649,7 @@ void matmul_quant(ThreadPool& pool, std::span<const MatmulTarget> targets, const
   quantize_activations(x, num_tokens, cols, xq, block_elements(type), /*with_sums=*/has_min(type) || lean);
   if (lean) {
     over_groups(pool, targets, PackedWeight::kRows, [&](const WeightView& w, float* y, int64_t begin, int64_t end) {
-      vnni512_lean_one_token(w, xq, y, begin, end);
+      lean_matmul(w, xq, num_tokens, y, begin, end);
     });
     return;
   }

@@ -220,7 +220,7 @@ TEST_P(MatmulTest, EveryKernelPathGivesTheSameBits) {
   }
   for (const std::string& why : unavailable_kernel_paths()) std::cout << "not run: " << why << "\n";
   // The weight as loaded, repacked for the 16-row kernels (which the other paths ignore), and
-  // repacked in the one-token form only (the tile kernels then decode at run time).
+  // repacked in the lean form only (the amx tile kernels then decode at run time).
   std::unique_ptr<PackedWeight> packed, lean;
   WeightView packed_view = w.view, lean_view = w.view;
   if (PackedWeight::packs(w.view.type)) {
@@ -234,7 +234,7 @@ TEST_P(MatmulTest, EveryKernelPathGivesTheSameBits) {
     SCOPED_TRACE(kernel_path_name(path));
     ASSERT_TRUE(set_kernel_path(path));
     for (const WeightView& view : {w.view, packed_view, lean_view}) {
-      SCOPED_TRACE(view.packed == nullptr ? "as loaded" : view.packed->tiles() ? "packed" : "one-token form only");
+      SCOPED_TRACE(view.packed == nullptr ? "as loaded" : view.packed->tiles() ? "packed" : "lean form only");
       for (int64_t n = 1; n <= max_tokens; ++n) {
         for (ThreadPool* pool : {&pool1, &pool3}) {
           std::vector<float> y(n * rows);

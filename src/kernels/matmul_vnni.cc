@@ -26,6 +26,7 @@
 
 #include "kernels/matmul_vnni.h"
 #include "kernels/decoded_chunk.h"
+#include "kernels/matmul_lean.h"
 #include "kernels/packed_weight.h"
 #include "kernels/quant_blocks.h"
 
@@ -42,15 +43,6 @@ namespace sluice::kernels {
 void vnni512_matmul_groups(const WeightView& w, const QuantizedActivations& xq, const uint8_t* xu, int64_t num_tokens,
                            float* y, int64_t group_begin, int64_t group_end) {
   vnni512::matmul_groups(w, xq, xu, num_tokens, y, group_begin, group_end);
-}
-
-void vnni512_lean_one_token(const WeightView& w, const QuantizedActivations& xq, float* y, int64_t group_begin,
-                            int64_t group_end) {
-  vnni512::lean_one_token(w, xq, y, group_begin, group_end);
-}
-
-void lean_decode_chunk16(const WeightView& w, int64_t g, int64_t b0, int nb, DecodedChunk<16>& c) {
-  vnni512::lean_decode_chunk(w, g, b0, nb, c);
 }
 
 void vnni256_matmul_groups(const WeightView& w, const QuantizedActivations& xq, const uint8_t* xu, int64_t num_tokens,

@@ -12,9 +12,9 @@ namespace sluice::kernels {
 
 inline constexpr int kVnni512GroupRows = 16;
 inline constexpr int kVnni256GroupRows = 8;
-// One token goes to vnni512_lean_one_token on weights repacked at load, else to the avx2 code's
-// direct path (it reads each row once, straight from the weights; a decoded chunk would be used
-// once); the results are the same bits either way.
+// Weights repacked at load go to lean_matmul (matmul_lean.h; quant_route says when); one token
+// on weights as loaded goes to the avx2 code's direct path (it reads each row once, straight from
+// the weights; a decoded chunk would be used once); the results are the same bits either way.
 inline constexpr int64_t kVnniMinTokens = 2;
 
 // Rows kRows * group_begin up to kRows * group_end (or w.rows) of y = x W^T, for any
@@ -22,14 +22,6 @@ inline constexpr int64_t kVnniMinTokens = 2;
 // the same levels plus 128 as unsigned bytes (xq.q[i] ^ 0x80), vpdpbusd's unsigned operand.
 void vnni512_matmul_groups(const WeightView& w, const QuantizedActivations& xq, const uint8_t* xu, int64_t num_tokens,
                            float* y, int64_t group_begin, int64_t group_end);
-// One token (num_tokens 1) on the lean form of w.packed (packed_weight.h): rows 16 * group_begin
-// up to 16 * group_end of y. xq: quantized per 32 with the 16-element sums.
-// REQUIRES: w.packed->lean().
-void vnni512_lean_one_token(const WeightView& w, const QuantizedActivations& xq, float* y, int64_t group_begin,
-                            int64_t group_end);
-// Sub-blocks [b0, b0 + nb) of row group g (16 rows) decoded from w.packed's lean form, as
-// decode_chunk16 decodes them from the file's blocks. REQUIRES: w.packed->lean(), AVX-512 VNNI.
-void lean_decode_chunk16(const WeightView& w, int64_t g, int64_t b0, int nb, DecodedChunk<16>& c);
 void vnni256_matmul_groups(const WeightView& w, const QuantizedActivations& xq, const uint8_t* xu, int64_t num_tokens,
                            float* y, int64_t group_begin, int64_t group_end);
 

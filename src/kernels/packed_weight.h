@@ -1,5 +1,8 @@
-// A quantized weight repacked once at load into the layout of the 16-row kernels (the amx and
-// avx512 paths, kernel_path.h): for each group of 16 rows and each chunk of up to 32 sub-blocks,
+// A quantized weight repacked once at load into the layouts of the 16-row kernels (the amx and
+// avx512 paths, kernel_path.h), in one or both of two forms. The lean form (below) holds the
+// levels transposed for vpdpbusd in about the file's bytes; the avx512 path reads it for any
+// number of tokens (matmul_lean.h), the amx path for fewer than 8. The tile form, for the amx
+// path's tiles: for each group of 16 rows and each chunk of up to 32 sub-blocks,
 // the levels already decoded and transposed (decoded_chunk.h's DecodedChunk<16>: 32-bit lane r of
 // step j = row r's levels 4j..4j+3, the weight operand of an AMX tile and of a vpdpbusd) with the
 // scales as int32 and floats beside them. Those kernels then read it in place instead of
@@ -9,8 +12,7 @@
 // row), the integer scales for the super-block types (+4), mins and dmin for the types with a min
 // (+6... all as int32 and float). So the copy takes 1.125 bytes per weight for Q8_0, Q4_0, Q5_0 and
 // IQ4_NL, 1.375 for Q3_K, Q6_K and IQ4_XS, 1.5 for Q4_1 and Q5_1, 1.75 for Q2_K, Q4_K and Q5_K,
-// beside the file's own bytes (which one-token decode keeps reading: it is bound by memory, and
-// they are fewer).
+// beside the lean form.
 //
 // The levels and scales are the decoder's own output, so a packed weight gives the same bits as
 // decoding at run time (the kernel tests compare them with memcmp).
@@ -25,8 +27,8 @@
 
 namespace sluice::kernels {
 
-// Which forms of a PackedWeight to build: the tile form (chunk(): the 16-row kernels, 2 tokens and
-// more) and the lean form (lean_group(): one token), where the type has one.
+// Which forms of a PackedWeight to build: the tile form (chunk(): the amx kernels, 8 tokens and
+// more) and the lean form (lean_group(): the avx512 kernels), where the type has one.
 struct PackForms {
   bool tiles = true;
   bool lean = true;
@@ -55,7 +57,7 @@ class PackedWeight {
   size_t tile_bytes() const { return size_; }
   size_t lean_bytes() const { return lean_size_; }
 
-  // The lean form, for one token (the avx512 code's lean path, matmul_vnni-inl.h): about as many
+  // The lean form (the avx512 code's lean kernels, matmul_lean.cc): about as many
   // bytes as the file's (Q2_K 3.125 bits a weight against the file's 2.625, Q3_K 3.5625 against
   // 3.4375: their scales stored a byte each), laid out for vpdpbusd, for every block-quantized
   // type. Per row group, arrays over sub-blocks b = 0 .. num_blocks - 1 (d and dmin: over the

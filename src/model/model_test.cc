@@ -246,7 +246,7 @@ TEST(ModelErrors, UnsupportedArchitectureAndTensorTypeAreNamed) {
 }
 
 // The memory budget decides which forms ModelWeights::repack keeps: all when they fit, the
-// one-token form alone when only it fits (the tile kernels then decode at run time), none when
+// lean form alone when only it fits (the tile kernels then decode at run time), none when
 // neither fits; the note says which. Tied embeddings share one repacked copy.
 TEST(ModelRepack, BudgetDecidesTheForms) {
   auto file = make_file(tiny(Arch::kQwen2, TensorType::kQ4_0));

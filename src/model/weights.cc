@@ -138,7 +138,7 @@ void ModelWeights::repack(ThreadPool& pool, size_t budget, bool tile_form) {
   if (both > budget) {
     forms.tiles = false;
     if (lean > budget || lean == 0) {
-      repack_note = fmt::format("weights not repacked: the copies ({:.1f} MiB, or {:.1f} for one token) would pass "
+      repack_note = fmt::format("weights not repacked: the copies ({:.1f} MiB, or {:.1f} for the lean form) would pass "
                                 "the budget of {:.1f} MiB (half the available memory; SLUICE_REPACK=on forces them)",
                                 both / kMiB, lean / kMiB, budget / kMiB);
       return;
