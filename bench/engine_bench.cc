@@ -1,7 +1,8 @@
 // engine_bench: the forward pass against the machine's ceilings, as ratios taken in one run.
 //
-//   decode step (1 sequence)   bytes read per step (the weights, and the keys and values of the
-//                              context) / step time, vs measured read bandwidth
+//   decode step (1 sequence)   bytes read per step (the weights, as the path reads them, and the
+//                              keys and values of the context) / step time, vs measured read
+//                              bandwidth
 //   prefill                    matmul rate, vs the kernel path's measured peak (integer types:
 //                              its instruction mix, bench/peak_isa.cc; float types: FMA)
 //   batched decode (B seqs)    tokens/s of B sequences per step, vs one sequence per step
@@ -18,6 +19,7 @@
 #include "bench/bench_model.h"
 #include "kernels/kernel_path.h"
 #include "kernels/matmul.h"
+#include "kernels/packed_weight.h"
 #include "kernels/quant_blocks.h"
 #include "model/loader.h"
 #include "model/model_maker.h"
@@ -27,8 +29,14 @@ namespace {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-double weight_bytes_per_token_step(const Model& m) {
-  auto bytes = [](const kernels::WeightView& w) { return static_cast<double>(w.rows) * w.row_bytes(); };
+// The bytes of the weights one token reads: the lean form's where the path reads it (avx512 and
+// amx, on weights repacked at load: packed_weight.h), else the file's.
+double weight_bytes_per_token_step(const Model& m, kernels::KernelPath path) {
+  const bool lean_path = path == kernels::KernelPath::kAvx512 || path == kernels::KernelPath::kAmx;
+  auto bytes = [&](const kernels::WeightView& w) {
+    if (lean_path && w.packed != nullptr && w.packed->lean()) return static_cast<double>(w.packed->lean_bytes());
+    return static_cast<double>(w.rows) * w.row_bytes();
+  };
   double total = bytes(m.weights().output);
   for (const auto& l : m.weights().layers) {
     total += bytes(l.wq) + bytes(l.wk) + bytes(l.wv) + bytes(l.wo) + bytes(l.gate) + bytes(l.up) + bytes(l.down);
@@ -131,7 +139,6 @@ int run(int argc, char** argv) {
   const double peak = measure_peak_flops(pool);
   std::printf("machine: read bandwidth %.1f GB/s, peak FMA %.1f GFLOP/s\n", bw / 1e9, peak / 1e9);
 
-  const double wbytes = weight_bytes_per_token_step(*model);
   // A one-sequence step also reads the keys and values of its context, ctx + steps / 2 on average.
   const double kv_bytes = static_cast<double>(KvPool::bytes_per_token(model->config(), kv_type)) * (ctx + steps / 2.0);
   const bool int8 = kernels::is_block_quant(model->weights().layers.at(0).up.type);
@@ -145,6 +152,7 @@ int run(int argc, char** argv) {
     const double batched = decode_step_seconds(*model, pool, kv_type, batch, ctx, steps);
     const double pf = prefill_seconds(*model, pool, kv_type, prefill);
     const double pf_flops = 2.0 * matmul_params(*model) * prefill / pf;
+    const double wbytes = weight_bytes_per_token_step(*model, path);
     const double read = wbytes + kv_bytes;
     std::printf("decode, 1 sequence at ctx %d:  %.2f ms/step, %.1f tok/s, weights %.0f MB + %s kv %.0f MB per step -> %.1f GB/s = %.2f of read bandwidth\n",
                 ctx, single * 1e3, 1 / single, wbytes / 1e6, kv_dtype.c_str(), kv_bytes / 1e6, read / single / 1e9,
