@@ -156,7 +156,7 @@ int run(int argc, char** argv) {
       // Repacked as a model load repacks it for this path (kernels/packed_weight.h).
       std::unique_ptr<kernels::PackedWeight> packed;
       if (kernels::repack_weights() && kernels::PackedWeight::packs(type)) {
-        packed = kernels::PackedWeight::pack(w, pool);
+        packed = kernels::PackedWeight::pack(w, pool, {.tiles = kernels::repack_tile_form(), .lean = true});
         w.packed = packed.get();
       }
       // One token reads the lean form where the path has one (the avx512 and amx paths), else the file's blocks.

@@ -10,9 +10,12 @@
 namespace sluice::kernels {
 
 inline constexpr int kAmxGroupRows = 16;
-// Fewer tokens than this go to the avx512 code (its lean kernels) even on the AMX path: a
-// tile of 16 token rows would be mostly padding, and matmul_bench measured avx512 ahead at 4
-// tokens, even at 8, behind at 16 (Qwen2.5-0.5B shapes, Q8_0). The same bits either way.
+// Fewer tokens than this go to the avx512 code even on the AMX path (its lean kernels on weights
+// repacked at load, else chunks decoded at run time): a tile of 16 token rows would be mostly
+// padding, and matmul_bench measured avx512 ahead at 4 tokens, even at 8, behind at 16
+// (Qwen2.5-0.5B shapes, Q8_0). That was avx512's kernel on the tile form, which the lean
+// kernels since beat by up to 2.6x on Zen 4: to be measured again on an AMX machine. The same
+// bits either way.
 inline constexpr int64_t kAmxMinTokens = 8;
 
 // The palette-1 tile configuration (Intel SDM, LDTILECFG): 64 bytes.

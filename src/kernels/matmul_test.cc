@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iostream>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -10,7 +12,9 @@
 #include <hwy/targets.h>
 
 #include "common/half.h"
+#include "kernels/decoded_chunk.h"
 #include "kernels/kernel_path.h"
+#include "kernels/matmul_lean.h"
 #include "kernels/packed_weight.h"
 #include "kernels/quant_blocks.h"
 #include "kernels/quant_test_util.h"
@@ -219,8 +223,9 @@ TEST_P(MatmulTest, EveryKernelPathGivesTheSameBits) {
     matmul(pool1, w.view, x.data(), n, want.back().data());
   }
   for (const std::string& why : unavailable_kernel_paths()) std::cout << "not run: " << why << "\n";
-  // The weight as loaded, repacked for the 16-row kernels (which the other paths ignore), and
-  // repacked in the lean form only (the amx tile kernels then decode at run time).
+  // The weight as loaded, repacked in both forms (the other paths ignore them; the avx512 path
+  // reads the lean form of either), and in the lean form only (the amx tile kernels then decode
+  // at run time). RepackedFormsHoldWhatDecodingGives checks the forms' contents directly.
   std::unique_ptr<PackedWeight> packed, lean;
   WeightView packed_view = w.view, lean_view = w.view;
   if (PackedWeight::packs(w.view.type)) {
@@ -245,6 +250,61 @@ TEST_P(MatmulTest, EveryKernelPathGivesTheSameBits) {
     }
   }
   ASSERT_TRUE(set_kernel_path(before));
+}
+
+// The repacked forms hold, for each row group and chunk of sub-blocks, exactly what decoding the
+// file's blocks gives (decode_chunk16): the tile form read in place (the amx kernels) and the
+// lean form decoded (lean_decode_chunk16: the amx kernels without a tile form). On an avx512
+// machine without AMX no matmul reads either, so they are compared here field by field, for the
+// fields the type reads and the real rows of a partial last group.
+TEST_P(MatmulTest, RepackedFormsHoldWhatDecodingGives) {
+  if (!PackedWeight::packs(GetParam())) GTEST_SKIP() << "not a block-quantized type";
+  const TensorType type = GetParam();
+  const int64_t rows = 37, cols = test_cols(type), num_blocks = cols / kSubBlock;
+  TestWeight w = make_weight(type, rows, cols, 21);
+  ThreadPool pool(2);
+  const auto packed = PackedWeight::pack(w.view, pool);
+  WeightView view = w.view;
+  view.packed = packed.get();
+  const bool lean = kernel_path_runs(KernelPath::kAvx512);
+  if (!lean) std::cout << "lean form not compared: no AVX-512 VNNI on this machine\n";
+  const bool super = block_elements(type) == kSuperBlock, min = has_min(type);
+  auto want = std::make_unique<DecodedChunk<16>>(), got = std::make_unique<DecodedChunk<16>>();
+  for (int64_t g = 0; g * 16 < rows; ++g) {
+    const uint8_t* row_ptrs[16];
+    const int64_t n = group_rows(w.view, g, row_ptrs);
+    for (int64_t b0 = 0, k = 0; b0 < num_blocks; b0 += kChunkSubBlocks, ++k) {
+      const int nb = static_cast<int>(std::min<int64_t>(kChunkSubBlocks, num_blocks - b0));
+      decode_chunk16(type, row_ptrs, b0, nb, *want);
+      std::vector<std::pair<const char*, ChunkRef<16>>> forms = {{"tile form", packed->chunk(g, k)}};
+      if (lean) {
+        lean_decode_chunk16(view, g, b0, nb, *got);
+        forms.emplace_back("lean form", chunk_ref(*got));
+      }
+      for (const auto& [name, c] : forms) {
+        SCOPED_TRACE(::testing::Message() << name << ", group " << g << ", sub-blocks from " << b0);
+        for (int i = 0; i < nb; ++i) {
+          for (int64_t r = 0; r < n; ++r) {
+            for (int j = 0; j < 8; ++j) {
+              ASSERT_EQ(0, std::memcmp(&c.w[i][j][4 * r], &want->w[i][j][4 * r], 4)) << "levels, sub-block " << i << " row " << r;
+            }
+            ASSERT_EQ(0, std::memcmp(&c.d[i][r], &want->d[i][r], sizeof(float))) << "d, sub-block " << i << " row " << r;
+            for (int h = 0; h < 2; ++h) {
+              if (super) {
+                ASSERT_EQ(c.sc[i][h][r], want->sc[i][h][r]) << "scale, sub-block " << i << " row " << r;
+              }
+              if (min) {
+                ASSERT_EQ(c.m[i][h][r], want->m[i][h][r]) << "min, sub-block " << i << " row " << r;
+              }
+            }
+            if (min) {
+              ASSERT_EQ(0, std::memcmp(&c.dmin[i][r], &want->dmin[i][r], sizeof(float))) << "dmin, sub-block " << i << " row " << r;
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 // Several weights in one parallel loop give, bit for bit, what separate calls give: targets of
