@@ -616,15 +616,23 @@ void decode_chunk8(gguf::TensorType type, const uint8_t* const* rows, int64_t b0
 
 QuantRoute quant_route(std::span<const MatmulTarget> targets, int64_t num_tokens) {
   const KernelPath path = active_kernel_path();
-  // The lean form where every weight has it: on the avx512 path for any number of tokens (about
-  // the file's bytes, against 1.125 to 1.75 bytes a weight for the tile form; measured faster at
-  // every count from 2 to 512), on the amx path for fewer tokens than its tiles want.
+  // The lean form where every weight has it: on the avx512 and avxvnni paths for any number of
+  // tokens (about the file's bytes, against 1.125 to 1.75 bytes a weight for the tile form;
+  // measured faster at every count from 2 to 512), on the amx path for fewer tokens than its
+  // tiles want.
   const bool all_lean = std::all_of(targets.begin(), targets.end(), [](const MatmulTarget& t) {
     return t.w.packed != nullptr && t.w.packed->lean();
   });
   if (all_lean && kernel_path_runs(KernelPath::kAvx512) &&
       (path == KernelPath::kAvx512 || (path == KernelPath::kAmx && num_tokens < kAmxMinTokens))) {
     return QuantRoute::kLean512;
+  }
+  // On 256 bits (two vectors a row group, tiles of 2 tokens), the types with high bits (Q3_K,
+  // Q5_*, Q6_K) measured no faster than chunks decoded for 8-token tiles from 64 tokens on
+  // (Q3_K half as fast at 512); the others faster at every count (README).
+  if (all_lean && path == KernelPath::kAvxVnni &&
+      (num_tokens < kVnni256TileMinTokens || PackedWeight::lean_high_bits(targets[0].w.type) == 0)) {
+    return QuantRoute::kLean256;
   }
   switch (path) {
     case KernelPath::kAmx:
@@ -645,11 +653,12 @@ void matmul_quant(ThreadPool& pool, std::span<const MatmulTarget> targets, const
   QuantizedActivations xq;
   const gguf::TensorType type = targets[0].w.type;
   const QuantRoute route = quant_route(targets, num_tokens);
-  const bool lean = route == QuantRoute::kLean512;
+  const bool lean = route == QuantRoute::kLean512 || route == QuantRoute::kLean256;
   quantize_activations(x, num_tokens, cols, xq, block_elements(type), /*with_sums=*/has_min(type) || lean);
   if (lean) {
+    const auto fn = route == QuantRoute::kLean512 ? lean512_matmul : lean256_matmul;
     over_groups(pool, targets, PackedWeight::kRows, [&](const WeightView& w, float* y, int64_t begin, int64_t end) {
-      lean_matmul(w, xq, num_tokens, y, begin, end);
+      fn(w, xq, num_tokens, y, begin, end);
     });
     return;
   }

@@ -15,6 +15,7 @@
 #include "kernels/decoded_chunk.h"
 #include "kernels/kernel_path.h"
 #include "kernels/matmul_lean.h"
+#include "kernels/matmul_vnni.h"
 #include "kernels/packed_weight.h"
 #include "kernels/quant_blocks.h"
 #include "kernels/quant_test_util.h"
@@ -207,18 +208,22 @@ TEST_P(MatmulTest, BatchInvariantOnEveryTarget) {
 }
 
 // Every kernel path this machine runs gives the same bits as the avx2 path, for every token count
-// 1..40 (below and above the AMX path's threshold and tile of 16) on 1 and 3 threads, with the
-// weight as loaded and repacked (packed_weight.h: 37 rows end in a partial group of 16). Paths the
-// machine cannot run are named, not tested.
+// 1..40 (below and above the AMX path's threshold and tile of 16) and 64, 65 (where the avxvnni
+// path sends some types to its tile kernel) on 1 and 3 threads, with the weight as loaded and
+// repacked (packed_weight.h: 37 rows end in a partial group of 16). Paths the machine cannot run
+// are named, not tested.
 TEST_P(MatmulTest, EveryKernelPathGivesTheSameBits) {
   const KernelPath before = active_kernel_path();
-  const int64_t rows = 37, cols = test_cols(GetParam()), max_tokens = 40;
+  const int64_t rows = 37, cols = test_cols(GetParam());
+  std::vector<int64_t> counts;
+  for (int64_t n = 1; n <= 40; ++n) counts.push_back(n);
+  counts.insert(counts.end(), {kVnni256TileMinTokens, kVnni256TileMinTokens + 1});
   TestWeight w = make_weight(GetParam(), rows, cols, 8);
-  const auto x = random_x(max_tokens * cols, 9);
+  const auto x = random_x(counts.back() * cols, 9);
   if (!set_kernel_path(KernelPath::kAvx2)) GTEST_SKIP() << "no AVX2 on this machine";
   ThreadPool pool1(1), pool3(3);
   std::vector<std::vector<float>> want;
-  for (int64_t n = 1; n <= max_tokens; ++n) {
+  for (const int64_t n : counts) {
     want.emplace_back(n * rows);
     matmul(pool1, w.view, x.data(), n, want.back().data());
   }
@@ -240,11 +245,12 @@ TEST_P(MatmulTest, EveryKernelPathGivesTheSameBits) {
     ASSERT_TRUE(set_kernel_path(path));
     for (const WeightView& view : {w.view, packed_view, lean_view}) {
       SCOPED_TRACE(view.packed == nullptr ? "as loaded" : view.packed->tiles() ? "packed" : "lean form only");
-      for (int64_t n = 1; n <= max_tokens; ++n) {
+      for (size_t i = 0; i < counts.size(); ++i) {
+        const int64_t n = counts[i];
         for (ThreadPool* pool : {&pool1, &pool3}) {
           std::vector<float> y(n * rows);
           matmul(*pool, view, x.data(), n, y.data());
-          ASSERT_EQ(0, std::memcmp(y.data(), want[n - 1].data(), y.size() * sizeof(float))) << n << " tokens";
+          ASSERT_EQ(0, std::memcmp(y.data(), want[i].data(), y.size() * sizeof(float))) << n << " tokens";
         }
       }
     }

@@ -12,10 +12,13 @@ namespace sluice::kernels {
 
 inline constexpr int kVnni512GroupRows = 16;
 inline constexpr int kVnni256GroupRows = 8;
-// Weights repacked at load go to lean_matmul (matmul_lean.h; quant_route says when); one token
-// on weights as loaded goes to the avx2 code's direct path (it reads each row once, straight from
-// the weights; a decoded chunk would be used once); the results are the same bits either way.
+// Weights repacked at load go to the lean kernels (matmul_lean.h; quant_route says when); one
+// token on weights as loaded goes to the avx2 code's direct path (it reads each row once, straight
+// from the weights; a decoded chunk would be used once); the results are the same bits either way.
 inline constexpr int64_t kVnniMinTokens = 2;
+// On the avxvnni path, the types whose lean form keeps high bits (Q3_K, Q5_*, Q6_K) go to the
+// 8-token tiles of vnni256_matmul_groups from this many tokens on, the others never.
+inline constexpr int64_t kVnni256TileMinTokens = 64;
 
 // Rows kRows * group_begin up to kRows * group_end (or w.rows) of y = x W^T, for any
 // block-quantized type. xq: the activations quantized as matmul_quant does for the type; xu:

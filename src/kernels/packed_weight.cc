@@ -138,13 +138,16 @@ uint8_t lean_level(gguf::TensorType type, int8_t q) {
 
 enum LeanField { kLevels, kHigh, kLsc, kLm, kLd, kLdmin, kLeanFields };
 
-// The bits of a level held in the levels array (the rest are bit planes) and its bytes per
-// sub-block of a group: 8 (one byte a level), 4 (two steps a vector) or 2 (four steps a vector).
+// The bits of a level held in the levels array and its bytes per sub-block of a group: 8 (one
+// byte a level), 4 (two steps a vector) or 2 (four steps a vector); the bits above them (0, 1
+// or 2) are in the high array, 64 bytes per sub-block for each.
 int packed_bits(int bits) { return bits == 8 ? 8 : bits >= 4 ? 4 : 2; }
 size_t level_bytes(int bits) { return size_t{64} * 8 * packed_bits(bits) / 8; }
-int num_planes(int bits) { return bits - packed_bits(bits); }
+int high_bits(int bits) { return bits - packed_bits(bits); }
 
 }  // namespace
+
+int PackedWeight::lean_high_bits(gguf::TensorType type) { return has_lean(type) ? high_bits(lean_bits(type)) : 0; }
 
 void PackedWeight::lean_layout(const WeightView& w) {
   const int bits = lean_bits(w.type);
@@ -152,7 +155,7 @@ void PackedWeight::lean_layout(const WeightView& w) {
   const int64_t nb = num_blocks_, blocks = super ? nb / 8 : nb;
   const size_t sizes[kLeanFields] = {
       static_cast<size_t>(nb) * level_bytes(bits),
-      static_cast<size_t>(nb) * 64 * num_planes(bits),
+      static_cast<size_t>(nb) * 64 * high_bits(bits),
       static_cast<size_t>(super ? nb * (halves ? 32 : 16) : 0),
       static_cast<size_t>(super && mins_ ? nb * (halves ? 32 : 16) : 0),
       static_cast<size_t>(blocks) * kRows * 2,
@@ -216,13 +219,13 @@ void PackedWeight::pack_lean(const WeightView& w, ThreadPool& pool) {
             }
             // 4 bits: vector j / 2 holds step j in its low (j even) or high nibbles; 2 bits:
             // vector j / 4 holds step j in bits 2 (j % 4) and 2 (j % 4) + 1 of each byte.
-            const int lb = packed_bits(bits), per_vector = 8 / lb, planes = num_planes(bits);
+            const int lb = packed_bits(bits), per_vector = 8 / lb, hb = high_bits(bits);
             uint8_t& v = levels[b * level_bytes(bits) + 64 * (j / per_vector) + lane_byte];
             v = static_cast<uint8_t>(v | (u & ((1 << lb) - 1)) << (lb * (j % per_vector)));
-            for (int plane = 0; plane < planes; ++plane) {
-              if ((u >> (lb + plane)) & 1) {
-                high[b * 64 * planes + 64 * plane + 8 * j + lane_byte / 8] |= static_cast<uint8_t>(1 << (lane_byte % 8));
-              }
+            // The hb bits above them: vector j / (8 / hb) holds step j in bits hb (j % (8 / hb)) up.
+            if (hb > 0) {
+              const int steps = 8 / hb, field = (u >> lb) & ((1 << hb) - 1);
+              high[b * 64 * hb + 64 * (j / steps) + lane_byte] |= static_cast<uint8_t>(field << (hb * (j % steps)));
             }
           }
         }

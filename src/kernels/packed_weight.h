@@ -68,8 +68,9 @@ class PackedWeight {
   //              vector p holding step 4p + k in bits 2k, 2k + 1 of each byte; the others 4
   //              vectors, vector p holding step 2p in its low nibbles and 2p + 1 in its high
   //              ones (IQ4_NL, IQ4_XS: the table indices)
-  //   high[b]    Q3_K, Q5_*, Q6_K: one plane per bit above those (2 or 4), 8 bytes per step
-  //              (byte k of step j = that bit of lane bytes 8k .. 8k + 7), 64 bytes a plane
+  //   high[b]    Q3_K, Q5_*, Q6_K: the hb bits above those (hb = 1, or 2 for Q6_K) in the
+  //              same lanes, 8 / hb steps a vector: vector j / (8 / hb) holds step j in bits
+  //              hb (j % (8 / hb)) .. of each byte; 64 hb bytes (a shift and a mask a step)
   //   sc[b]      super-block types: the integer scales as int8, 16 (or 32: per half, Q2_K,
   //              Q3_K, Q6_K)
   //   m[b]       Q2_K, Q4_K, Q5_K: the integer mins as uint8, 16 (Q2_K: 32, per half)
@@ -85,9 +86,11 @@ class PackedWeight {
     const uint16_t* d = nullptr;
     const uint16_t* dmin = nullptr;
   };
-  // Whether the lean form exists for this type, and its level offset.
+  // Whether the lean form exists for this type, its level offset, and the bits a level keeps in
+  // high (0, 1, or 2 for Q6_K).
   static bool has_lean(gguf::TensorType type);
   static int lean_offset(gguf::TensorType type);
+  static int lean_high_bits(gguf::TensorType type);
   bool lean() const { return lean_data_ != nullptr; }
   Lean lean_group(int64_t g) const;
   size_t lean_group_bytes() const { return lean_group_bytes_; }

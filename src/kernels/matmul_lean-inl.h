@@ -1,0 +1,515 @@
+// The body of the lean kernels (matmul_lean.cc), included once per vector width with
+// SLUICE_LEAN_BITS 512 or 256: the same code over a row group of 16 on one __m512i (AVX-512
+// VNNI) or on two __m256i, rows 0-7 and 8-15 (AVX-VNNI, the VEX form, for CPUs without
+// AVX-512), each under its own target attribute so neither leaks into the other or into code
+// that runs everywhere. The lean form's layout is the same for both: a 256-bit step reads half
+// of each 64-byte vector. No include guard, on purpose.
+
+#if SLUICE_LEAN_BITS == 512
+#define SLUICE_LEAN_NS lean512
+#define SLUICE_LEAN_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+#elif SLUICE_LEAN_BITS == 256
+#define SLUICE_LEAN_NS lean256
+#define SLUICE_LEAN_TARGET __attribute__((target("avxvnni,avx2,fma,f16c")))
+#else
+#error "SLUICE_LEAN_BITS must be 512 or 256"
+#endif
+#define SLUICE_LEAN_INLINE SLUICE_LEAN_TARGET __attribute__((always_inline)) inline
+
+namespace sluice::kernels {
+namespace SLUICE_LEAN_NS {
+namespace {
+
+constexpr int kRows = PackedWeight::kRows;
+
+// VI: 16 int32 lanes or 64 bytes (lane r: row r); VF: 16 floats; VX: a broadcast of one token's
+// four activation bytes (the signed operand of vpdpbusd).
+#if SLUICE_LEAN_BITS == 512
+// Tiles of up to 4 tokens (each with its accumulators in registers: 32 of them here).
+constexpr int kMaxTile = 4;
+using VI = __m512i;
+using VF = __m512;
+using VX = __m512i;
+SLUICE_LEAN_INLINE VI zero_i() { return _mm512_setzero_si512(); }
+SLUICE_LEAN_INLINE VF zero_f() { return _mm512_setzero_ps(); }
+SLUICE_LEAN_INLINE VI load64(const uint8_t* p) { return _mm512_load_si512(p); }
+SLUICE_LEAN_INLINE VI and_i(VI a, VI b) { return _mm512_and_si512(a, b); }
+SLUICE_LEAN_INLINE VI or_i(VI a, VI b) { return _mm512_or_si512(a, b); }
+// a | (b & m) in one instruction (0xF8: the truth table of A | (B & C)).
+SLUICE_LEAN_INLINE VI or_and(VI a, VI b, VI m) { return _mm512_ternarylogic_epi32(a, b, m, 0xF8); }
+SLUICE_LEAN_INLINE VI srl16(VI a, int n) { return _mm512_srli_epi16(a, n); }
+SLUICE_LEAN_INLINE VI sll16(VI a, int n) { return _mm512_slli_epi16(a, n); }
+SLUICE_LEAN_INLINE VI splat8(int v) { return _mm512_set1_epi8(static_cast<char>(v)); }
+SLUICE_LEAN_INLINE VI lookup(VI table, VI idx) { return _mm512_shuffle_epi8(table, idx); }
+SLUICE_LEAN_INLINE VX xbcast(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+SLUICE_LEAN_INLINE VI dot(VI acc, VI w, VX x) { return _mm512_dpbusd_epi32(acc, w, x); }
+SLUICE_LEAN_INLINE VI set1_i(int32_t v) { return _mm512_set1_epi32(v); }
+SLUICE_LEAN_INLINE VI add_i(VI a, VI b) { return _mm512_add_epi32(a, b); }
+SLUICE_LEAN_INLINE VI sub_i(VI a, VI b) { return _mm512_sub_epi32(a, b); }
+SLUICE_LEAN_INLINE VI mul_i(VI a, VI b) { return _mm512_mullo_epi32(a, b); }
+// The masked forms: GCC 12's plain ones read an undefined vector, which -Wmaybe-uninitialized flags.
+SLUICE_LEAN_INLINE VF to_f(VI v) { return _mm512_maskz_cvtepi32_ps(static_cast<__mmask16>(0xFFFF), v); }
+SLUICE_LEAN_INLINE VF halves16(const uint16_t* p) {
+  return _mm512_maskz_cvtph_ps(static_cast<__mmask16>(0xFFFF), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+// 16 bytes widened to int32 lanes, signed or unsigned.
+SLUICE_LEAN_INLINE VI widen_i8(const int8_t* p) {
+  return _mm512_maskz_cvtepi8_epi32(static_cast<__mmask16>(0xFFFF), _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+SLUICE_LEAN_INLINE VI widen_u8(const uint8_t* p) {
+  return _mm512_maskz_cvtepu8_epi32(static_cast<__mmask16>(0xFFFF), _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+SLUICE_LEAN_INLINE VF set1_f(float v) { return _mm512_set1_ps(v); }
+SLUICE_LEAN_INLINE VF mul_f(VF a, VF b) { return _mm512_mul_ps(a, b); }
+SLUICE_LEAN_INLINE VF fma_f(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
+SLUICE_LEAN_INLINE void store16(float* p, VF v) { _mm512_storeu_ps(p, v); }
+SLUICE_LEAN_INLINE void store16_aligned(float* p, VF v) { _mm512_store_ps(p, v); }
+// The 16-byte table in every 128-bit lane.
+SLUICE_LEAN_INLINE VI table16(const int8_t* t) {
+  return _mm512_maskz_broadcast_i32x4(static_cast<__mmask16>(0xFFFF), _mm_load_si128(reinterpret_cast<const __m128i*>(t)));
+}
+#else
+// Tiles of up to 2 tokens: AVX-VNNI has 16 vector registers, and a token's accumulators take 4
+// to 8 of them.
+constexpr int kMaxTile = 2;
+struct VI {
+  __m256i lo, hi;  // rows 0-7 (bytes 0-31 of a 64-byte vector), rows 8-15
+};
+struct VF {
+  __m256 lo, hi;
+};
+using VX = __m256i;
+SLUICE_LEAN_INLINE VI zero_i() { return {_mm256_setzero_si256(), _mm256_setzero_si256()}; }
+SLUICE_LEAN_INLINE VF zero_f() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+SLUICE_LEAN_INLINE VI load64(const uint8_t* p) {
+  return {_mm256_load_si256(reinterpret_cast<const __m256i*>(p)), _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 32))};
+}
+SLUICE_LEAN_INLINE VI and_i(VI a, VI b) { return {_mm256_and_si256(a.lo, b.lo), _mm256_and_si256(a.hi, b.hi)}; }
+SLUICE_LEAN_INLINE VI or_i(VI a, VI b) { return {_mm256_or_si256(a.lo, b.lo), _mm256_or_si256(a.hi, b.hi)}; }
+SLUICE_LEAN_INLINE VI or_and(VI a, VI b, VI m) { return or_i(a, and_i(b, m)); }
+SLUICE_LEAN_INLINE VI srl16(VI a, int n) { return {_mm256_srli_epi16(a.lo, n), _mm256_srli_epi16(a.hi, n)}; }
+SLUICE_LEAN_INLINE VI sll16(VI a, int n) { return {_mm256_slli_epi16(a.lo, n), _mm256_slli_epi16(a.hi, n)}; }
+SLUICE_LEAN_INLINE VI splat8(int v) {
+  const __m256i s = _mm256_set1_epi8(static_cast<char>(v));
+  return {s, s};
+}
+SLUICE_LEAN_INLINE VI lookup(VI table, VI idx) {
+  return {_mm256_shuffle_epi8(table.lo, idx.lo), _mm256_shuffle_epi8(table.hi, idx.hi)};
+}
+SLUICE_LEAN_INLINE VX xbcast(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+SLUICE_LEAN_INLINE VI dot(VI acc, VI w, VX x) {
+  return {_mm256_dpbusd_avx_epi32(acc.lo, w.lo, x), _mm256_dpbusd_avx_epi32(acc.hi, w.hi, x)};
+}
+SLUICE_LEAN_INLINE VI set1_i(int32_t v) {
+  const __m256i s = _mm256_set1_epi32(v);
+  return {s, s};
+}
+SLUICE_LEAN_INLINE VI add_i(VI a, VI b) { return {_mm256_add_epi32(a.lo, b.lo), _mm256_add_epi32(a.hi, b.hi)}; }
+SLUICE_LEAN_INLINE VI sub_i(VI a, VI b) { return {_mm256_sub_epi32(a.lo, b.lo), _mm256_sub_epi32(a.hi, b.hi)}; }
+SLUICE_LEAN_INLINE VI mul_i(VI a, VI b) { return {_mm256_mullo_epi32(a.lo, b.lo), _mm256_mullo_epi32(a.hi, b.hi)}; }
+SLUICE_LEAN_INLINE VF to_f(VI v) { return {_mm256_cvtepi32_ps(v.lo), _mm256_cvtepi32_ps(v.hi)}; }
+SLUICE_LEAN_INLINE VF halves16(const uint16_t* p) {
+  return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)))};
+}
+SLUICE_LEAN_INLINE VI widen_i8(const int8_t* p) {
+  return {_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))),
+          _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)))};
+}
+SLUICE_LEAN_INLINE VI widen_u8(const uint8_t* p) {
+  return {_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))),
+          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)))};
+}
+SLUICE_LEAN_INLINE VF set1_f(float v) { return {_mm256_set1_ps(v), _mm256_set1_ps(v)}; }
+SLUICE_LEAN_INLINE VF mul_f(VF a, VF b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
+SLUICE_LEAN_INLINE VF fma_f(VF a, VF b, VF c) {
+  return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
+}
+SLUICE_LEAN_INLINE void store16(float* p, VF v) {
+  _mm256_storeu_ps(p, v.lo);
+  _mm256_storeu_ps(p + 8, v.hi);
+}
+SLUICE_LEAN_INLINE void store16_aligned(float* p, VF v) {
+  _mm256_store_ps(p, v.lo);
+  _mm256_store_ps(p + 8, v.hi);
+}
+SLUICE_LEAN_INLINE VI table16(const int8_t* t) {
+  const __m256i v = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
+  return {v, v};
+}
+#endif
+
+// The IQ4 table in every 128-bit lane, as the table's values plus 128 (unsigned: what the
+// lean kernels multiply) or as the signed values themselves (what the tile kernels want).
+SLUICE_LEAN_INLINE VI iq4_table(bool unsigned_levels) {
+  alignas(16) int8_t t[16];
+  for (int i = 0; i < 16; ++i) t[i] = static_cast<int8_t>(unsigned_levels ? kIq4nlValues[i] + 128 : kIq4nlValues[i]);
+  return table16(t);
+}
+
+// Step j's bits above the kLow packed ones, from the sub-block's high fields (packed_weight.h:
+// kHigh bits a level, 8 / kHigh steps a vector), ORed into l at bit kLow of each byte. 16-bit
+// shifts are safe: the bits kept come from the same byte.
+template <int kHigh, int kLow>
+SLUICE_LEAN_INLINE VI with_high(VI l, const uint8_t* high, int j) {
+  constexpr int kPerVector = 8 / kHigh;
+  const VI v = load64(high + 64 * (j / kPerVector));
+  const int shift = kLow - kHigh * (j % kPerVector);
+  const VI s = shift > 0 ? sll16(v, shift) : shift < 0 ? srl16(v, -shift) : v;
+  return or_and(l, s, splat8(((1 << kHigh) - 1) << kLow));
+}
+
+// Vector p of a sub-block's lean levels (v, 64 bytes: step 2p in the low nibbles, 2p + 1 in the
+// high ones) unpacked into the two steps' levels: kHigh bits above 4 from high (the sub-block's
+// high fields), and for kTable the indices looked up in table.
+template <int kHigh, bool kTable>
+SLUICE_LEAN_INLINE void unpack_lean(VI v, const uint8_t* high, int p, VI table, VI& lo, VI& hi) {
+  const VI nib = splat8(15);
+  lo = and_i(v, nib);
+  hi = and_i(srl16(v, 4), nib);
+  if constexpr (kHigh > 0) {
+    lo = with_high<kHigh, 4>(lo, high, 2 * p);
+    hi = with_high<kHigh, 4>(hi, high, 2 * p + 1);
+  }
+  if constexpr (kTable) {
+    lo = lookup(table, lo);
+    hi = lookup(table, hi);
+  }
+}
+
+// Step j's levels of a 2-bit lean vector v (the sub-block's steps 4 (j / 4) .. 4 (j / 4) + 3),
+// with kHigh bits above 2 from high (Q3_K: its third bit).
+template <int kHigh>
+SLUICE_LEAN_INLINE VI unpack_lean2(VI v, const uint8_t* high, int j) {
+  const VI l = and_i(srl16(v, 2 * (j % 4)), splat8(3));
+  if constexpr (kHigh > 0) return with_high<kHigh, 2>(l, high, j);
+  return l;
+}
+
+// The next group follows in memory: its b-th part (of `part` bytes) is asked for at sub-block b,
+// so its lines arrive spread over this group's work (as the avx2 code's direct path does).
+SLUICE_LEAN_INLINE void prefetch_part(const uint8_t* next, int64_t b, size_t part, size_t group_bytes) {
+  if (next == nullptr) return;
+  for (size_t off = b * part; off < std::min(group_bytes, (b + 1) * part); off += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(next + off), _MM_HINT_T0);
+  }
+}
+
+// A group's 16 results into y (fewer in a last partial group).
+SLUICE_LEAN_INLINE void store_group16(float* y, int64_t g, int64_t rows, VF a) {
+  const int64_t n0 = g * kRows, num_rows = std::min<int64_t>(kRows, rows - n0);
+  if (num_rows == kRows) {
+    store16(y + n0, a);
+    return;
+  }
+  alignas(64) float out[kRows];
+  store16_aligned(out, a);
+  std::memcpy(y + n0, out, num_rows * sizeof(float));
+}
+
+// Where the tokens of a lean tile are: levels, block scales (per 32 or per 256), 16-element sums.
+struct LeanTokens {
+  const int8_t* x[kMaxTile];
+  const float* dx[kMaxTile];
+  const int16_t* sums[kMaxTile];
+};
+
+// Vector p of sub-block b's lean levels of 4 bits (kHigh bits above them in high) times each
+// token's activations: the levels of step 2p into acc[t][lo], of step 2p + 1 into acc[t][hi].
+template <int kHigh, bool kTable, int kT>
+SLUICE_LEAN_INLINE void dot_nibbles(const uint8_t* lv, const uint8_t* high, int p, VI table, const LeanTokens& tk,
+                                    int64_t b, VI (*acc)[2], int lo, int hi) {
+  VI wl, wh;
+  unpack_lean<kHigh, kTable>(load64(lv + 64 * p), high, p, table, wl, wh);
+  for (int t = 0; t < kT; ++t) {
+    const int8_t* xb = tk.x[t] + b * kSubBlock;
+    acc[t][lo] = dot(acc[t][lo], wl, xbcast(xb + 8 * p));
+    acc[t][hi] = dot(acc[t][hi], wh, xbcast(xb + 8 * p + 4));
+  }
+}
+
+// One row group's results for kT tokens (a[t]: the 16 rows of token t) from the lean form.
+// kBits: 4, 5 or 8; kTable: IQ4_NL (the nibbles index its table, stored as value + 128). next:
+// the following group's bytes, asked for over this group's sub-blocks (nullptr: none).
+template <int kBits, bool kTable, bool kMin, int kT>
+SLUICE_LEAN_TARGET void lean_group(const PackedWeight::Lean& lean, int64_t num_blocks, int offset, const LeanTokens& tk,
+                                   const uint8_t* next, size_t part, size_t group_bytes, VF* a) {
+  const VI table = iq4_table(true);
+  constexpr int64_t kLevelBytes = kBits == 8 ? 512 : 256;
+  constexpr int kHigh = kBits == 5 ? 1 : 0;
+  for (int t = 0; t < kT; ++t) a[t] = zero_f();
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    prefetch_part(next, b, part, group_bytes);
+    const uint8_t* lv = lean.levels + b * kLevelBytes;
+    // Two accumulators a token: eight dependent vpdpbusd would wait on each other's latency.
+    VI acc[kT][2];
+    for (int t = 0; t < kT; ++t) acc[t][0] = acc[t][1] = zero_i();
+    if constexpr (kBits == 8) {
+      for (int j = 0; j < 8; j += 2) {
+        const VI w0 = load64(lv + 64 * j), w1 = load64(lv + 64 * j + 64);
+        for (int t = 0; t < kT; ++t) {
+          const int8_t* xb = tk.x[t] + b * kSubBlock;
+          acc[t][0] = dot(acc[t][0], w0, xbcast(xb + 4 * j));
+          acc[t][1] = dot(acc[t][1], w1, xbcast(xb + 4 * j + 4));
+        }
+      }
+    } else {
+      for (int p = 0; p < 4; ++p) dot_nibbles<kHigh, kTable, kT>(lv, lean.high + b * 64 * kHigh, p, table, tk, b, acc, 0, 1);
+    }
+    const VF d = halves16(lean.d + b * kRows);
+    for (int t = 0; t < kT; ++t) {
+      const int32_t sx = int32_t{tk.sums[t][2 * b]} + tk.sums[t][2 * b + 1];
+      const VI isum = sub_i(add_i(acc[t][0], acc[t][1]), set1_i(offset * sx));
+      const VF xs = set1_f(tk.dx[t][b]);
+      a[t] = fma_f(mul_f(d, xs), to_f(isum), a[t]);
+      if constexpr (kMin) {  // msum = sum(x) (the integer min is 1)
+        a[t] = fma_f(mul_f(halves16(lean.dmin + b * kRows), xs), to_f(set1_i(sx)), a[t]);
+      }
+    }
+  }
+}
+
+// The super-block types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS): kBits 2 to 6; kHalves: scales
+// (and Q2_K's mins) per 16. Per sub-block the dot product of each half (steps 0..3 are elements
+// 0..15: 4-bit vectors 0, 1 and 2, 3; 2-bit vectors 0 and 1), scaled by its integer scale into
+// the super-block's sum; per super-block the float steps.
+template <int kBits, bool kTable, bool kMin, bool kHalves, int kT>
+SLUICE_LEAN_TARGET void lean_super_group(const PackedWeight::Lean& lean, int64_t num_blocks, int offset,
+                                         const LeanTokens& tk, const uint8_t* next, size_t part, size_t group_bytes,
+                                         VF* a) {
+  const VI table = iq4_table(true);
+  constexpr bool kTwoBit = kBits <= 3;
+  constexpr int kHigh = kTwoBit ? kBits - 2 : kBits - 4;
+  constexpr int64_t kLevelBytes = kTwoBit ? 128 : 256;
+  VI isum[kT], msum[kT];
+  for (int t = 0; t < kT; ++t) {
+    a[t] = zero_f();
+    isum[t] = msum[t] = zero_i();
+  }
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    prefetch_part(next, b, part, group_bytes);
+    const uint8_t* lv = lean.levels + b * kLevelBytes;
+    VI half[kT][2];
+    for (int t = 0; t < kT; ++t) half[t][0] = half[t][1] = zero_i();
+    if constexpr (kTwoBit) {
+      for (int p = 0; p < 2; ++p) {
+        const VI v = load64(lv + 64 * p);
+        for (int j = 4 * p; j < 4 * p + 4; ++j) {
+          const VI l = unpack_lean2<kHigh>(v, lean.high + b * 64 * kHigh, j);
+          for (int t = 0; t < kT; ++t) half[t][p] = dot(half[t][p], l, xbcast(tk.x[t] + b * kSubBlock + 4 * j));
+        }
+      }
+    } else {
+      for (int p = 0; p < 4; ++p) {
+        dot_nibbles<kHigh, kTable, kT>(lv, lean.high + b * 64 * kHigh, p, table, tk, b, half, p / 2, p / 2);
+      }
+    }
+    const VI sc0 = widen_i8(lean.sc + b * (kHalves ? 32 : 16));
+    const VI sc1 = kHalves ? widen_i8(lean.sc + b * 32 + 16) : sc0;
+    VI m0 = zero_i(), m1 = m0;
+    if constexpr (kMin) {
+      m0 = widen_u8(lean.m + b * (kHalves ? 32 : 16));
+      m1 = kHalves ? widen_u8(lean.m + b * 32 + 16) : m0;
+    }
+    for (int t = 0; t < kT; ++t) {
+      const int32_t s0 = tk.sums[t][2 * b], s1 = tk.sums[t][2 * b + 1];
+      const VI d0 = sub_i(half[t][0], set1_i(offset * s0));
+      const VI d1 = sub_i(half[t][1], set1_i(offset * s1));
+      if constexpr (kHalves) {
+        isum[t] = add_i(isum[t], add_i(mul_i(sc0, d0), mul_i(sc1, d1)));
+      } else {
+        isum[t] = add_i(isum[t], mul_i(sc0, add_i(d0, d1)));
+      }
+      if constexpr (kMin && kHalves) {
+        msum[t] = add_i(msum[t], add_i(mul_i(m0, set1_i(s0)), mul_i(m1, set1_i(s1))));
+      } else if constexpr (kMin) {
+        msum[t] = add_i(msum[t], mul_i(m0, set1_i(s0 + s1)));
+      }
+    }
+    if ((b + 1) % 8 != 0) continue;
+    const int64_t q = b / 8;
+    const VF d = halves16(lean.d + q * kRows);
+    for (int t = 0; t < kT; ++t) {
+      const VF xs = set1_f(tk.dx[t][q]);
+      a[t] = fma_f(mul_f(d, xs), to_f(isum[t]), a[t]);
+      if constexpr (kMin) a[t] = fma_f(mul_f(halves16(lean.dmin + q * kRows), xs), to_f(msum[t]), a[t]);
+      isum[t] = msum[t] = zero_i();
+    }
+  }
+}
+
+// The lean kernels' token tiles, dispatched on the type: kBits, kTable, kMin, kSuper, kHalves.
+template <int kBits, bool kTable, bool kMin, bool kSuper, bool kHalves, int kT>
+SLUICE_LEAN_INLINE void lean_tile(const PackedWeight::Lean& lean, int64_t num_blocks, int offset, const LeanTokens& tk,
+                                  const uint8_t* next, size_t part, size_t group_bytes, VF* a) {
+  if constexpr (kSuper) {
+    lean_super_group<kBits, kTable, kMin, kHalves, kT>(lean, num_blocks, offset, tk, next, part, group_bytes, a);
+  } else {
+    lean_group<kBits, kTable, kMin, kT>(lean, num_blocks, offset, tk, next, part, group_bytes, a);
+  }
+}
+
+// Row groups [group_begin, group_end) for every token, a group at a time: its lean bytes come
+// from memory once (the first tile asks for the next group's) and stay in L1 or L2 for the
+// other tiles of up to kMaxTile tokens. (Blocks of 16 to 64 tokens over the whole range, to keep
+// the activations in L2 as well, measured no better at 64 to 512 tokens on AVX-512.)
+template <int kBits, bool kTable, bool kMin, bool kSuper, bool kHalves>
+SLUICE_LEAN_TARGET void lean_groups(const PackedWeight& pw, int64_t num_rows_total, int64_t num_blocks, int offset,
+                                    const QuantizedActivations& xq, int64_t num_tokens, float* y,
+                                    int64_t group_begin, int64_t group_end) {
+  const size_t group_bytes = pw.lean_group_bytes();
+  const size_t part = (group_bytes + num_blocks - 1) / num_blocks;
+  const int64_t cols = num_blocks * kSubBlock, dx_stride = cols / xq.block, sums_stride = cols / 16;
+  for (int64_t g = group_begin; g < group_end; ++g) {
+    const PackedWeight::Lean lean = pw.lean_group(g);
+    const uint8_t* next = g + 1 < group_end ? lean.levels + group_bytes : nullptr;
+    for (int64_t t0 = 0; t0 < num_tokens;) {
+      const int64_t left = num_tokens - t0;
+      const int kt = left >= 4 && kMaxTile >= 4 ? 4 : left >= 2 ? 2 : 1;
+      LeanTokens tk{};
+      for (int t = 0; t < kt; ++t) {
+        tk.x[t] = xq.q.data() + (t0 + t) * cols;
+        tk.dx[t] = xq.d.data() + (t0 + t) * dx_stride;
+        tk.sums[t] = xq.sums.data() + (t0 + t) * sums_stride;
+      }
+      VF a[kMaxTile];
+      const uint8_t* pre = t0 == 0 ? next : nullptr;
+      if constexpr (kMaxTile >= 4) {
+        if (kt == 4) lean_tile<kBits, kTable, kMin, kSuper, kHalves, 4>(lean, num_blocks, offset, tk, pre, part, group_bytes, a);
+      }
+      if (kt == 2) {
+        lean_tile<kBits, kTable, kMin, kSuper, kHalves, 2>(lean, num_blocks, offset, tk, pre, part, group_bytes, a);
+      } else if (kt == 1) {
+        lean_tile<kBits, kTable, kMin, kSuper, kHalves, 1>(lean, num_blocks, offset, tk, pre, part, group_bytes, a);
+      }
+      for (int t = 0; t < kt; ++t) store_group16(y + (t0 + t) * num_rows_total, g, num_rows_total, a[t]);
+      t0 += kt;
+    }
+  }
+}
+
+#if SLUICE_LEAN_BITS == 512
+// Sub-blocks [b0, b0 + nb) of row group g decoded from the lean form into the tile kernels'
+// chunk: the levels are already transposed, so this is unpacking (q = u - offset), widening the
+// integer scales and converting the halves, the same values decode_chunk16 gives.
+template <int kBits, bool kTable, bool kMin, bool kSuper, bool kHalves>
+SLUICE_LEAN_TARGET void lean_chunk(const PackedWeight& pw, int64_t g, int64_t b0, int nb, int offset,
+                                   DecodedChunk<kRows>& c) {
+  const PackedWeight::Lean lean = pw.lean_group(g);
+  const __m512i off8 = _mm512_set1_epi8(static_cast<char>(offset)), ones = _mm512_set1_epi32(1);
+  const __m512i table = iq4_table(false);  // the indices give the table's signed values directly
+  constexpr bool kTwoBit = kBits <= 3;
+  constexpr int kHigh = kBits == 8 ? 0 : kTwoBit ? kBits - 2 : kBits - 4;
+  for (int i = 0; i < nb; ++i) {
+    const int64_t b = b0 + i;
+    if constexpr (kTwoBit) {
+      const uint8_t* lv = lean.levels + b * 128;
+      for (int j = 0; j < 8; ++j) {
+        const __m512i l = unpack_lean2<kHigh>(_mm512_load_si512(lv + 64 * (j / 4)), lean.high + b * 64 * kHigh, j);
+        _mm512_store_si512(c.w[i][j], _mm512_sub_epi8(l, off8));
+      }
+    } else if constexpr (kBits == 8) {
+      const uint8_t* lv = lean.levels + b * 512;
+      for (int j = 0; j < 8; ++j) {
+        _mm512_store_si512(c.w[i][j], _mm512_xor_si512(_mm512_load_si512(lv + 64 * j), _mm512_set1_epi8(-128)));
+      }
+    } else {
+      const uint8_t* lv = lean.levels + b * 256;
+      for (int p = 0; p < 4; ++p) {
+        __m512i lo, hi;
+        unpack_lean<kHigh, kTable>(_mm512_load_si512(lv + 64 * p), lean.high + b * 64 * kHigh, p, table, lo, hi);
+        if constexpr (!kTable) {
+          lo = _mm512_sub_epi8(lo, off8);
+          hi = _mm512_sub_epi8(hi, off8);
+        }
+        _mm512_store_si512(c.w[i][2 * p], lo);
+        _mm512_store_si512(c.w[i][2 * p + 1], hi);
+      }
+    }
+    if constexpr (kSuper) {
+      const __m512i sc0 = kHalves ? widen_i8(lean.sc + b * 32) : widen_i8(lean.sc + b * 16);
+      const __m512i sc1 = kHalves ? widen_i8(lean.sc + b * 32 + 16) : sc0;
+      _mm512_store_si512(c.sc[i][0], sc0);
+      _mm512_store_si512(c.sc[i][1], sc1);
+    } else {
+      _mm512_store_si512(c.sc[i][0], ones);
+      _mm512_store_si512(c.sc[i][1], ones);
+    }
+    if constexpr (kMin && kHalves) {  // Q2_K: a min per 16
+      _mm512_store_si512(c.m[i][0], widen_u8(lean.m + b * 32));
+      _mm512_store_si512(c.m[i][1], widen_u8(lean.m + b * 32 + 16));
+    } else {
+      const __m512i m = !kMin ? _mm512_setzero_si512() : kSuper ? widen_u8(lean.m + b * 16) : ones;
+      _mm512_store_si512(c.m[i][0], m);
+      _mm512_store_si512(c.m[i][1], m);
+    }
+    const int64_t block = kSuper ? b / 8 : b;
+    _mm512_store_ps(c.d[i], halves16(lean.d + block * kRows));
+    _mm512_store_ps(c.dmin[i], kMin ? halves16(lean.dmin + block * kRows) : _mm512_setzero_ps());
+  }
+}
+
+
+// Sub-blocks [b0, b0 + nb) of row group g decoded from the lean form (matmul_lean.h).
+void decode_chunk16(const WeightView& w, int64_t g, int64_t b0, int nb, DecodedChunk<16>& c) {
+  using T = gguf::TensorType;
+  const PackedWeight& pw = *w.packed;
+  const int off = PackedWeight::lean_offset(w.type);
+  switch (w.type) {
+    case T::kQ4_0: return lean_chunk<4, false, false, false, false>(pw, g, b0, nb, off, c);
+    case T::kQ4_1: return lean_chunk<4, false, true, false, false>(pw, g, b0, nb, off, c);
+    case T::kIQ4_NL: return lean_chunk<4, true, false, false, false>(pw, g, b0, nb, off, c);
+    case T::kQ5_0: return lean_chunk<5, false, false, false, false>(pw, g, b0, nb, off, c);
+    case T::kQ5_1: return lean_chunk<5, false, true, false, false>(pw, g, b0, nb, off, c);
+    case T::kQ8_0: return lean_chunk<8, false, false, false, false>(pw, g, b0, nb, off, c);
+    case T::kQ2_K: return lean_chunk<2, false, true, true, true>(pw, g, b0, nb, off, c);
+    case T::kQ3_K: return lean_chunk<3, false, false, true, true>(pw, g, b0, nb, off, c);
+    case T::kQ4_K: return lean_chunk<4, false, true, true, false>(pw, g, b0, nb, off, c);
+    case T::kQ5_K: return lean_chunk<5, false, true, true, false>(pw, g, b0, nb, off, c);
+    case T::kQ6_K: return lean_chunk<6, false, false, true, true>(pw, g, b0, nb, off, c);
+    case T::kIQ4_XS: return lean_chunk<4, true, false, true, false>(pw, g, b0, nb, off, c);
+    default: return;
+  }
+}
+#endif
+
+// Rows of groups [group_begin, group_end) of y = x W^T from the lean form of w.packed.
+void matmul(const WeightView& w, const QuantizedActivations& xq, int64_t num_tokens, float* y,
+                   int64_t group_begin, int64_t group_end) {
+  using T = gguf::TensorType;
+  const PackedWeight& pw = *w.packed;
+  const int64_t nb = w.cols / kSubBlock;
+  const int off = PackedWeight::lean_offset(w.type);
+  const auto run = [&](auto fn) { fn(pw, w.rows, nb, off, xq, num_tokens, y, group_begin, group_end); };
+  switch (w.type) {
+    case T::kQ4_0: return run(lean_groups<4, false, false, false, false>);
+    case T::kQ4_1: return run(lean_groups<4, false, true, false, false>);
+    case T::kIQ4_NL: return run(lean_groups<4, true, false, false, false>);
+    case T::kQ5_0: return run(lean_groups<5, false, false, false, false>);
+    case T::kQ5_1: return run(lean_groups<5, false, true, false, false>);
+    case T::kQ8_0: return run(lean_groups<8, false, false, false, false>);
+    case T::kQ2_K: return run(lean_groups<2, false, true, true, true>);
+    case T::kQ3_K: return run(lean_groups<3, false, false, true, true>);
+    case T::kQ4_K: return run(lean_groups<4, false, true, true, false>);
+    case T::kQ5_K: return run(lean_groups<5, false, true, true, false>);
+    case T::kQ6_K: return run(lean_groups<6, false, false, true, true>);
+    case T::kIQ4_XS: return run(lean_groups<4, true, false, true, false>);
+    default: return;
+  }
+}
+
+}  // namespace
+}  // namespace SLUICE_LEAN_NS
+}  // namespace sluice::kernels
+
+#undef SLUICE_LEAN_NS
+#undef SLUICE_LEAN_TARGET
+#undef SLUICE_LEAN_INLINE
