@@ -10,7 +10,9 @@
 //           weights' lean form repacked at load (packed_weight.h, matmul_lean.h), else chunks
 //           decoded at run time (one token: avx2's direct path).
 //   avxvnni the 256-bit VEX form of vpdpbusd (AVX-VNNI: Intel Alder Lake and later, where
-//           AVX-512 is absent), 8 rows a vector. One token: avx2's direct path.
+//           AVX-512 is absent). The avx512 lean kernels on pairs of 256-bit vectors (weights
+//           repacked at load); else, and from 64 tokens for the types with high bits, chunks
+//           decoded at run time, 8 rows a vector (one token: avx2's direct path).
 //   avx2    256-bit integer dot products (vpmaddubsw + vpmaddwd), the baseline of x86-64-v3.
 //   generic Highway's portable code for CPUs without AVX2.
 //
@@ -46,8 +48,9 @@ Status set_kernel_path(KernelPath path);
 Result<KernelPath> parse_kernel_path(const std::string& name);
 
 // Whether models repack their quantized weights at load (packed_weight.h): when the active path
-// reads packed weights (amx, avx512), unless SLUICE_REPACK=off. The avx512 path reads the lean
-// form only (about the file's size); the amx path also the tile form, for 8 tokens and more.
+// reads packed weights (amx, avx512, avxvnni), unless SLUICE_REPACK=off. The avx512 and avxvnni
+// paths read the lean form only (about the file's size); the amx path also the tile form, for 8
+// tokens and more.
 // SLUICE_REPACK=auto (the default) keeps the copies within half the memory available at load
 // (the lean form first; the tile form, bigger, only if it fits too); on repacks whatever it
 // takes; lean keeps the lean form only. An unknown value aborts with a message, as SLUICE_KERNELS

@@ -276,7 +276,14 @@ TEST(ModelRepack, BudgetDecidesTheForms) {
   none.repack(pool, 0);
   EXPECT_TRUE(none.packed.empty());
   EXPECT_EQ(none.output.packed, nullptr);
-  EXPECT_NE(none.repack_note.find("weights not repacked"), std::string::npos) << none.repack_note;
+  EXPECT_NE(none.repack_note.find("weights not repacked: the copies"), std::string::npos) << none.repack_note;
+
+  // A path that keeps no tile form (avx512, avxvnni) names the lean form alone.
+  ModelWeights none_lean = bind();
+  none_lean.repack(pool, 0, /*tile_form=*/false);
+  EXPECT_TRUE(none_lean.packed.empty());
+  EXPECT_NE(none_lean.repack_note.find("weights not repacked: the lean form ("), std::string::npos)
+      << none_lean.repack_note;
 }
 
 }  // namespace

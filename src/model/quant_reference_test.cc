@@ -236,17 +236,19 @@ TEST_P(QuantReference, AsAccurateAsLlamaCpp) {
 
 // Weights repacked at load (kernels/packed_weight.h) give the logits of the same weights decoded
 // at run time, bit for bit, on every position of 4 of the prompts (180 positions; the kernel tests
-// cover every token count): a model loaded on the avx2 path (nothing repacked) and one loaded on a
-// path that repacks, both run on that path.
+// cover every token count): a model loaded on the avx2 path (nothing repacked) against one loaded
+// on each path that repacks (amx, avx512, avxvnni: those the machine runs), each run on its path.
 class QuantRepack : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(QuantRepack, RepackedWeightsGiveTheSameBits) {
   using kernels::KernelPath;
   const KernelPath before = kernels::active_kernel_path();
-  KernelPath tiles = KernelPath::kAmx;
-  if (!kernels::kernel_path_runs(tiles)) tiles = KernelPath::kAvx512;
-  if (!kernels::kernel_path_runs(tiles) || !kernels::kernel_path_runs(KernelPath::kAvx2)) {
-    GTEST_SKIP() << "this machine has neither amx nor avx512, the paths that read repacked weights";
+  std::vector<KernelPath> repacking;
+  for (KernelPath p : {KernelPath::kAmx, KernelPath::kAvx512, KernelPath::kAvxVnni}) {
+    if (kernels::kernel_path_runs(p)) repacking.push_back(p);
+  }
+  if (repacking.empty() || !kernels::kernel_path_runs(KernelPath::kAvx2)) {
+    GTEST_SKIP() << "this machine has none of amx, avx512 and avxvnni, the paths that read repacked weights";
   }
   auto load = [&](KernelPath path) {
     EXPECT_TRUE(kernels::set_kernel_path(path));
@@ -256,14 +258,17 @@ TEST_P(QuantRepack, RepackedWeightsGiveTheSameBits) {
     EXPECT_TRUE(model) << model.error().message();
     return std::move(*model);
   };
-  auto as_loaded = load(KernelPath::kAvx2);
-  auto repacked = load(tiles);
-  ASSERT_TRUE(as_loaded->weights().packed.empty());
-  ASSERT_FALSE(repacked->weights().packed.empty());
   auto prompts = read_reference(quant_dir() + "llama-d256-s21-F32.reference.jsonl");
   ASSERT_GE(prompts.size(), 4u);
   prompts.resize(4);
-  EXPECT_EQ(sluice_logprobs(*as_loaded, prompts), sluice_logprobs(*repacked, prompts)) << kernel_path_name(tiles);
+  auto as_loaded = load(KernelPath::kAvx2);
+  ASSERT_TRUE(as_loaded->weights().packed.empty());
+  const auto want = sluice_logprobs(*as_loaded, prompts);
+  for (KernelPath path : repacking) {
+    auto repacked = load(path);
+    ASSERT_FALSE(repacked->weights().packed.empty()) << kernel_path_name(path);
+    EXPECT_EQ(want, sluice_logprobs(*repacked, prompts)) << kernel_path_name(path);
+  }
   ASSERT_TRUE(kernels::set_kernel_path(before));
 }
 

@@ -138,9 +138,12 @@ void ModelWeights::repack(ThreadPool& pool, size_t budget, bool tile_form) {
   if (both > budget) {
     forms.tiles = false;
     if (lean > budget || lean == 0) {
-      repack_note = fmt::format("weights not repacked: the copies ({:.1f} MiB, or {:.1f} for the lean form) would pass "
-                                "the budget of {:.1f} MiB (half the available memory; SLUICE_REPACK=on forces them)",
-                                both / kMiB, lean / kMiB, budget / kMiB);
+      const std::string copies = tile_form ? fmt::format("the copies ({:.1f} MiB, or {:.1f} for the lean form)", both / kMiB,
+                                                         lean / kMiB)
+                                           : fmt::format("the lean form ({:.1f} MiB)", lean / kMiB);
+      repack_note = fmt::format("weights not repacked: {} would pass the budget of {:.1f} MiB (half the available "
+                                "memory; SLUICE_REPACK=on forces them)",
+                                copies, budget / kMiB);
       return;
     }
     repack_note = fmt::format("the tile form ({:.1f} MiB more) is not kept: it would pass the budget of {:.1f} MiB "
