@@ -47,6 +47,11 @@ SLUICE_LEAN_INLINE VX xbcast(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 SLUICE_LEAN_INLINE VI dot(VI acc, VI w, VX x) { return _mm512_dpbusd_epi32(acc, w, x); }
+// acc + the products of int16 pairs (vpdpwssd), and two int16 vectors' lanes as one's pairs.
+SLUICE_LEAN_INLINE VI dot16(VI acc, VI a, VX b) { return _mm512_dpwssd_epi32(acc, a, b); }
+SLUICE_LEAN_INLINE VI pair16(VI lo, VI hi) {
+  return _mm512_or_si512(lo, _mm512_maskz_slli_epi32(static_cast<__mmask16>(0xFFFF), hi, 16));
+}
 SLUICE_LEAN_INLINE VI set1_i(int32_t v) { return _mm512_set1_epi32(v); }
 SLUICE_LEAN_INLINE VI add_i(VI a, VI b) { return _mm512_add_epi32(a, b); }
 SLUICE_LEAN_INLINE VI sub_i(VI a, VI b) { return _mm512_sub_epi32(a, b); }
@@ -107,6 +112,12 @@ SLUICE_LEAN_INLINE VX xbcast(const int8_t* p) {
 }
 SLUICE_LEAN_INLINE VI dot(VI acc, VI w, VX x) {
   return {_mm256_dpbusd_avx_epi32(acc.lo, w.lo, x), _mm256_dpbusd_avx_epi32(acc.hi, w.hi, x)};
+}
+SLUICE_LEAN_INLINE VI dot16(VI acc, VI a, VX b) {
+  return {_mm256_dpwssd_avx_epi32(acc.lo, a.lo, b), _mm256_dpwssd_avx_epi32(acc.hi, a.hi, b)};
+}
+SLUICE_LEAN_INLINE VI pair16(VI lo, VI hi) {
+  return {_mm256_or_si256(lo.lo, _mm256_slli_epi32(hi.lo, 16)), _mm256_or_si256(lo.hi, _mm256_slli_epi32(hi.hi, 16))};
 }
 SLUICE_LEAN_INLINE VI set1_i(int32_t v) {
   const __m256i s = _mm256_set1_epi32(v);
@@ -314,10 +325,13 @@ SLUICE_LEAN_TARGET void lean_super_group(const PackedWeight::Lean& lean, int64_t
     }
     const VI sc0 = widen_i8(lean.sc + b * (kHalves ? 32 : 16));
     const VI sc1 = kHalves ? widen_i8(lean.sc + b * 32 + 16) : sc0;
-    VI m0 = zero_i(), m1 = m0;
+    // Lane r: row r's integer mins of the sub-block's two halves as int16 (Q4_K, Q5_K: the same
+    // one twice), against each token's two 16-element sums, adjacent int16 in memory: one
+    // vpdpwssd a token gives m0 s0 + m1 s1.
+    VI mins = zero_i();
     if constexpr (kMin) {
-      m0 = widen_u8(lean.m + b * (kHalves ? 32 : 16));
-      m1 = kHalves ? widen_u8(lean.m + b * 32 + 16) : m0;
+      const VI m0 = widen_u8(lean.m + b * (kHalves ? 32 : 16));
+      mins = pair16(m0, kHalves ? widen_u8(lean.m + b * 32 + 16) : m0);
     }
     for (int t = 0; t < kT; ++t) {
       const int32_t s0 = tk.sums[t][2 * b], s1 = tk.sums[t][2 * b + 1];
@@ -328,11 +342,7 @@ SLUICE_LEAN_TARGET void lean_super_group(const PackedWeight::Lean& lean, int64_t
       } else {
         isum[t] = add_i(isum[t], mul_i(sc0, add_i(d0, d1)));
       }
-      if constexpr (kMin && kHalves) {
-        msum[t] = add_i(msum[t], add_i(mul_i(m0, set1_i(s0)), mul_i(m1, set1_i(s1))));
-      } else if constexpr (kMin) {
-        msum[t] = add_i(msum[t], mul_i(m0, set1_i(s0 + s1)));
-      }
+      if constexpr (kMin) msum[t] = dot16(msum[t], mins, xbcast(reinterpret_cast<const int8_t*>(tk.sums[t] + 2 * b)));
     }
     if ((b + 1) % 8 != 0) continue;
     const int64_t q = b / 8;
