@@ -49,7 +49,7 @@ Result<KernelPath> parse_kernel_path(const std::string& name);
 
 // Whether models repack their quantized weights at load (packed_weight.h): when the active path
 // reads packed weights (amx, avx512, avxvnni), unless SLUICE_REPACK=off. The avx512 and avxvnni
-// paths read the lean form only (about the file's size); the amx path also the tile form, for 8
+// paths keep the lean form only (about the file's size); the amx path also the tile form, for 8
 // tokens and more.
 // SLUICE_REPACK=auto (the default) keeps the copies within half the memory available at load
 // (the lean form first; the tile form, bigger, only if it fits too); on repacks whatever it

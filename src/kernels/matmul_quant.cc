@@ -616,10 +616,10 @@ void decode_chunk8(gguf::TensorType type, const uint8_t* const* rows, int64_t b0
 
 QuantRoute quant_route(std::span<const MatmulTarget> targets, int64_t num_tokens) {
   const KernelPath path = active_kernel_path();
-  // The lean form where every weight has it: on the avx512 and avxvnni paths for any number of
-  // tokens (about the file's bytes, against 1.125 to 1.75 bytes a weight for the tile form;
-  // measured faster at every count from 2 to 512), on the amx path for fewer tokens than its
-  // tiles want.
+  // The lean form where every weight has it: on the avx512 path for any number of tokens (about
+  // the file's bytes, against 1.125 to 1.75 bytes a weight for the tile form; measured faster at
+  // every count from 2 to 512), on the amx path for fewer tokens than its tiles want, on the
+  // avxvnni path as below.
   const bool all_lean = std::all_of(targets.begin(), targets.end(), [](const MatmulTarget& t) {
     return t.w.packed != nullptr && t.w.packed->lean();
   });
@@ -629,7 +629,8 @@ QuantRoute quant_route(std::span<const MatmulTarget> targets, int64_t num_tokens
   }
   // On 256 bits (two vectors a row group, tiles of 2 tokens), the types with high bits (Q3_K,
   // Q5_*, Q6_K) measured no faster than chunks decoded for 8-token tiles from 64 tokens on
-  // (Q3_K half as fast at 512); the others faster at every count (README).
+  // (Q3_K half as fast at 512); the others faster at every count to 64 and faster or even at
+  // 512 (README).
   if (all_lean && path == KernelPath::kAvxVnni &&
       (num_tokens < kVnni256TileMinTokens || PackedWeight::lean_high_bits(targets[0].w.type) == 0)) {
     return QuantRoute::kLean256;

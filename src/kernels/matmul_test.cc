@@ -228,9 +228,9 @@ TEST_P(MatmulTest, EveryKernelPathGivesTheSameBits) {
     matmul(pool1, w.view, x.data(), n, want.back().data());
   }
   for (const std::string& why : unavailable_kernel_paths()) std::cout << "not run: " << why << "\n";
-  // The weight as loaded, repacked in both forms (the other paths ignore them; the avx512 path
-  // reads the lean form of either), and in the lean form only (the amx tile kernels then decode
-  // at run time). RepackedFormsHoldWhatDecodingGives checks the forms' contents directly.
+  // The weight as loaded, repacked in both forms (the avx2 path ignores them; the avx512 and
+  // avxvnni paths read the lean form of either), and in the lean form only (the amx tile kernels
+  // then decode at run time). RepackedFormsHoldWhatDecodingGives checks the forms' contents directly.
   std::unique_ptr<PackedWeight> packed, lean;
   WeightView packed_view = w.view, lean_view = w.view;
   if (PackedWeight::packs(w.view.type)) {
@@ -260,9 +260,9 @@ TEST_P(MatmulTest, EveryKernelPathGivesTheSameBits) {
 
 // The repacked forms hold, for each row group and chunk of sub-blocks, exactly what decoding the
 // file's blocks gives (decode_chunk16): the tile form read in place (the amx kernels) and the
-// lean form decoded (lean_decode_chunk16: the amx kernels without a tile form). On an avx512
-// machine without AMX no matmul reads either, so they are compared here field by field, for the
-// fields the type reads and the real rows of a partial last group.
+// lean form decoded (lean_decode_chunk16: the amx kernels without a tile form). On a machine
+// without AMX no matmul reads the tile form nor decodes the lean one, so they are compared here
+// field by field, for the fields the type reads and the real rows of a partial last group.
 TEST_P(MatmulTest, RepackedFormsHoldWhatDecodingGives) {
   if (!PackedWeight::packs(GetParam())) GTEST_SKIP() << "not a block-quantized type";
   const TensorType type = GetParam();
@@ -306,6 +306,60 @@ TEST_P(MatmulTest, RepackedFormsHoldWhatDecodingGives) {
             if (min) {
               ASSERT_EQ(0, std::memcmp(&c.dmin[i][r], &want->dmin[i][r], sizeof(float))) << "dmin, sub-block " << i << " row " << r;
             }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The lean form holds, read back in plain C++ by the layout packed_weight.h documents (not by
+// the SIMD kernels), each element's level, and each row's scales, mins and halves, as the file's
+// blocks decode: so the layout is checked on every machine, whatever path reads it.
+TEST_P(MatmulTest, LeanFormHoldsTheDocumentedLayout) {
+  const TensorType type = GetParam();
+  if (!PackedWeight::has_lean(type)) GTEST_SKIP() << "no lean form for this type";
+  const int64_t rows = 37, cols = test_cols(type), num_blocks = cols / kSubBlock;
+  TestWeight w = make_weight(type, rows, cols, 23);
+  ThreadPool pool(2);
+  const auto packed = PackedWeight::pack(w.view, pool, {.tiles = false, .lean = true});
+  const bool super = block_elements(type) == kSuperBlock, min = has_min(type), halves = has_half_scales(type);
+  const bool table = type == TensorType::kIQ4_NL || type == TensorType::kIQ4_XS;
+  const int lb = type == TensorType::kQ8_0 ? 8 : (type == TensorType::kQ2_K || type == TensorType::kQ3_K) ? 2 : 4;
+  const int hb = PackedWeight::lean_high_bits(type), per_vector = 8 / lb, offset = PackedWeight::lean_offset(type);
+  for (int64_t g = 0; g * 16 < rows; ++g) {
+    const PackedWeight::Lean lean = packed->lean_group(g);
+    for (int64_t r = 0; r < std::min<int64_t>(16, rows - 16 * g); ++r) {
+      const uint8_t* row = w.view.data + (16 * g + r) * w.view.row_bytes();
+      for (int64_t b = 0; b < num_blocks; ++b) {
+        SCOPED_TRACE(::testing::Message() << "group " << g << ", row " << r << ", sub-block " << b);
+        Decoded32 dec;
+        decode_block32(type, row, b, dec);
+        for (int e = 0; e < kSubBlock; ++e) {
+          const int j = e / 4, lane_byte = static_cast<int>(4 * r) + e % 4;
+          int u = lean.levels[b * 64 * lb + 64 * (j / per_vector) + lane_byte] >> (lb * (j % per_vector)) & ((1 << lb) - 1);
+          if (hb > 0) {
+            const int steps = 8 / hb;
+            u |= (lean.high[b * 64 * hb + 64 * (j / steps) + lane_byte] >> (hb * (j % steps)) & ((1 << hb) - 1)) << lb;
+          }
+          ASSERT_EQ(table ? kIq4nlValues[u] : u - offset, dec.q[e]) << "element " << e;
+        }
+        const int64_t block = super ? b / 8 : b;
+        ASSERT_EQ(lean.d[block * 16 + r], f32_to_f16(dec.d));
+        if (min) {
+          ASSERT_EQ(lean.dmin[block * 16 + r], f32_to_f16(dec.dmin));
+        }
+        if (super) {
+          const int64_t base = b * (halves ? 32 : 16) + r;
+          ASSERT_EQ(lean.sc[base], dec.sc[0]);
+          if (halves) {
+            ASSERT_EQ(lean.sc[base + 16], dec.sc[1]);
+          }
+          if (min) {
+            ASSERT_EQ(lean.m[base], dec.m[0]);
+          }
+          if (min && halves) {
+            ASSERT_EQ(lean.m[base + 16], dec.m[1]);
           }
         }
       }

@@ -1,7 +1,8 @@
-// A quantized weight repacked once at load into the layouts of the 16-row kernels (the amx and
-// avx512 paths, kernel_path.h), in one or both of two forms. The lean form (below) holds the
-// levels transposed for vpdpbusd in about the file's bytes; the avx512 path reads it for any
-// number of tokens (matmul_lean.h), the amx path for fewer than 8. The tile form, for the amx
+// A quantized weight repacked once at load into the layouts of the 16-row kernels (the amx,
+// avx512 and avxvnni paths, kernel_path.h), in one or both of two forms. The lean form (below)
+// holds the levels transposed for vpdpbusd in about the file's bytes; the avx512 path reads it
+// for any number of tokens (matmul_lean.h), the avxvnni path for most, the amx path for fewer
+// than 8. The tile form, for the amx
 // path's tiles: for each group of 16 rows and each chunk of up to 32 sub-blocks,
 // the levels already decoded and transposed (decoded_chunk.h's DecodedChunk<16>: 32-bit lane r of
 // step j = row r's levels 4j..4j+3, the weight operand of an AMX tile and of a vpdpbusd) with the
@@ -28,7 +29,7 @@
 namespace sluice::kernels {
 
 // Which forms of a PackedWeight to build: the tile form (chunk(): the amx kernels, 8 tokens and
-// more) and the lean form (lean_group(): the avx512 kernels), where the type has one.
+// more) and the lean form (lean_group(): the lean kernels), where the type has one.
 struct PackForms {
   bool tiles = true;
   bool lean = true;
@@ -57,11 +58,11 @@ class PackedWeight {
   size_t tile_bytes() const { return size_; }
   size_t lean_bytes() const { return lean_size_; }
 
-  // The lean form (the avx512 code's lean kernels, matmul_lean.cc): about as many
-  // bytes as the file's (Q2_K 3.125 bits a weight against the file's 2.625, Q3_K 3.5625 against
-  // 3.4375: their scales stored a byte each), laid out for vpdpbusd, for every block-quantized
-  // type. Per row group, arrays over sub-blocks b = 0 .. num_blocks - 1 (d and dmin: over the
-  // type's blocks), each contiguous, so a group is one stream:
+  // The lean form (the lean kernels of the avx512 and avxvnni code, matmul_lean.cc): about as
+  // many bytes as the file's (Q2_K 3.125 bits a weight against the file's 2.625, Q3_K 3.5625
+  // against 3.4375: their scales stored a byte each), laid out for vpdpbusd, for every
+  // block-quantized type. Per row group, arrays over sub-blocks b = 0 .. num_blocks - 1 (d and
+  // dmin: over the type's blocks), each contiguous, so a group is one stream:
   //
   //   levels[b]  the transposed levels (lane r of step j = row r's levels 4j..4j+3) as unsigned
   //              u = q + offset: Q8_0 8 steps of 64 bytes; Q2_K, Q3_K 2 vectors of 64 bytes,
