@@ -513,9 +513,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void client_gone() {
     if (gen_) {
+      server_.count_disconnect();  // before the cancel: whoever sees the engine idle sees the count
       gen_->cancel();
       end_generation();
-      server_.count_disconnect();
     }
     close();
   }
