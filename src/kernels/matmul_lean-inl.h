@@ -179,11 +179,12 @@ SLUICE_LEAN_INLINE VI with_high(VI l, const uint8_t* high, int j) {
 }
 
 // Vector p of a sub-block's lean levels (v, 64 bytes: step 2p in the low nibbles, 2p + 1 in the
-// high ones) unpacked into the two steps' levels: kHigh bits above 4 from high (the sub-block's
-// high fields), and for kTable the indices looked up in table.
-template <int kHigh, bool kTable>
+// high ones; kField bits of each nibble: 4, or 3 for Q3_K) unpacked into the two steps' levels:
+// kHigh bits above 4 from high (the sub-block's high fields), and for kTable the indices looked
+// up in table.
+template <int kHigh, bool kTable, int kField = 4>
 SLUICE_LEAN_INLINE void unpack_lean(VI v, const uint8_t* high, int p, VI table, VI& lo, VI& hi) {
-  const VI nib = splat8(15);
+  const VI nib = splat8((1 << kField) - 1);
   lo = and_i(v, nib);
   hi = and_i(srl16(v, 4), nib);
   if constexpr (kHigh > 0) {
@@ -196,13 +197,16 @@ SLUICE_LEAN_INLINE void unpack_lean(VI v, const uint8_t* high, int p, VI table, 
   }
 }
 
-// Step j's levels of a 2-bit lean vector v (the sub-block's steps 4 (j / 4) .. 4 (j / 4) + 3),
-// with kHigh bits above 2 from high (Q3_K: its third bit).
-template <int kHigh>
-SLUICE_LEAN_INLINE VI unpack_lean2(VI v, const uint8_t* high, int j) {
-  const VI l = and_i(srl16(v, 2 * (j % 4)), splat8(3));
-  if constexpr (kHigh > 0) return with_high<kHigh, 2>(l, high, j);
-  return l;
+// Step j's levels of a 2-bit lean vector v (Q2_K: the sub-block's steps 4 (j / 4) .. 4 (j / 4) + 3).
+SLUICE_LEAN_INLINE VI unpack_lean2(VI v, int j) { return and_i(srl16(v, 2 * (j % 4)), splat8(3)); }
+
+// Q3_K's lean vector p of a sub-block (lv: its 3 stored vectors): steps 2p and 2p + 1 in bits 0-2
+// and 4-6 of each byte; for p = 3 (steps 6 and 7) gathered from bits 3 and 7 of the three (bit k
+// of the level from vector k). The 16-bit shifts are safe: each bit kept stays in its byte.
+SLUICE_LEAN_INLINE VI lean3_vector(const uint8_t* lv, int p) {
+  if (p < 3) return load64(lv + 64 * p);
+  const VI t = and_i(srl16(load64(lv), 3), splat8(0x11));
+  return or_and(or_and(t, srl16(load64(lv + 64), 2), splat8(0x22)), srl16(load64(lv + 128), 1), splat8(0x44));
 }
 
 // The next group follows in memory: its b-th part (of `part` bytes) is asked for at sub-block b,
@@ -233,13 +237,14 @@ struct LeanTokens {
   const int16_t* sums[kMaxTile];
 };
 
-// Vector p of sub-block b's lean levels of 4 bits (kHigh bits above them in high) times each
-// token's activations: the levels of step 2p into acc[t][lo], of step 2p + 1 into acc[t][hi].
-template <int kHigh, bool kTable, int kT>
-SLUICE_LEAN_INLINE void dot_nibbles(const uint8_t* lv, const uint8_t* high, int p, VI table, const LeanTokens& tk,
-                                    int64_t b, VI (*acc)[2], int lo, int hi) {
+// Vector p (v) of sub-block b's lean levels of 4 bits (or 3: kField; kHigh bits above them in
+// high) times each token's activations: the levels of step 2p into acc[t][lo], of step 2p + 1
+// into acc[t][hi].
+template <int kHigh, bool kTable, int kT, int kField = 4>
+SLUICE_LEAN_INLINE void dot_nibbles(VI v, const uint8_t* high, int p, VI table, const LeanTokens& tk, int64_t b,
+                                    VI (*acc)[2], int lo, int hi) {
   VI wl, wh;
-  unpack_lean<kHigh, kTable>(load64(lv + 64 * p), high, p, table, wl, wh);
+  unpack_lean<kHigh, kTable, kField>(v, high, p, table, wl, wh);
   for (int t = 0; t < kT; ++t) {
     const int8_t* xb = tk.x[t] + b * kSubBlock;
     acc[t][lo] = dot(acc[t][lo], wl, xbcast(xb + 8 * p));
@@ -273,7 +278,9 @@ SLUICE_LEAN_TARGET void lean_group(const PackedWeight::Lean& lean, int64_t num_b
         }
       }
     } else {
-      for (int p = 0; p < 4; ++p) dot_nibbles<kHigh, kTable, kT>(lv, lean.high + b * 64 * kHigh, p, table, tk, b, acc, 0, 1);
+      for (int p = 0; p < 4; ++p) {
+        dot_nibbles<kHigh, kTable, kT>(load64(lv + 64 * p), lean.high + b * 64 * kHigh, p, table, tk, b, acc, 0, 1);
+      }
     }
     const VF d = halves16(lean.d + b * kRows);
     for (int t = 0; t < kT; ++t) {
@@ -297,9 +304,8 @@ SLUICE_LEAN_TARGET void lean_super_group(const PackedWeight::Lean& lean, int64_t
                                          const LeanTokens& tk, const uint8_t* next, size_t part, size_t group_bytes,
                                          VF* a) {
   const VI table = iq4_table(true);
-  constexpr bool kTwoBit = kBits <= 3;
-  constexpr int kHigh = kTwoBit ? kBits - 2 : kBits - 4;
-  constexpr int64_t kLevelBytes = kTwoBit ? 128 : 256;
+  constexpr int kHigh = kBits > 4 ? kBits - 4 : 0;
+  constexpr int64_t kLevelBytes = kBits == 2 ? 128 : kBits == 3 ? 192 : 256;
   VI isum[kT], msum[kT];
   for (int t = 0; t < kT; ++t) {
     a[t] = zero_f();
@@ -310,17 +316,19 @@ SLUICE_LEAN_TARGET void lean_super_group(const PackedWeight::Lean& lean, int64_t
     const uint8_t* lv = lean.levels + b * kLevelBytes;
     VI half[kT][2];
     for (int t = 0; t < kT; ++t) half[t][0] = half[t][1] = zero_i();
-    if constexpr (kTwoBit) {
+    if constexpr (kBits == 2) {
       for (int p = 0; p < 2; ++p) {
         const VI v = load64(lv + 64 * p);
         for (int j = 4 * p; j < 4 * p + 4; ++j) {
-          const VI l = unpack_lean2<kHigh>(v, lean.high + b * 64 * kHigh, j);
+          const VI l = unpack_lean2(v, j);
           for (int t = 0; t < kT; ++t) half[t][p] = dot(half[t][p], l, xbcast(tk.x[t] + b * kSubBlock + 4 * j));
         }
       }
+    } else if constexpr (kBits == 3) {
+      for (int p = 0; p < 4; ++p) dot_nibbles<0, false, kT, 3>(lean3_vector(lv, p), nullptr, p, table, tk, b, half, p / 2, p / 2);
     } else {
       for (int p = 0; p < 4; ++p) {
-        dot_nibbles<kHigh, kTable, kT>(lv, lean.high + b * 64 * kHigh, p, table, tk, b, half, p / 2, p / 2);
+        dot_nibbles<kHigh, kTable, kT>(load64(lv + 64 * p), lean.high + b * 64 * kHigh, p, table, tk, b, half, p / 2, p / 2);
       }
     }
     const VI sc0 = widen_i8(lean.sc + b * (kHalves ? 32 : 16));
@@ -416,15 +424,22 @@ SLUICE_LEAN_TARGET void lean_chunk(const PackedWeight& pw, int64_t g, int64_t b0
   const PackedWeight::Lean lean = pw.lean_group(g);
   const __m512i off8 = _mm512_set1_epi8(static_cast<char>(offset)), ones = _mm512_set1_epi32(1);
   const __m512i table = iq4_table(false);  // the indices give the table's signed values directly
-  constexpr bool kTwoBit = kBits <= 3;
-  constexpr int kHigh = kBits == 8 ? 0 : kTwoBit ? kBits - 2 : kBits - 4;
+  constexpr int kHigh = kBits == 8 || kBits < 4 ? 0 : kBits - 4;
   for (int i = 0; i < nb; ++i) {
     const int64_t b = b0 + i;
-    if constexpr (kTwoBit) {
+    if constexpr (kBits == 2) {
       const uint8_t* lv = lean.levels + b * 128;
       for (int j = 0; j < 8; ++j) {
-        const __m512i l = unpack_lean2<kHigh>(_mm512_load_si512(lv + 64 * (j / 4)), lean.high + b * 64 * kHigh, j);
+        const __m512i l = unpack_lean2(_mm512_load_si512(lv + 64 * (j / 4)), j);
         _mm512_store_si512(c.w[i][j], _mm512_sub_epi8(l, off8));
+      }
+    } else if constexpr (kBits == 3) {
+      const uint8_t* lv = lean.levels + b * 192;
+      for (int p = 0; p < 4; ++p) {
+        __m512i lo, hi;
+        unpack_lean<0, false, 3>(lean3_vector(lv, p), nullptr, p, table, lo, hi);
+        _mm512_store_si512(c.w[i][2 * p], _mm512_sub_epi8(lo, off8));
+        _mm512_store_si512(c.w[i][2 * p + 1], _mm512_sub_epi8(hi, off8));
       }
     } else if constexpr (kBits == 8) {
       const uint8_t* lv = lean.levels + b * 512;

@@ -325,7 +325,7 @@ TEST_P(MatmulTest, LeanFormHoldsTheDocumentedLayout) {
   const auto packed = PackedWeight::pack(w.view, pool, {.tiles = false, .lean = true});
   const bool super = block_elements(type) == kSuperBlock, min = has_min(type), halves = has_half_scales(type);
   const bool table = type == TensorType::kIQ4_NL || type == TensorType::kIQ4_XS;
-  const int lb = type == TensorType::kQ8_0 ? 8 : (type == TensorType::kQ2_K || type == TensorType::kQ3_K) ? 2 : 4;
+  const int lb = type == TensorType::kQ8_0 ? 8 : type == TensorType::kQ2_K ? 2 : 4;
   const int hb = PackedWeight::lean_high_bits(type), per_vector = 8 / lb, offset = PackedWeight::lean_offset(type);
   for (int64_t g = 0; g * 16 < rows; ++g) {
     const PackedWeight::Lean lean = packed->lean_group(g);
@@ -337,7 +337,14 @@ TEST_P(MatmulTest, LeanFormHoldsTheDocumentedLayout) {
         decode_block32(type, row, b, dec);
         for (int e = 0; e < kSubBlock; ++e) {
           const int j = e / 4, lane_byte = static_cast<int>(4 * r) + e % 4;
-          int u = lean.levels[b * 64 * lb + 64 * (j / per_vector) + lane_byte] >> (lb * (j % per_vector)) & ((1 << lb) - 1);
+          int u = 0;
+          if (type == TensorType::kQ3_K) {  // 3 vectors: steps 0-5 two to a byte; 6 and 7 a bit in each
+            const uint8_t* v = lean.levels + b * 192 + lane_byte;
+            u = j < 6 ? v[64 * (j / 2)] >> (4 * (j % 2)) & 7 : 0;
+            for (int k = 0; k < 3 && j >= 6; ++k) u |= (v[64 * k] >> (j == 6 ? 3 : 7) & 1) << k;
+          } else {
+            u = lean.levels[b * 64 * lb + 64 * (j / per_vector) + lane_byte] >> (lb * (j % per_vector)) & ((1 << lb) - 1);
+          }
           if (hb > 0) {
             const int steps = 8 / hb;
             u |= (lean.high[b * 64 * hb + 64 * (j / steps) + lane_byte] >> (hb * (j % steps)) & ((1 << hb) - 1)) << lb;

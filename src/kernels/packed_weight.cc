@@ -139,9 +139,9 @@ uint8_t lean_level(gguf::TensorType type, int8_t q) {
 enum LeanField { kLevels, kHigh, kLsc, kLm, kLd, kLdmin, kLeanFields };
 
 // The bits of a level held in the levels array and its bytes per sub-block of a group: 8 (one
-// byte a level), 4 (two steps a vector) or 2 (four steps a vector); the bits above them (0, 1
-// or 2) are in the high array, 64 bytes per sub-block for each.
-int packed_bits(int bits) { return bits == 8 ? 8 : bits >= 4 ? 4 : 2; }
+// byte a level), 4 (two steps a vector), 3 (Q3_K: 3 vectors, packed_weight.h) or 2 (four steps a
+// vector); the bits above them (0, 1 or 2) are in the high array, 64 bytes per sub-block for each.
+int packed_bits(int bits) { return bits == 8 ? 8 : bits >= 4 ? 4 : bits; }
 size_t level_bytes(int bits) { return size_t{64} * 8 * packed_bits(bits) / 8; }
 int high_bits(int bits) { return bits - packed_bits(bits); }
 
@@ -215,6 +215,17 @@ void PackedWeight::pack_lean(const WeightView& w, ThreadPool& pool) {
             const int j = e / 4, lane_byte = 4 * r + e % 4;  // step j, byte of the 64-byte step vector
             if (bits == 8) {
               levels[b * 512 + 64 * j + lane_byte] = u;
+              continue;
+            }
+            if (bits == 3) {
+              // Vector j / 2 holds step j < 6 in bits 4 (j % 2) .. 4 (j % 2) + 2; steps 6 and 7
+              // keep bit k of their level in bit 3 or 7 of vector k.
+              uint8_t* v = levels + b * 192 + lane_byte;
+              if (j < 6) {
+                v[64 * (j / 2)] |= static_cast<uint8_t>(u << (4 * (j % 2)));
+              } else {
+                for (int k = 0; k < 3; ++k) v[64 * k] |= static_cast<uint8_t>(((u >> k) & 1) << (j == 6 ? 3 : 7));
+              }
               continue;
             }
             // 4 bits: vector j / 2 holds step j in its low (j even) or high nibbles; 2 bits:

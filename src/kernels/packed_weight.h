@@ -65,11 +65,13 @@ class PackedWeight {
   // dmin: over the type's blocks), each contiguous, so a group is one stream:
   //
   //   levels[b]  the transposed levels (lane r of step j = row r's levels 4j..4j+3) as unsigned
-  //              u = q + offset: Q8_0 8 steps of 64 bytes; Q2_K, Q3_K 2 vectors of 64 bytes,
-  //              vector p holding step 4p + k in bits 2k, 2k + 1 of each byte; the others 4
-  //              vectors, vector p holding step 2p in its low nibbles and 2p + 1 in its high
-  //              ones (IQ4_NL, IQ4_XS: the table indices)
-  //   high[b]    Q3_K, Q5_*, Q6_K: the hb bits above those (hb = 1, or 2 for Q6_K) in the
+  //              u = q + offset: Q8_0 8 steps of 64 bytes; Q2_K 2 vectors of 64 bytes, vector p
+  //              holding step 4p + k in bits 2k, 2k + 1 of each byte; Q3_K 3 vectors, vector p
+  //              holding steps 2p and 2p + 1 in bits 0-2 and 4-6 of each byte, and bit p of
+  //              steps 6 and 7 in bits 3 and 7 (so a fourth such vector is three shifts and
+  //              masks); the others 4 vectors, vector p holding step 2p in its low nibbles and
+  //              2p + 1 in its high ones (IQ4_NL, IQ4_XS: the table indices)
+  //   high[b]    Q5_*, Q6_K: the hb bits above those (hb = 1, or 2 for Q6_K) in the
   //              same lanes, 8 / hb steps a vector: vector j / (8 / hb) holds step j in bits
   //              hb (j % (8 / hb)) .. of each byte; 64 hb bytes (a shift and a mask a step)
   //   sc[b]      super-block types: the integer scales as int8, 16 (or 32: per half, Q2_K,
