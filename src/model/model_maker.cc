@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/half.h"
+#include "common/thread_pool.h"
 #include "gguf/gguf_reader.h"
 #include "kernels/quant_blocks.h"
 #include "kernels/quantize.h"
@@ -34,6 +35,19 @@ class Rng {
 std::vector<uint8_t> encode(const std::vector<float>& values, gguf::TensorType type) {
   std::vector<uint8_t> out(kernels::quantized_bytes(type, static_cast<int64_t>(values.size())));
   kernels::quantize_row(type, values.data(), static_cast<int64_t>(values.size()), out.data());
+  return out;
+}
+
+// A [rows, cols] matrix encoded a row at a time on the pool: the same bytes as encode() (blocks
+// never cross rows), in a fraction of the time for the types whose quantizers search (IQ4_XS's
+// scale search took minutes for Qwen3-0.6B's 0.6 billion weights on one core).
+std::vector<uint8_t> encode_rows(ThreadPool& pool, const std::vector<float>& values, int64_t rows, int64_t cols,
+                                 gguf::TensorType type) {
+  const size_t row_bytes = kernels::quantized_bytes(type, cols);
+  std::vector<uint8_t> out(row_bytes * rows);
+  pool.parallel_for(rows, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) kernels::quantize_row(type, values.data() + r * cols, cols, out.data() + r * row_bytes);
+  });
   return out;
 }
 
@@ -70,7 +84,7 @@ class TensorMaker {
     const float scale = gain * std::sqrt(3.0f / static_cast<float>(cols));
     for (auto& x : v) x = rng_.symmetric() * scale;
     w_.add_tensor(name, spec_.dtype, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)},
-                  encode(v, spec_.dtype));
+                  encode_rows(pool_, v, rows, cols, spec_.dtype));
   }
   // Vectors stay F32, as in converted models.
   void vector(const std::string& name, int64_t n, float center, float spread) {
@@ -86,6 +100,7 @@ class TensorMaker {
   gguf::Writer& w_;
   const ModelSpec& spec_;
   Rng rng_;
+  ThreadPool pool_;  // one thread a core
 };
 
 // Llama 3 rope scaling as frequency factors (factor 32, low_freq_factor 1, high_freq_factor 4,
