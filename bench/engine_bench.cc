@@ -1,17 +1,19 @@
 // engine_bench: the forward pass against the machine's ceilings, as ratios taken in one run.
 //
 //   decode step (1 sequence)   bytes read per step (the weights, as the path reads them, and the
-//                              keys and values of the context) / step time, vs measured read
-//                              bandwidth
+//                              keys and values of the context) / the median step time, vs the
+//                              read bandwidth probed just before (and the fastest step's)
 //   prefill                    matmul rate, vs the kernel path's measured peak (integer types:
 //                              its instruction mix, bench/peak_isa.cc; float types: FMA)
 //   batched decode (B seqs)    tokens/s of B sequences per step, vs one sequence per step
 //
 // Usage: engine_bench [-m FILE.gguf | --preset NAME --dtype TYPE] [--threads N] [--ctx N]
 //                     [--batch B] [--prefill P] [--steps S] [--kv-dtype f16|f32] [--paths avx2,...]
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <numeric>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -54,9 +56,15 @@ double matmul_params(const Model& m) {
   return total;  // the output projection runs for one token per sequence only
 }
 
+// Seconds per decode step: the median step (a step on a shared machine now and then waits for
+// another tenant; the median does not move with a few such) and the fastest.
+struct StepTimes {
+  double median = 0, best = 0;
+};
+
 // Runs B sequences: prefill `ctx` tokens each, then `steps` decode steps of one token per
-// sequence. Returns seconds per decode step.
-double decode_step_seconds(Model& m, ThreadPool& pool, KvType kv_type, int batch, int ctx, int steps) {
+// sequence, each timed.
+StepTimes decode_step_seconds(Model& m, ThreadPool& pool, KvType kv_type, int batch, int ctx, int steps) {
   const int32_t bs = 16;
   const int32_t blocks_per_seq = (ctx + steps + bs) / bs;
   KvPool kv(m.config(), blocks_per_seq * batch, bs, kv_type);
@@ -74,8 +82,9 @@ double decode_step_seconds(Model& m, ThreadPool& pool, KvType kv_type, int batch
     for (int p = 0; p < ctx; ++p) b.add_token(row, (p * 7 + s) % m.config().vocab_size, p, p == ctx - 1);
     SLUICE_CHECK(m.forward(b, kv, pool, logits).is_ok());
   }
-  const double t0 = now();
+  std::vector<double> times;
   for (int step = 0; step < steps; ++step) {
+    const double t0 = now();
     ForwardBatch b;
     b.block_size = bs;
     b.max_blocks_per_seq = blocks_per_seq;
@@ -84,8 +93,11 @@ double decode_step_seconds(Model& m, ThreadPool& pool, KvType kv_type, int batch
       b.add_token(row, (step * 13 + s) % m.config().vocab_size, ctx + step, true);
     }
     SLUICE_CHECK(m.forward(b, kv, pool, logits).is_ok());
+    times.push_back(now() - t0);
   }
-  return (now() - t0) / steps;
+  std::sort(times.begin(), times.end());
+  const size_t n = times.size();
+  return {n % 2 == 1 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2, times.front()};
 }
 
 double prefill_seconds(Model& m, ThreadPool& pool, KvType kv_type, int tokens) {
@@ -111,7 +123,7 @@ double prefill_seconds(Model& m, ThreadPool& pool, KvType kv_type, int tokens) {
 int run(int argc, char** argv) {
   CLI::App app{"engine_bench: forward-pass speed as ratios to this machine's measured ceilings"};
   std::string model_path, preset = "qwen2.5-0.5b", dtype = "q8_0";
-  int threads = 0, ctx = 128, batch = 8, prefill = 128, steps = 8;
+  int threads = 0, ctx = 128, batch = 8, prefill = 128, steps = 16;
   app.add_option("-m,--model", model_path, "GGUF model (default: make --preset/--dtype in memory)");
   app.add_option("--preset", preset, "Preset shape of the in-memory model")->capture_default_str();
   app.add_option("--dtype", dtype, "Weight type of the in-memory model: a tensor type (f32, f16, bf16, q8_0, q4_k, ...) or a mix (q4_k_m, ...)")->capture_default_str();
@@ -119,7 +131,9 @@ int run(int argc, char** argv) {
   app.add_option("--ctx", ctx, "Context length before the decode steps")->capture_default_str();
   app.add_option("--batch", batch, "Sequences per step for the batched decode")->capture_default_str();
   app.add_option("--prefill", prefill, "Prompt tokens in the prefill pass")->capture_default_str();
-  app.add_option("--steps", steps, "Decode steps measured")->capture_default_str();
+  app.add_option("--steps", steps, "Decode steps timed (the median step is reported)")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
   std::string paths;
   app.add_option("--paths", paths, "Kernel paths to measure, e.g. avx2,amx (default: every one this machine runs)");
   std::string kv_dtype = "f16";
@@ -149,15 +163,18 @@ int run(int argc, char** argv) {
     if (!path_listed(paths, kernels::kernel_path_name(path))) continue;
     if (!kernels::set_kernel_path(path)) continue;
     std::printf("-- kernel path %s\n", kernels::kernel_path_name(path));
-    const double single = decode_step_seconds(*model, pool, kv_type, 1, ctx, steps);
-    const double batched = decode_step_seconds(*model, pool, kv_type, batch, ctx, steps);
+    // Probed again next to the decode it divides: on a shared machine it moves over a run.
+    const double path_bw = measure_read_bandwidth(pool);
+    const StepTimes one = decode_step_seconds(*model, pool, kv_type, 1, ctx, steps);
+    const double single = one.median;
+    const double batched = decode_step_seconds(*model, pool, kv_type, batch, ctx, steps).median;
     const double pf = prefill_seconds(*model, pool, kv_type, prefill);
     const double pf_flops = 2.0 * matmul_params(*model) * prefill / pf;
     const double wbytes = weight_bytes_per_token_step(*model, path);
     const double read = wbytes + kv_bytes;
-    std::printf("decode, 1 sequence at ctx %d:  %.2f ms/step, %.1f tok/s, weights %.0f MB + %s kv %.0f MB per step -> %.1f GB/s = %.2f of read bandwidth\n",
+    std::printf("decode, 1 sequence at ctx %d:  %.2f ms/step, %.1f tok/s, weights %.0f MB + %s kv %.0f MB per step -> %.1f GB/s = %.2f of read bandwidth (%.1f GB/s just before; fastest step %.2f)\n",
                 ctx, single * 1e3, 1 / single, wbytes / 1e6, kv_dtype.c_str(), kv_bytes / 1e6, read / single / 1e9,
-                read / single / bw);
+                read / single / path_bw, path_bw / 1e9, read / one.best / path_bw);
     std::printf("decode, %d sequences per step: %.2f ms/step (%.2fx a 1-sequence step), %.1f tok/s = %.2fx one sequence\n",
                 batch, batched * 1e3, batched / single, batch / batched, (batch / batched) / (1 / single));
     if (int8) {  // against the path's own integer peak (bench/peak_isa.cc)
