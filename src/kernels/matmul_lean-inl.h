@@ -166,16 +166,16 @@ SLUICE_LEAN_INLINE VI iq4_table(bool unsigned_levels) {
   return table16(t);
 }
 
-// Step j's bits above the kLow packed ones, from the sub-block's high fields (packed_weight.h:
-// kHigh bits a level, 8 / kHigh steps a vector), ORed into l at bit kLow of each byte. 16-bit
+// Step j's bits above the 4 packed ones, from the sub-block's high fields (packed_weight.h:
+// kHigh bits a level, 8 / kHigh steps a vector), ORed into l at bit 4 of each byte. 16-bit
 // shifts are safe: the bits kept come from the same byte.
-template <int kHigh, int kLow>
+template <int kHigh>
 SLUICE_LEAN_INLINE VI with_high(VI l, const uint8_t* high, int j) {
   constexpr int kPerVector = 8 / kHigh;
   const VI v = load64(high + 64 * (j / kPerVector));
-  const int shift = kLow - kHigh * (j % kPerVector);
+  const int shift = 4 - kHigh * (j % kPerVector);
   const VI s = shift > 0 ? sll16(v, shift) : shift < 0 ? srl16(v, -shift) : v;
-  return or_and(l, s, splat8(((1 << kHigh) - 1) << kLow));
+  return or_and(l, s, splat8(((1 << kHigh) - 1) << 4));
 }
 
 // Vector p of a sub-block's lean levels (v, 64 bytes: step 2p in the low nibbles, 2p + 1 in the
@@ -188,8 +188,8 @@ SLUICE_LEAN_INLINE void unpack_lean(VI v, const uint8_t* high, int p, VI table, 
   lo = and_i(v, nib);
   hi = and_i(srl16(v, 4), nib);
   if constexpr (kHigh > 0) {
-    lo = with_high<kHigh, 4>(lo, high, 2 * p);
-    hi = with_high<kHigh, 4>(hi, high, 2 * p + 1);
+    lo = with_high<kHigh>(lo, high, 2 * p);
+    hi = with_high<kHigh>(hi, high, 2 * p + 1);
   }
   if constexpr (kTable) {
     lo = lookup(table, lo);
@@ -297,8 +297,9 @@ SLUICE_LEAN_TARGET void lean_group(const PackedWeight::Lean& lean, int64_t num_b
 
 // The super-block types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS): kBits 2 to 6; kHalves: scales
 // (and Q2_K's mins) per 16. Per sub-block the dot product of each half (steps 0..3 are elements
-// 0..15: 4-bit vectors 0, 1 and 2, 3; 2-bit vectors 0 and 1), scaled by its integer scale into
-// the super-block's sum; per super-block the float steps.
+// 0..15: 4-bit vectors 0, 1 and 2, 3; Q3_K's 3-bit vectors 0, 1 and 2, 3 (the gathered one);
+// 2-bit vectors 0 and 1), scaled by its integer scale into the super-block's sum; per
+// super-block the float steps.
 template <int kBits, bool kTable, bool kMin, bool kHalves, int kT>
 SLUICE_LEAN_TARGET void lean_super_group(const PackedWeight::Lean& lean, int64_t num_blocks, int offset,
                                          const LeanTokens& tk, const uint8_t* next, size_t part, size_t group_bytes,
@@ -325,10 +326,13 @@ SLUICE_LEAN_TARGET void lean_super_group(const PackedWeight::Lean& lean, int64_t
         }
       }
     } else if constexpr (kBits == 3) {
-      for (int p = 0; p < 4; ++p) dot_nibbles<0, false, kT, 3>(lean3_vector(lv, p), nullptr, p, table, tk, b, half, p / 2, p / 2);
+      for (int p = 0; p < 4; ++p) {
+        dot_nibbles<0, false, kT, 3>(lean3_vector(lv, p), nullptr, p, table, tk, b, half, p / 2, p / 2);
+      }
     } else {
       for (int p = 0; p < 4; ++p) {
-        dot_nibbles<kHigh, kTable, kT>(load64(lv + 64 * p), lean.high + b * 64 * kHigh, p, table, tk, b, half, p / 2, p / 2);
+        const uint8_t* high = lean.high + b * 64 * kHigh;
+        dot_nibbles<kHigh, kTable, kT>(load64(lv + 64 * p), high, p, table, tk, b, half, p / 2, p / 2);
       }
     }
     const VI sc0 = widen_i8(lean.sc + b * (kHalves ? 32 : 16));

@@ -40,14 +40,18 @@ std::vector<uint8_t> encode(const std::vector<float>& values, gguf::TensorType t
 
 // A [rows, cols] matrix encoded a row at a time on the pool: the same bytes as encode() (blocks
 // never cross rows), in a fraction of the time for the types whose quantizers search (IQ4_XS's
-// scale search took minutes for Qwen3-0.6B's 0.6 billion weights on one core).
+// scale search took minutes for Qwen3-0.6B's 0.6 billion weights on one core). Ranges of at
+// least 64K weights, so the small matrices of test models stay on the calling thread.
 std::vector<uint8_t> encode_rows(ThreadPool& pool, const std::vector<float>& values, int64_t rows, int64_t cols,
                                  gguf::TensorType type) {
   const size_t row_bytes = kernels::quantized_bytes(type, cols);
   std::vector<uint8_t> out(row_bytes * rows);
-  pool.parallel_for(rows, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) kernels::quantize_row(type, values.data() + r * cols, cols, out.data() + r * row_bytes);
-  });
+  const auto encode_range = [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      kernels::quantize_row(type, values.data() + r * cols, cols, out.data() + r * row_bytes);
+    }
+  };
+  pool.parallel_for(rows, encode_range, std::max<int64_t>(1, (int64_t{1} << 16) / cols));
   return out;
 }
 
