@@ -325,8 +325,12 @@ TEST_P(MatmulTest, LeanFormHoldsTheDocumentedLayout) {
   const auto packed = PackedWeight::pack(w.view, pool, {.tiles = false, .lean = true});
   const bool super = block_elements(type) == kSuperBlock, min = has_min(type), halves = has_half_scales(type);
   const bool table = type == TensorType::kIQ4_NL || type == TensorType::kIQ4_XS;
-  // Bits a level keeps in the levels array (Q3_K has a layout of its own, read below).
-  const int lb = type == TensorType::kQ8_0 ? 8 : type == TensorType::kQ2_K ? 2 : type == TensorType::kQ3_K ? 3 : 4;
+  // Bits a level keeps in the levels array (Q3_K and Q6_K have layouts of their own, read below).
+  const int lb = type == TensorType::kQ8_0   ? 8
+                 : type == TensorType::kQ2_K ? 2
+                 : type == TensorType::kQ3_K ? 3
+                 : type == TensorType::kQ6_K ? 6
+                                             : 4;
   const int hb = PackedWeight::lean_high_bits(type), per_vector = 8 / lb, offset = PackedWeight::lean_offset(type);
   for (int64_t g = 0; g * 16 < rows; ++g) {
     const PackedWeight::Lean lean = packed->lean_group(g);
@@ -343,6 +347,10 @@ TEST_P(MatmulTest, LeanFormHoldsTheDocumentedLayout) {
             const uint8_t* v = lean.levels + b * 64 * lb + lane_byte;
             u = j < 6 ? v[64 * (j / 2)] >> (4 * (j % 2)) & 7 : 0;
             for (int k = 0; k < 3 && j >= 6; ++k) u |= (v[64 * k] >> (j == 6 ? 3 : 7) & 1) << k;
+          } else if (type == TensorType::kQ6_K) {  // 6 vectors: steps 0-5 a byte each, 6 and 7 2 bits in each
+            const uint8_t* v = lean.levels + b * 64 * lb + lane_byte;
+            u = j < 6 ? v[64 * j] & 63 : 0;
+            for (int k = 0; k < 3 && j >= 6; ++k) u |= (v[64 * (3 * (j - 6) + k)] >> 6) << (2 * k);
           } else {
             u = lean.levels[b * 64 * lb + 64 * (j / per_vector) + lane_byte] >> (lb * (j % per_vector)) & ((1 << lb) - 1);
           }

@@ -139,9 +139,10 @@ uint8_t lean_level(gguf::TensorType type, int8_t q) {
 enum LeanField { kLevels, kHigh, kLsc, kLm, kLd, kLdmin, kLeanFields };
 
 // The bits of a level held in the levels array and its bytes per sub-block of a group: 8 (one
-// byte a level), 4 (two steps a vector), 3 (Q3_K: 3 vectors, packed_weight.h) or 2 (four steps a
-// vector); the bits above them (0, 1 or 2) are in the high array, 64 bytes per sub-block for each.
-int packed_bits(int bits) { return bits == 8 ? 8 : bits >= 4 ? 4 : bits; }
+// byte a level), 6 (Q6_K: 6 vectors, packed_weight.h), 4 (two steps a vector), 3 (Q3_K: 3
+// vectors) or 2 (four steps a vector); the bit above them (Q5_*) is in the high array, 64 bytes
+// per sub-block.
+int packed_bits(int bits) { return bits == 5 ? 4 : bits; }
 size_t level_bytes(int bits) { return size_t{64} * 8 * packed_bits(bits) / 8; }
 int high_bits(int bits) { return bits - packed_bits(bits); }
 
@@ -225,6 +226,17 @@ void PackedWeight::pack_lean(const WeightView& w, ThreadPool& pool) {
                 v[64 * (j / 2)] |= static_cast<uint8_t>(u << (4 * (j % 2)));
               } else {
                 for (int k = 0; k < 3; ++k) v[64 * k] |= static_cast<uint8_t>(((u >> k) & 1) << (j == 6 ? 3 : 7));
+              }
+              continue;
+            }
+            if (bits == 6) {
+              // Vector j holds step j < 6 in bits 0-5; steps 6 and 7 keep bits 2k, 2k + 1 of
+              // their level in bits 6, 7 of vector k (step 6) or 3 + k (step 7).
+              uint8_t* v = levels + b * 384 + lane_byte;
+              if (j < 6) {
+                v[64 * j] |= u;
+              } else {
+                for (int k = 0; k < 3; ++k) v[64 * (3 * (j - 6) + k)] |= static_cast<uint8_t>(((u >> (2 * k)) & 3) << 6);
               }
               continue;
             }

@@ -68,12 +68,13 @@ class PackedWeight {
   //              u = q + offset: Q8_0 8 steps of 64 bytes; Q2_K 2 vectors of 64 bytes, vector p
   //              holding step 4p + k in bits 2k, 2k + 1 of each byte; Q3_K 3 vectors, vector p
   //              holding steps 2p and 2p + 1 in bits 0-2 and 4-6 of each byte, and bit p of
-  //              steps 6 and 7 in bits 3 and 7 (so a fourth such vector is three shifts and
+  //              steps 6 and 7 in bits 3 and 7; Q6_K 6 vectors, vector p holding step p in bits
+  //              0-5, and bits 2k, 2k + 1 of step 6 in bits 6, 7 of vector k, of step 7 in those
+  //              of vector 3 + k (so the last two steps of Q3_K and Q6_K are a few shifts and
   //              masks); the others 4 vectors, vector p holding step 2p in its low nibbles and
   //              2p + 1 in its high ones (IQ4_NL, IQ4_XS: the table indices)
-  //   high[b]    Q5_*, Q6_K: the hb bits above those (hb = 1, or 2 for Q6_K) in the
-  //              same lanes, 8 / hb steps a vector: vector j / (8 / hb) holds step j in bits
-  //              hb (j % (8 / hb)) .. of each byte; 64 hb bytes (a shift and a mask a step)
+  //   high[b]    Q5_*: the bit above those in the same lanes, 8 steps a vector: step j in bit
+  //              j of each byte; 64 bytes (a shift and a mask a step)
   //   sc[b]      super-block types: the integer scales as int8, 16 (or 32: per half, Q2_K,
   //              Q3_K, Q6_K)
   //   m[b]       Q2_K, Q4_K, Q5_K: the integer mins as uint8, 16 (Q2_K: 32, per half)
@@ -90,7 +91,7 @@ class PackedWeight {
     const uint16_t* dmin = nullptr;
   };
   // Whether the lean form exists for this type, its level offset, and the bits a level keeps in
-  // high (0, 1, or 2 for Q6_K).
+  // high (0, or 1 for Q5_*).
   static bool has_lean(gguf::TensorType type);
   static int lean_offset(gguf::TensorType type);
   static int lean_high_bits(gguf::TensorType type);
