@@ -11,8 +11,8 @@
 //           decoded at run time (one token: avx2's direct path).
 //   avxvnni the 256-bit VEX form of vpdpbusd (AVX-VNNI: Intel Alder Lake and later, where
 //           AVX-512 is absent). The avx512 lean kernels on pairs of 256-bit vectors (weights
-//           repacked at load); else, and from 64 tokens for the types with high bits, chunks
-//           decoded at run time, 8 rows a vector (one token: avx2's direct path).
+//           repacked at load); else chunks decoded at run time, 8 rows a vector (one token:
+//           avx2's direct path).
 //   avx2    256-bit integer dot products (vpmaddubsw + vpmaddwd), the baseline of x86-64-v3.
 //   generic Highway's portable code for CPUs without AVX2.
 //

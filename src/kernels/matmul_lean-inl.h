@@ -166,31 +166,14 @@ SLUICE_LEAN_INLINE VI iq4_table(bool unsigned_levels) {
   return table16(t);
 }
 
-// Step j's bits above the 4 packed ones, from the sub-block's high fields (packed_weight.h:
-// kHigh bits a level, 8 / kHigh steps a vector), ORed into l at bit 4 of each byte. 16-bit
-// shifts are safe: the bits kept come from the same byte.
-template <int kHigh>
-SLUICE_LEAN_INLINE VI with_high(VI l, const uint8_t* high, int j) {
-  constexpr int kPerVector = 8 / kHigh;
-  const VI v = load64(high + 64 * (j / kPerVector));
-  const int shift = 4 - kHigh * (j % kPerVector);
-  const VI s = shift > 0 ? sll16(v, shift) : shift < 0 ? srl16(v, -shift) : v;
-  return or_and(l, s, splat8(((1 << kHigh) - 1) << 4));
-}
-
 // Vector p of a sub-block's lean levels (v, 64 bytes: step 2p in the low nibbles, 2p + 1 in the
-// high ones; kField bits of each nibble: 4, or 3 for Q3_K) unpacked into the two steps' levels:
-// kHigh bits above 4 from high (the sub-block's high fields), and for kTable the indices looked
-// up in table.
-template <int kHigh, bool kTable, int kField = 4>
-SLUICE_LEAN_INLINE void unpack_lean(VI v, const uint8_t* high, int p, VI table, VI& lo, VI& hi) {
+// high ones; kField bits of each nibble: 4, or 3 for Q3_K) unpacked into the two steps' levels,
+// and for kTable the indices looked up in table.
+template <bool kTable, int kField = 4>
+SLUICE_LEAN_INLINE void unpack_lean(VI v, VI table, VI& lo, VI& hi) {
   const VI nib = splat8((1 << kField) - 1);
   lo = and_i(v, nib);
   hi = and_i(srl16(v, 4), nib);
-  if constexpr (kHigh > 0) {
-    lo = with_high<kHigh>(lo, high, 2 * p);
-    hi = with_high<kHigh>(hi, high, 2 * p + 1);
-  }
   if constexpr (kTable) {
     lo = lookup(table, lo);
     hi = lookup(table, hi);
@@ -209,13 +192,30 @@ SLUICE_LEAN_INLINE VI lean3_vector(const uint8_t* lv, int p) {
   return or_and(or_and(t, srl16(load64(lv + 64), 2), splat8(0x22)), srl16(load64(lv + 128), 1), splat8(0x44));
 }
 
-// Q6_K's step j of a sub-block (lv: its 6 stored vectors): steps 0-5 in bits 0-5 of vector j;
-// step 6 (7) gathered from bits 6 and 7 of vectors 0-2 (3-5), bits 2k, 2k + 1 from vector k.
-SLUICE_LEAN_INLINE VI lean6_step(const uint8_t* lv, int j) {
-  if (j < 6) return and_i(load64(lv + 64 * j), splat8(0x3F));
-  const uint8_t* v = lv + 192 * (j - 6);
-  const VI t = and_i(srl16(load64(v), 6), splat8(0x03));
-  return or_and(or_and(t, srl16(load64(v + 64), 4), splat8(0x0C)), srl16(load64(v + 128), 2), splat8(0x30));
+// The step j of a sub-block of the types with a level a byte (lv: its kBits stored vectors,
+// packed_weight.h), gathered with 16-bit shifts and masks (safe: each bit kept stays in its byte).
+// Q5_*: steps 0-4 in bits 0-4 of vector j, steps 5-7 a 15-bit string in bits 5-7 of the five.
+// Q6_K: steps 0-5 in bits 0-5 of vector j; step 6 (7): bits 2k, 2k + 1 from bits 6, 7 of
+// vector k (3 + k).
+// Vector `vector` of a sub-block's levels lv, each 16-bit lane shifted right.
+SLUICE_LEAN_INLINE VI shifted(const uint8_t* lv, int vector, int shift) { return srl16(load64(lv + 64 * vector), shift); }
+
+template <int kBits>
+SLUICE_LEAN_INLINE VI lean_step(const uint8_t* lv, int j) {
+  if (j < kBits) return and_i(load64(lv + 64 * j), splat8((1 << kBits) - 1));
+  if constexpr (kBits == 6) {
+    const int v = 3 * (j - 6);
+    const VI t = or_and(and_i(shifted(lv, v, 6), splat8(0x03)), shifted(lv, v + 1, 4), splat8(0x0C));
+    return or_and(t, shifted(lv, v + 2, 2), splat8(0x30));
+  } else {
+    static_assert(kBits == 5);
+    if (j == 5) return or_and(and_i(shifted(lv, 0, 5), splat8(0x07)), shifted(lv, 1, 2), splat8(0x18));
+    if (j == 6) {
+      const VI t = or_and(and_i(shifted(lv, 1, 7), splat8(0x01)), shifted(lv, 2, 4), splat8(0x0E));
+      return or_and(t, shifted(lv, 3, 1), splat8(0x10));
+    }
+    return or_and(and_i(shifted(lv, 3, 6), splat8(0x03)), shifted(lv, 4, 3), splat8(0x1C));
+  }
 }
 
 // The next group follows in memory: its b-th part (of `part` bytes) is asked for at sub-block b,
@@ -246,18 +246,31 @@ struct LeanTokens {
   const int16_t* sums[kMaxTile];
 };
 
-// Vector p (v) of sub-block b's lean levels of 4 bits (or 3: kField; kHigh bits above them in
-// high) times each token's activations: the levels of step 2p into acc[t][lo], of step 2p + 1
-// into acc[t][hi].
-template <int kHigh, bool kTable, int kT, int kField = 4>
-SLUICE_LEAN_INLINE void dot_nibbles(VI v, const uint8_t* high, int p, VI table, const LeanTokens& tk, int64_t b,
-                                    VI (*acc)[2], int lo, int hi) {
+// Vector p (v) of sub-block b's lean levels of 4 bits (or 3: kField) times each token's
+// activations: the levels of step 2p into acc[t][lo], of step 2p + 1 into acc[t][hi].
+template <bool kTable, int kT, int kField = 4>
+SLUICE_LEAN_INLINE void dot_nibbles(VI v, int p, VI table, const LeanTokens& tk, int64_t b, VI (*acc)[2], int lo,
+                                    int hi) {
   VI wl, wh;
-  unpack_lean<kHigh, kTable, kField>(v, high, p, table, wl, wh);
+  unpack_lean<kTable, kField>(v, table, wl, wh);
   for (int t = 0; t < kT; ++t) {
     const int8_t* xb = tk.x[t] + b * kSubBlock;
     acc[t][lo] = dot(acc[t][lo], wl, xbcast(xb + 8 * p));
     acc[t][hi] = dot(acc[t][hi], wh, xbcast(xb + 8 * p + 4));
+  }
+}
+
+// Sub-block b's 8 steps of a type with a level a byte (lean_step) times each token's
+// activations, step j into acc[t][j / 4] (kHalves: the halves of the super-block types) or
+// acc[t][j % 2]. Unrolled, so acc[t][...] names registers (GCC left this loop rolled on 256 bits
+// with the accumulators in memory, at half the speed).
+template <int kBits, bool kHalves, int kT>
+SLUICE_LEAN_INLINE void dot_steps(const uint8_t* lv, const LeanTokens& tk, int64_t b, VI (*acc)[2]) {
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j) {
+    const VI l = lean_step<kBits>(lv, j);
+    const int k = kHalves ? j / 4 : j % 2;
+    for (int t = 0; t < kT; ++t) acc[t][k] = dot(acc[t][k], l, xbcast(tk.x[t] + b * kSubBlock + 4 * j));
   }
 }
 
@@ -268,8 +281,7 @@ template <int kBits, bool kTable, bool kMin, int kT>
 SLUICE_LEAN_TARGET void lean_group(const PackedWeight::Lean& lean, int64_t num_blocks, int offset, const LeanTokens& tk,
                                    const uint8_t* next, size_t part, size_t group_bytes, VF* a) {
   const VI table = iq4_table(true);
-  constexpr int64_t kLevelBytes = kBits == 8 ? 512 : 256;
-  constexpr int kHigh = kBits == 5 ? 1 : 0;
+  constexpr int64_t kLevelBytes = 64 * kBits;
   for (int t = 0; t < kT; ++t) a[t] = zero_f();
   for (int64_t b = 0; b < num_blocks; ++b) {
     prefetch_part(next, b, part, group_bytes);
@@ -286,10 +298,10 @@ SLUICE_LEAN_TARGET void lean_group(const PackedWeight::Lean& lean, int64_t num_b
           acc[t][1] = dot(acc[t][1], w1, xbcast(xb + 4 * j + 4));
         }
       }
+    } else if constexpr (kBits == 5) {
+      dot_steps<5, false, kT>(lv, tk, b, acc);
     } else {
-      for (int p = 0; p < 4; ++p) {
-        dot_nibbles<kHigh, kTable, kT>(load64(lv + 64 * p), lean.high + b * 64 * kHigh, p, table, tk, b, acc, 0, 1);
-      }
+      for (int p = 0; p < 4; ++p) dot_nibbles<kTable, kT>(load64(lv + 64 * p), p, table, tk, b, acc, 0, 1);
     }
     const VF d = halves16(lean.d + b * kRows);
     for (int t = 0; t < kT; ++t) {
@@ -314,8 +326,7 @@ SLUICE_LEAN_TARGET void lean_super_group(const PackedWeight::Lean& lean, int64_t
                                          const LeanTokens& tk, const uint8_t* next, size_t part, size_t group_bytes,
                                          VF* a) {
   const VI table = iq4_table(true);
-  constexpr int kHigh = kBits == 5 ? 1 : 0;
-  constexpr int64_t kLevelBytes = kBits == 2 ? 128 : kBits == 3 ? 192 : kBits == 6 ? 384 : 256;
+  constexpr int64_t kLevelBytes = 64 * kBits;
   VI isum[kT], msum[kT];
   for (int t = 0; t < kT; ++t) {
     a[t] = zero_f();
@@ -335,22 +346,11 @@ SLUICE_LEAN_TARGET void lean_super_group(const PackedWeight::Lean& lean, int64_t
         }
       }
     } else if constexpr (kBits == 3) {
-      for (int p = 0; p < 4; ++p) {
-        dot_nibbles<0, false, kT, 3>(lean3_vector(lv, p), nullptr, p, table, tk, b, half, p / 2, p / 2);
-      }
-    } else if constexpr (kBits == 6) {
-      // Unrolled, so half[t][j / 4] names registers (GCC kept this loop and the accumulators in
-      // memory on 256 bits, at half the speed).
-#pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) {
-        const VI l = lean6_step(lv, j);
-        for (int t = 0; t < kT; ++t) half[t][j / 4] = dot(half[t][j / 4], l, xbcast(tk.x[t] + b * kSubBlock + 4 * j));
-      }
+      for (int p = 0; p < 4; ++p) dot_nibbles<false, kT, 3>(lean3_vector(lv, p), p, table, tk, b, half, p / 2, p / 2);
+    } else if constexpr (kBits >= 5) {
+      dot_steps<kBits, true, kT>(lv, tk, b, half);
     } else {
-      for (int p = 0; p < 4; ++p) {
-        const uint8_t* high = lean.high + b * 64 * kHigh;
-        dot_nibbles<kHigh, kTable, kT>(load64(lv + 64 * p), high, p, table, tk, b, half, p / 2, p / 2);
-      }
+      for (int p = 0; p < 4; ++p) dot_nibbles<kTable, kT>(load64(lv + 64 * p), p, table, tk, b, half, p / 2, p / 2);
     }
     const VI sc0 = widen_i8(lean.sc + b * (kHalves ? 32 : 16));
     const VI sc1 = kHalves ? widen_i8(lean.sc + b * 32 + 16) : sc0;
@@ -445,7 +445,6 @@ SLUICE_LEAN_TARGET void lean_chunk(const PackedWeight& pw, int64_t g, int64_t b0
   const PackedWeight::Lean lean = pw.lean_group(g);
   const __m512i off8 = _mm512_set1_epi8(static_cast<char>(offset)), ones = _mm512_set1_epi32(1);
   const __m512i table = iq4_table(false);  // the indices give the table's signed values directly
-  constexpr int kHigh = kBits == 5 ? 1 : 0;
   for (int i = 0; i < nb; ++i) {
     const int64_t b = b0 + i;
     if constexpr (kBits == 2) {
@@ -458,13 +457,13 @@ SLUICE_LEAN_TARGET void lean_chunk(const PackedWeight& pw, int64_t g, int64_t b0
       const uint8_t* lv = lean.levels + b * 192;
       for (int p = 0; p < 4; ++p) {
         __m512i lo, hi;
-        unpack_lean<0, false, 3>(lean3_vector(lv, p), nullptr, p, table, lo, hi);
+        unpack_lean<false, 3>(lean3_vector(lv, p), table, lo, hi);
         _mm512_store_si512(c.w[i][2 * p], _mm512_sub_epi8(lo, off8));
         _mm512_store_si512(c.w[i][2 * p + 1], _mm512_sub_epi8(hi, off8));
       }
-    } else if constexpr (kBits == 6) {
-      const uint8_t* lv = lean.levels + b * 384;
-      for (int j = 0; j < 8; ++j) _mm512_store_si512(c.w[i][j], _mm512_sub_epi8(lean6_step(lv, j), off8));
+    } else if constexpr (kBits == 5 || kBits == 6) {
+      const uint8_t* lv = lean.levels + b * 64 * kBits;
+      for (int j = 0; j < 8; ++j) _mm512_store_si512(c.w[i][j], _mm512_sub_epi8(lean_step<kBits>(lv, j), off8));
     } else if constexpr (kBits == 8) {
       const uint8_t* lv = lean.levels + b * 512;
       for (int j = 0; j < 8; ++j) {
@@ -474,7 +473,7 @@ SLUICE_LEAN_TARGET void lean_chunk(const PackedWeight& pw, int64_t g, int64_t b0
       const uint8_t* lv = lean.levels + b * 256;
       for (int p = 0; p < 4; ++p) {
         __m512i lo, hi;
-        unpack_lean<kHigh, kTable>(_mm512_load_si512(lv + 64 * p), lean.high + b * 64 * kHigh, p, table, lo, hi);
+        unpack_lean<kTable>(_mm512_load_si512(lv + 64 * p), table, lo, hi);
         if constexpr (!kTable) {
           lo = _mm512_sub_epi8(lo, off8);
           hi = _mm512_sub_epi8(hi, off8);

@@ -5,9 +5,10 @@
 //
 // The form holds each row group's levels transposed for vpdpbusd (lane r of a step: row r's four
 // levels) as unsigned bytes u = q + offset, in about the file's bytes: a step's vector comes from
-// one load, a shift and a mask (and as many again, and an OR, for the high bits; Q3_K's last two
-// steps from its three vectors' spare bits), never a transpose. The activations are the signed operand (x, quantized per 32 or 256 with the sums
-// of each 16); the offset comes off exactly per 16-element half as offset * sum(x). A row group's bytes stream from memory once
+// one load and a mask, or a shift and a mask (the last steps of Q3_K, Q5_* and Q6_K: a few of
+// each, gathering the bits spread over the spare bits of the others), never a transpose. The
+// activations are the signed operand (x, quantized per 32 or 256 with the sums of each 16); the
+// offset comes off exactly per 16-element half as offset * sum(x). A row group's bytes stream from memory once
 // (the next group's are asked for over this one's sub-blocks) and stay in L1 or L2 while tiles of
 // up to four tokens run over them, each token with accumulators of its own: a weight vector,
 // unpacked once, feeds one vpdpbusd per token. Measured on the avx512 path (README), this beats

@@ -627,12 +627,8 @@ QuantRoute quant_route(std::span<const MatmulTarget> targets, int64_t num_tokens
       (path == KernelPath::kAvx512 || (path == KernelPath::kAmx && num_tokens < kAmxMinTokens))) {
     return QuantRoute::kLean512;
   }
-  // On 256 bits (two vectors a row group, tiles of 2 tokens), the types with high bits (Q5_*)
-  // measured no faster than chunks decoded for 8-token tiles from 64 tokens on; the others
-  // (Q3_K and Q6_K too since their top bits sit beside the others) faster at every count to 64
-  // and faster or even at 512 (README).
-  if (all_lean && path == KernelPath::kAvxVnni &&
-      (num_tokens < kVnni256TileMinTokens || PackedWeight::lean_high_bits(targets[0].w.type) == 0)) {
+  // On 256 bits (two vectors a row group, tiles of 2 tokens) too, for every count (README).
+  if (all_lean && path == KernelPath::kAvxVnni) {
     return QuantRoute::kLean256;
   }
   switch (path) {

@@ -208,8 +208,8 @@ TEST_P(MatmulTest, BatchInvariantOnEveryTarget) {
 }
 
 // Every kernel path this machine runs gives the same bits as the avx2 path, for every token count
-// 1..40 (below and above the AMX path's threshold and tile of 16) and 64, 65 (where the avxvnni
-// path sends some types to its tile kernel) on 1 and 3 threads, with the weight as loaded and
+// 1..40 (below and above the AMX path's threshold and tile of 16) and 64, 65 (many tiles of
+// every kernel, and one token over) on 1 and 3 threads, with the weight as loaded and
 // repacked (packed_weight.h: 37 rows end in a partial group of 16). Paths the machine cannot run
 // are named, not tested.
 TEST_P(MatmulTest, EveryKernelPathGivesTheSameBits) {
@@ -217,7 +217,7 @@ TEST_P(MatmulTest, EveryKernelPathGivesTheSameBits) {
   const int64_t rows = 37, cols = test_cols(GetParam());
   std::vector<int64_t> counts;
   for (int64_t n = 1; n <= 40; ++n) counts.push_back(n);
-  counts.insert(counts.end(), {kVnni256TileMinTokens, kVnni256TileMinTokens + 1});
+  counts.insert(counts.end(), {64, 65});
   TestWeight w = make_weight(GetParam(), rows, cols, 8);
   const auto x = random_x(counts.back() * cols, 9);
   if (!set_kernel_path(KernelPath::kAvx2)) GTEST_SKIP() << "no AVX2 on this machine";
@@ -325,13 +325,15 @@ TEST_P(MatmulTest, LeanFormHoldsTheDocumentedLayout) {
   const auto packed = PackedWeight::pack(w.view, pool, {.tiles = false, .lean = true});
   const bool super = block_elements(type) == kSuperBlock, min = has_min(type), halves = has_half_scales(type);
   const bool table = type == TensorType::kIQ4_NL || type == TensorType::kIQ4_XS;
-  // Bits a level keeps in the levels array (Q3_K and Q6_K have layouts of their own, read below).
+  // Bits a level has: vectors a sub-block.
+  const bool five = type == TensorType::kQ5_0 || type == TensorType::kQ5_1 || type == TensorType::kQ5_K;
   const int lb = type == TensorType::kQ8_0   ? 8
                  : type == TensorType::kQ2_K ? 2
                  : type == TensorType::kQ3_K ? 3
                  : type == TensorType::kQ6_K ? 6
+                 : five                      ? 5
                                              : 4;
-  const int hb = PackedWeight::lean_high_bits(type), per_vector = 8 / lb, offset = PackedWeight::lean_offset(type);
+  const int offset = PackedWeight::lean_offset(type);
   for (int64_t g = 0; g * 16 < rows; ++g) {
     const PackedWeight::Lean lean = packed->lean_group(g);
     for (int64_t r = 0; r < std::min<int64_t>(16, rows - 16 * g); ++r) {
@@ -342,21 +344,25 @@ TEST_P(MatmulTest, LeanFormHoldsTheDocumentedLayout) {
         decode_block32(type, row, b, dec);
         for (int e = 0; e < kSubBlock; ++e) {
           const int j = e / 4, lane_byte = static_cast<int>(4 * r) + e % 4;
+          const uint8_t* v = lean.levels + b * 64 * lb + lane_byte;
+          const auto at = [&](int vector, int shift, int width) { return v[64 * vector] >> shift & ((1 << width) - 1); };
           int u = 0;
-          if (type == TensorType::kQ3_K) {  // 3 vectors: steps 0-5 two to a byte, 6 and 7 a bit in each
-            const uint8_t* v = lean.levels + b * 64 * lb + lane_byte;
-            u = j < 6 ? v[64 * (j / 2)] >> (4 * (j % 2)) & 7 : 0;
-            for (int k = 0; k < 3 && j >= 6; ++k) u |= (v[64 * k] >> (j == 6 ? 3 : 7) & 1) << k;
-          } else if (type == TensorType::kQ6_K) {  // 6 vectors: steps 0-5 a byte each, 6 and 7 2 bits in each
-            const uint8_t* v = lean.levels + b * 64 * lb + lane_byte;
-            u = j < 6 ? v[64 * j] & 63 : 0;
-            for (int k = 0; k < 3 && j >= 6; ++k) u |= (v[64 * (3 * (j - 6) + k)] >> 6) << (2 * k);
-          } else {
-            u = lean.levels[b * 64 * lb + 64 * (j / per_vector) + lane_byte] >> (lb * (j % per_vector)) & ((1 << lb) - 1);
-          }
-          if (hb > 0) {
-            const int steps = 8 / hb;
-            u |= (lean.high[b * 64 * hb + 64 * (j / steps) + lane_byte] >> (hb * (j % steps)) & ((1 << hb) - 1)) << lb;
+          switch (lb) {
+            case 8: u = at(j, 0, 8); break;
+            case 4: u = at(j / 2, 4 * (j % 2), 4); break;
+            case 2: u = at(j / 4, 2 * (j % 4), 2); break;
+            case 3:  // steps 6, 7: bit k in bit 3 or 7 of vector k
+              u = j < 6 ? at(j / 2, 4 * (j % 2), 3) : 0;
+              for (int k = 0; k < 3 && j >= 6; ++k) u |= at(k, j == 6 ? 3 : 7, 1) << k;
+              break;
+            case 5:  // steps 5-7: a 15-bit string, bit s in bit 5 + s % 3 of vector s / 3
+              u = j < 5 ? at(j, 0, 5) : 0;
+              for (int i = 0; i < 5 && j >= 5; ++i) u |= at((5 * (j - 5) + i) / 3, 5 + (5 * (j - 5) + i) % 3, 1) << i;
+              break;
+            case 6:  // steps 6, 7: bits 2k, 2k + 1 in bits 6, 7 of vector k or 3 + k
+              u = j < 6 ? at(j, 0, 6) : 0;
+              for (int k = 0; k < 3 && j >= 6; ++k) u |= at(3 * (j - 6) + k, 6, 2) << (2 * k);
+              break;
           }
           ASSERT_EQ(table ? kIq4nlValues[u] : u - offset, dec.q[e]) << "element " << e;
         }

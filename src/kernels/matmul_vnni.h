@@ -16,9 +16,6 @@ inline constexpr int kVnni256GroupRows = 8;
 // token on weights as loaded goes to the avx2 code's direct path (it reads each row once, straight
 // from the weights; a decoded chunk would be used once); the results are the same bits either way.
 inline constexpr int64_t kVnniMinTokens = 2;
-// On the avxvnni path, the types whose lean form keeps high bits (Q5_*) go to the
-// 8-token tiles of vnni256_matmul_groups from this many tokens on, the others never.
-inline constexpr int64_t kVnni256TileMinTokens = 64;
 
 // Rows kRows * group_begin up to kRows * group_end (or w.rows) of y = x W^T, for any
 // block-quantized type. xq: the activations quantized as matmul_quant does for the type; xu:

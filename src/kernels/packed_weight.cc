@@ -136,19 +136,40 @@ uint8_t lean_level(gguf::TensorType type, int8_t q) {
   return static_cast<uint8_t>(q + PackedWeight::lean_offset(type));
 }
 
-enum LeanField { kLevels, kHigh, kLsc, kLm, kLd, kLdmin, kLeanFields };
+enum LeanField { kLevels, kLsc, kLm, kLd, kLdmin, kLeanFields };
 
-// The bits of a level held in the levels array and its bytes per sub-block of a group: 8 (one
-// byte a level), 6 (Q6_K: 6 vectors, packed_weight.h), 4 (two steps a vector), 3 (Q3_K: 3
-// vectors) or 2 (four steps a vector); the bit above them (Q5_*) is in the high array, 64 bytes
-// per sub-block.
-int packed_bits(int bits) { return bits == 5 ? 4 : bits; }
-size_t level_bytes(int bits) { return size_t{64} * 8 * packed_bits(bits) / 8; }
-int high_bits(int bits) { return bits - packed_bits(bits); }
+// A sub-block's lean levels take `bits` vectors of 64 bytes.
+size_t level_bytes(int bits) { return size_t{64} * bits; }
+
+// Level u of step j into byte lane_byte of its place in a sub-block's lean levels v, by the
+// layout of packed_weight.h (v starts zeroed: fields are ORed in).
+void put_lean_level(uint8_t* v, int bits, int j, int lane_byte, uint8_t u) {
+  v += lane_byte;
+  const auto put = [&](int vector, int value) { v[64 * vector] |= static_cast<uint8_t>(value); };
+  switch (bits) {
+    case 8: return put(j, u);
+    case 4: return put(j / 2, u << (4 * (j % 2)));
+    case 2: return put(j / 4, u << (2 * (j % 4)));
+    case 3:  // steps 6, 7: bit k in bit 3 or 7 of vector k
+      if (j < 6) return put(j / 2, u << (4 * (j % 2)));
+      for (int k = 0; k < 3; ++k) put(k, ((u >> k) & 1) << (j == 6 ? 3 : 7));
+      return;
+    case 5:  // steps 5-7: one 15-bit string, bit s in bit 5 + s % 3 of vector s / 3
+      if (j < 5) return put(j, u);
+      for (int i = 0; i < 5; ++i) {
+        const int s = 5 * (j - 5) + i;
+        put(s / 3, ((u >> i) & 1) << (5 + s % 3));
+      }
+      return;
+    case 6:  // steps 6, 7: bits 2k, 2k + 1 in bits 6, 7 of vector k or 3 + k
+      if (j < 6) return put(j, u);
+      for (int k = 0; k < 3; ++k) put(3 * (j - 6) + k, ((u >> (2 * k)) & 3) << 6);
+      return;
+    default: return;
+  }
+}
 
 }  // namespace
-
-int PackedWeight::lean_high_bits(gguf::TensorType type) { return has_lean(type) ? high_bits(lean_bits(type)) : 0; }
 
 void PackedWeight::lean_layout(const WeightView& w) {
   const int bits = lean_bits(w.type);
@@ -156,7 +177,6 @@ void PackedWeight::lean_layout(const WeightView& w) {
   const int64_t nb = num_blocks_, blocks = super ? nb / 8 : nb;
   const size_t sizes[kLeanFields] = {
       static_cast<size_t>(nb) * level_bytes(bits),
-      static_cast<size_t>(nb) * 64 * high_bits(bits),
       static_cast<size_t>(super ? nb * (halves ? 32 : 16) : 0),
       static_cast<size_t>(super && mins_ ? nb * (halves ? 32 : 16) : 0),
       static_cast<size_t>(blocks) * kRows * 2,
@@ -186,7 +206,6 @@ void PackedWeight::pack_lean(const WeightView& w, ThreadPool& pool) {
       group_rows(w, g, rows);
       uint8_t* base = lean_data_ + g * lean_group_bytes_;
       uint8_t* levels = base + lean_offsets_[kLevels];
-      uint8_t* high = base + lean_offsets_[kHigh];
       auto* sc = reinterpret_cast<int8_t*>(base + lean_offsets_[kLsc]);
       uint8_t* m = base + lean_offsets_[kLm];
       auto* d = reinterpret_cast<uint16_t*>(base + lean_offsets_[kLd]);
@@ -212,44 +231,8 @@ void PackedWeight::pack_lean(const WeightView& w, ThreadPool& pool) {
             }
           }
           for (int e = 0; e < kSubBlock; ++e) {
-            const uint8_t u = lean_level(type, dec.q[e]);
-            const int j = e / 4, lane_byte = 4 * r + e % 4;  // step j, byte of the 64-byte step vector
-            if (bits == 8) {
-              levels[b * 512 + 64 * j + lane_byte] = u;
-              continue;
-            }
-            if (bits == 3) {
-              // Vector j / 2 holds step j < 6 in bits 4 (j % 2) .. 4 (j % 2) + 2; steps 6 and 7
-              // keep bit k of their level in bit 3 or 7 of vector k.
-              uint8_t* v = levels + b * 192 + lane_byte;
-              if (j < 6) {
-                v[64 * (j / 2)] |= static_cast<uint8_t>(u << (4 * (j % 2)));
-              } else {
-                for (int k = 0; k < 3; ++k) v[64 * k] |= static_cast<uint8_t>(((u >> k) & 1) << (j == 6 ? 3 : 7));
-              }
-              continue;
-            }
-            if (bits == 6) {
-              // Vector j holds step j < 6 in bits 0-5; steps 6 and 7 keep bits 2k, 2k + 1 of
-              // their level in bits 6, 7 of vector k (step 6) or 3 + k (step 7).
-              uint8_t* v = levels + b * 384 + lane_byte;
-              if (j < 6) {
-                v[64 * j] |= u;
-              } else {
-                for (int k = 0; k < 3; ++k) v[64 * (3 * (j - 6) + k)] |= static_cast<uint8_t>(((u >> (2 * k)) & 3) << 6);
-              }
-              continue;
-            }
-            // 4 bits: vector j / 2 holds step j in its low (j even) or high nibbles; 2 bits:
-            // vector j / 4 holds step j in bits 2 (j % 4) and 2 (j % 4) + 1 of each byte.
-            const int lb = packed_bits(bits), per_vector = 8 / lb, hb = high_bits(bits);
-            uint8_t& v = levels[b * level_bytes(bits) + 64 * (j / per_vector) + lane_byte];
-            v = static_cast<uint8_t>(v | (u & ((1 << lb) - 1)) << (lb * (j % per_vector)));
-            // The hb bits above them: vector j / (8 / hb) holds step j in bits hb (j % (8 / hb)) up.
-            if (hb > 0) {
-              const int steps = 8 / hb, field = (u >> lb) & ((1 << hb) - 1);
-              high[b * 64 * hb + 64 * (j / steps) + lane_byte] |= static_cast<uint8_t>(field << (hb * (j % steps)));
-            }
+            // Step e / 4, byte 4 r + e % 4 of the step's 64-byte vector.
+            put_lean_level(levels + b * level_bytes(bits), bits, e / 4, 4 * r + e % 4, lean_level(type, dec.q[e]));
           }
         }
       }
@@ -261,7 +244,6 @@ PackedWeight::Lean PackedWeight::lean_group(int64_t g) const {
   const uint8_t* base = lean_data_ + g * lean_group_bytes_;
   Lean l;
   l.levels = base + lean_offsets_[kLevels];
-  l.high = base + lean_offsets_[kHigh];
   l.sc = reinterpret_cast<const int8_t*>(base + lean_offsets_[kLsc]);
   l.m = base + lean_offsets_[kLm];
   l.d = reinterpret_cast<const uint16_t*>(base + lean_offsets_[kLd]);

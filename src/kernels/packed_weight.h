@@ -65,16 +65,16 @@ class PackedWeight {
   // dmin: over the type's blocks), each contiguous, so a group is one stream:
   //
   //   levels[b]  the transposed levels (lane r of step j = row r's levels 4j..4j+3) as unsigned
-  //              u = q + offset: Q8_0 8 steps of 64 bytes; Q2_K 2 vectors of 64 bytes, vector p
-  //              holding step 4p + k in bits 2k, 2k + 1 of each byte; Q3_K 3 vectors, vector p
-  //              holding steps 2p and 2p + 1 in bits 0-2 and 4-6 of each byte, and bit p of
-  //              steps 6 and 7 in bits 3 and 7; Q6_K 6 vectors, vector p holding step p in bits
-  //              0-5, and bits 2k, 2k + 1 of step 6 in bits 6, 7 of vector k, of step 7 in those
-  //              of vector 3 + k (so the last two steps of Q3_K and Q6_K are a few shifts and
-  //              masks); the others 4 vectors, vector p holding step 2p in its low nibbles and
-  //              2p + 1 in its high ones (IQ4_NL, IQ4_XS: the table indices)
-  //   high[b]    Q5_*: the bit above those in the same lanes, 8 steps a vector: step j in bit
-  //              j of each byte; 64 bytes (a shift and a mask a step)
+  //              u = q + offset, in as many 64-byte vectors as a level has bits: Q8_0 8 steps;
+  //              Q2_K vector p holding step 4p + k in bits 2k, 2k + 1 of each byte; Q4_*,
+  //              IQ4_NL, IQ4_XS (the table indices) vector p holding step 2p in its low nibbles
+  //              and 2p + 1 in its high ones; Q3_K likewise in bits 0-2 and 4-6 for p < 3, and
+  //              bit k of steps 6 and 7 in bits 3 and 7 of vector k; Q5_* vector j holding step
+  //              j < 5 in bits 0-4, and steps 5-7 as one 15-bit string in bits 5-7 of the five
+  //              (bit s in bit 5 + s % 3 of vector s / 3); Q6_K vector j holding step j < 6 in
+  //              bits 0-5, and bits 2k, 2k + 1 of step 6 (7) in bits 6, 7 of vector k (3 + k).
+  //              So each step is one mask, or a shift and a mask, or (the last steps of Q3_K,
+  //              Q5_*, Q6_K) a few shifts and masks gathering its bits.
   //   sc[b]      super-block types: the integer scales as int8, 16 (or 32: per half, Q2_K,
   //              Q3_K, Q6_K)
   //   m[b]       Q2_K, Q4_K, Q5_K: the integer mins as uint8, 16 (Q2_K: 32, per half)
@@ -84,17 +84,14 @@ class PackedWeight {
   // sums: the same integers as every other path.
   struct Lean {
     const uint8_t* levels = nullptr;
-    const uint8_t* high = nullptr;
     const int8_t* sc = nullptr;
     const uint8_t* m = nullptr;
     const uint16_t* d = nullptr;
     const uint16_t* dmin = nullptr;
   };
-  // Whether the lean form exists for this type, its level offset, and the bits a level keeps in
-  // high (0, or 1 for Q5_*).
+  // Whether the lean form exists for this type, and its level offset.
   static bool has_lean(gguf::TensorType type);
   static int lean_offset(gguf::TensorType type);
-  static int lean_high_bits(gguf::TensorType type);
   bool lean() const { return lean_data_ != nullptr; }
   Lean lean_group(int64_t g) const;
   size_t lean_group_bytes() const { return lean_group_bytes_; }
@@ -113,7 +110,7 @@ class PackedWeight {
   size_t group_bytes_ = 0;
   uint8_t* data_ = nullptr;  // 64-byte aligned
   size_t size_ = 0;
-  size_t lean_offsets_[6] = {};  // of levels, high, sc, m, d, dmin in a group
+  size_t lean_offsets_[5] = {};  // of levels, sc, m, d, dmin in a group
   size_t lean_group_bytes_ = 0;
   uint8_t* lean_data_ = nullptr;
   size_t lean_size_ = 0;
