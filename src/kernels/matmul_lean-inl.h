@@ -38,7 +38,6 @@ SLUICE_LEAN_INLINE VI or_i(VI a, VI b) { return _mm512_or_si512(a, b); }
 // a | (b & m) in one instruction (0xF8: the truth table of A | (B & C)).
 SLUICE_LEAN_INLINE VI or_and(VI a, VI b, VI m) { return _mm512_ternarylogic_epi32(a, b, m, 0xF8); }
 SLUICE_LEAN_INLINE VI srl16(VI a, int n) { return _mm512_srli_epi16(a, n); }
-SLUICE_LEAN_INLINE VI sll16(VI a, int n) { return _mm512_slli_epi16(a, n); }
 SLUICE_LEAN_INLINE VI splat8(int v) { return _mm512_set1_epi8(static_cast<char>(v)); }
 SLUICE_LEAN_INLINE VI lookup(VI table, VI idx) { return _mm512_shuffle_epi8(table, idx); }
 SLUICE_LEAN_INLINE VX xbcast(const int8_t* p) {
@@ -97,7 +96,6 @@ SLUICE_LEAN_INLINE VI and_i(VI a, VI b) { return {_mm256_and_si256(a.lo, b.lo), 
 SLUICE_LEAN_INLINE VI or_i(VI a, VI b) { return {_mm256_or_si256(a.lo, b.lo), _mm256_or_si256(a.hi, b.hi)}; }
 SLUICE_LEAN_INLINE VI or_and(VI a, VI b, VI m) { return or_i(a, and_i(b, m)); }
 SLUICE_LEAN_INLINE VI srl16(VI a, int n) { return {_mm256_srli_epi16(a.lo, n), _mm256_srli_epi16(a.hi, n)}; }
-SLUICE_LEAN_INLINE VI sll16(VI a, int n) { return {_mm256_slli_epi16(a.lo, n), _mm256_slli_epi16(a.hi, n)}; }
 SLUICE_LEAN_INLINE VI splat8(int v) {
   const __m256i s = _mm256_set1_epi8(static_cast<char>(v));
   return {s, s};
@@ -192,14 +190,14 @@ SLUICE_LEAN_INLINE VI lean3_vector(const uint8_t* lv, int p) {
   return or_and(or_and(t, srl16(load64(lv + 64), 2), splat8(0x22)), srl16(load64(lv + 128), 1), splat8(0x44));
 }
 
+// Vector `vector` of a sub-block's levels lv, each 16-bit lane shifted right.
+SLUICE_LEAN_INLINE VI shifted(const uint8_t* lv, int vector, int shift) { return srl16(load64(lv + 64 * vector), shift); }
+
 // The step j of a sub-block of the types with a level a byte (lv: its kBits stored vectors,
 // packed_weight.h), gathered with 16-bit shifts and masks (safe: each bit kept stays in its byte).
 // Q5_*: steps 0-4 in bits 0-4 of vector j, steps 5-7 a 15-bit string in bits 5-7 of the five.
 // Q6_K: steps 0-5 in bits 0-5 of vector j; step 6 (7): bits 2k, 2k + 1 from bits 6, 7 of
 // vector k (3 + k).
-// Vector `vector` of a sub-block's levels lv, each 16-bit lane shifted right.
-SLUICE_LEAN_INLINE VI shifted(const uint8_t* lv, int vector, int shift) { return srl16(load64(lv + 64 * vector), shift); }
-
 template <int kBits>
 SLUICE_LEAN_INLINE VI lean_step(const uint8_t* lv, int j) {
   if (j < kBits) return and_i(load64(lv + 64 * j), splat8((1 << kBits) - 1));
@@ -261,15 +259,16 @@ SLUICE_LEAN_INLINE void dot_nibbles(VI v, int p, VI table, const LeanTokens& tk,
 }
 
 // Sub-block b's 8 steps of a type with a level a byte (lean_step) times each token's
-// activations, step j into acc[t][j / 4] (kHalves: the halves of the super-block types) or
-// acc[t][j % 2]. Unrolled, so acc[t][...] names registers (GCC left this loop rolled on 256 bits
+// activations, step j into acc[t][j / 4] (kByHalf: the 16-element halves the super-block code
+// takes the offset off, and scales apart where the type has a scale per 16) or acc[t][j % 2]
+// (two chains of dependent vpdpbusd, summed after). Unrolled, so acc[t][...] names registers (GCC left this loop rolled on 256 bits
 // with the accumulators in memory, at half the speed).
-template <int kBits, bool kHalves, int kT>
+template <int kBits, bool kByHalf, int kT>
 SLUICE_LEAN_INLINE void dot_steps(const uint8_t* lv, const LeanTokens& tk, int64_t b, VI (*acc)[2]) {
 #pragma GCC unroll 8
   for (int j = 0; j < 8; ++j) {
     const VI l = lean_step<kBits>(lv, j);
-    const int k = kHalves ? j / 4 : j % 2;
+    const int k = kByHalf ? j / 4 : j % 2;
     for (int t = 0; t < kT; ++t) acc[t][k] = dot(acc[t][k], l, xbcast(tk.x[t] + b * kSubBlock + 4 * j));
   }
 }
@@ -319,7 +318,7 @@ SLUICE_LEAN_TARGET void lean_group(const PackedWeight::Lean& lean, int64_t num_b
 // The super-block types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS): kBits 2 to 6; kHalves: scales
 // (and Q2_K's mins) per 16. Per sub-block the dot product of each half (steps 0..3 are elements
 // 0..15: 4-bit vectors 0, 1 and 2, 3; Q3_K's 3-bit vectors 0, 1 and 2, 3 (the gathered one);
-// 2-bit vectors 0 and 1; Q6_K's steps 0-3 and 4-7), scaled by its integer scale into the super-block's sum; per
+// 2-bit vectors 0 and 1; Q5_K's and Q6_K's steps 0-3 and 4-7, dot_steps), scaled by its integer scale into the super-block's sum; per
 // super-block the float steps.
 template <int kBits, bool kTable, bool kMin, bool kHalves, int kT>
 SLUICE_LEAN_TARGET void lean_super_group(const PackedWeight::Lean& lean, int64_t num_blocks, int offset,

@@ -5,7 +5,7 @@
 //
 // The form holds each row group's levels transposed for vpdpbusd (lane r of a step: row r's four
 // levels) as unsigned bytes u = q + offset, in about the file's bytes: a step's vector comes from
-// one load and a mask, or a shift and a mask (the last steps of Q3_K, Q5_* and Q6_K: a few of
+// one load (Q8_0), and a mask, or a shift and a mask (the last steps of Q3_K, Q5_* and Q6_K: a few of
 // each, gathering the bits spread over the spare bits of the others), never a transpose. The
 // activations are the signed operand (x, quantized per 32 or 256 with the sums of each 16); the
 // offset comes off exactly per 16-element half as offset * sum(x). A row group's bytes stream from memory once

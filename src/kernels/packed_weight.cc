@@ -145,6 +145,7 @@ size_t level_bytes(int bits) { return size_t{64} * bits; }
 // layout of packed_weight.h (v starts zeroed: fields are ORed in).
 void put_lean_level(uint8_t* v, int bits, int j, int lane_byte, uint8_t u) {
   v += lane_byte;
+  u = static_cast<uint8_t>(u & ((1 << bits) - 1));  // a level past its bits would spill into others'
   const auto put = [&](int vector, int value) { v[64 * vector] |= static_cast<uint8_t>(value); };
   switch (bits) {
     case 8: return put(j, u);
