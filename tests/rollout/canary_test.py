@@ -2,12 +2,14 @@
 loopback: a candidate identical to stable is promoted through every step with its shadow answers
 matching stable's exactly at temperature 0; a worse candidate is rolled back by itself, with the
 reason, in each of three ways: a different model file (its answers differ: quality, from shadow
-traffic), replicas that fail a share of requests (errors), and one made slow (--max-num-seqs 1
-under concurrent load: time to first token). An eval suite gates the analysis steps too, and
+traffic), replicas that fail a share of requests (errors), and one made slow (behind a front
+that holds each completion request: time to first token). An eval suite gates the analysis steps too, and
 the candidate is warmed with the traffic's hottest prompt prefixes before its first step."""
 
 import base64
 import concurrent.futures
+import http.client
+import http.server
 import json
 import os
 import shutil
@@ -15,9 +17,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 import urllib.error
+import urllib.parse
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -35,6 +39,55 @@ NAMES = ["Lily", "Tom", "Ben", "Sue", "Max", "Anna", "Sam", "Mia", "Leo", "Zoe"]
 
 
 stop = sluice_process.stop
+
+
+class SlowFront:
+    """An HTTP front for a replica that holds each completion request `delay` seconds before
+    passing it on, then streams the answer through as it comes: a candidate whose time to first
+    token is that much longer on any machine. (Queueing, --max-num-seqs 1 under load, did not
+    make the tiny test model slow on a fast CPU: it answers in a few milliseconds.)"""
+
+    def __init__(self, upstream, delay):
+        up = urllib.parse.urlsplit(upstream)
+
+        class Relay(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def relay(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else None
+                if self.command == "POST" and self.path.startswith("/v1/"):
+                    time.sleep(delay)
+                conn = http.client.HTTPConnection(up.hostname, up.port, timeout=120)
+                skip = ("host", "connection", "content-length", "transfer-encoding")
+                conn.request(self.command, self.path, body=body,
+                             headers={k: v for k, v in self.headers.items() if k.lower() not in skip})
+                r = conn.getresponse()
+                self.send_response(r.status)
+                for k, v in r.getheaders():
+                    if k.lower() not in skip:
+                        self.send_header(k, v)
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                while chunk := r.read1(65536):
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+                conn.close()
+
+            do_GET = do_POST = relay
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Relay)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
 
 
 class CanaryTest(unittest.TestCase):
@@ -284,8 +337,9 @@ class CanaryTest(unittest.TestCase):
 
     def test_a_slow_candidate_is_rolled_back_for_its_time_to_first_token(self):
         s1 = self.serve(STORIES)[1]
-        c = self.serve(STORIES, "--max-num-seqs", "1")[1]
-        url = self.route([(s1, "v1"), (c, "v2")])
+        front = SlowFront(self.serve(STORIES)[1], delay=0.3)  # 1.5x stable's p95 is the limit
+        self.addCleanup(front.close)
+        url = self.route([(s1, "v1"), (front.url, "v2")])
         self.start_rollout(url, self.spec(minRequests=16))
         r = self.drive(url, concurrency=8, stream=True)
         self.assertEqual(r["phase"], "aborted", json.dumps(r["decisions"], indent=1))
