@@ -191,7 +191,9 @@ SLUICE_LEAN_INLINE VI lean3_vector(const uint8_t* lv, int p) {
 }
 
 // Vector `vector` of a sub-block's levels lv, each 16-bit lane shifted right.
-SLUICE_LEAN_INLINE VI shifted(const uint8_t* lv, int vector, int shift) { return srl16(load64(lv + 64 * vector), shift); }
+SLUICE_LEAN_INLINE VI shifted(const uint8_t* lv, int vector, int shift) {
+  return srl16(load64(lv + 64 * vector), shift);
+}
 
 // The step j of a sub-block of the types with a level a byte (lv: its kBits stored vectors,
 // packed_weight.h), gathered with 16-bit shifts and masks (safe: each bit kept stays in its byte).
@@ -261,15 +263,17 @@ SLUICE_LEAN_INLINE void dot_nibbles(VI v, int p, VI table, const LeanTokens& tk,
 // Sub-block b's 8 steps of a type with a level a byte (lean_step) times each token's
 // activations, step j into acc[t][j / 4] (kByHalf: the 16-element halves the super-block code
 // takes the offset off, and scales apart where the type has a scale per 16) or acc[t][j % 2]
-// (two chains of dependent vpdpbusd, summed after). Unrolled, so acc[t][...] names registers (GCC left this loop rolled on 256 bits
-// with the accumulators in memory, at half the speed).
+// (two chains of dependent vpdpbusd, summed after). Unrolled, so acc[t][...] names registers
+// (GCC left this loop rolled on 256 bits with the accumulators in memory, at half the speed).
 template <int kBits, bool kByHalf, int kT>
 SLUICE_LEAN_INLINE void dot_steps(const uint8_t* lv, const LeanTokens& tk, int64_t b, VI (*acc)[2]) {
 #pragma GCC unroll 8
   for (int j = 0; j < 8; ++j) {
     const VI l = lean_step<kBits>(lv, j);
     const int k = kByHalf ? j / 4 : j % 2;
-    for (int t = 0; t < kT; ++t) acc[t][k] = dot(acc[t][k], l, xbcast(tk.x[t] + b * kSubBlock + 4 * j));
+    for (int t = 0; t < kT; ++t) {
+      acc[t][k] = dot(acc[t][k], l, xbcast(tk.x[t] + b * kSubBlock + 4 * j));
+    }
   }
 }
 
@@ -318,8 +322,8 @@ SLUICE_LEAN_TARGET void lean_group(const PackedWeight::Lean& lean, int64_t num_b
 // The super-block types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS): kBits 2 to 6; kHalves: scales
 // (and Q2_K's mins) per 16. Per sub-block the dot product of each half (steps 0..3 are elements
 // 0..15: 4-bit vectors 0, 1 and 2, 3; Q3_K's 3-bit vectors 0, 1 and 2, 3 (the gathered one);
-// 2-bit vectors 0 and 1; Q5_K's and Q6_K's steps 0-3 and 4-7, dot_steps), scaled by its integer scale into the super-block's sum; per
-// super-block the float steps.
+// 2-bit vectors 0 and 1; Q5_K's and Q6_K's steps 0-3 and 4-7, dot_steps), scaled by its
+// integer scale into the super-block's sum; per super-block the float steps.
 template <int kBits, bool kTable, bool kMin, bool kHalves, int kT>
 SLUICE_LEAN_TARGET void lean_super_group(const PackedWeight::Lean& lean, int64_t num_blocks, int offset,
                                          const LeanTokens& tk, const uint8_t* next, size_t part, size_t group_bytes,
