@@ -159,10 +159,8 @@ int run(int argc, char** argv) {
         packed = kernels::PackedWeight::pack(w, pool, {.tiles = kernels::repack_tile_form(), .lean = true});
         w.packed = packed.get();
       }
-      // One token reads the lean form where the path has one (the avxvnni, avx512 and amx paths),
-      // else the file's blocks.
-      const bool lean = packed != nullptr && packed->lean() && path != kernels::KernelPath::kAvx2 &&
-                        path != kernels::KernelPath::kGeneric;
+      // One token reads the lean form where the path repacked one, else the file's blocks.
+      const bool lean = packed != nullptr && packed->lean();
       const double one_token_bytes = static_cast<double>(lean ? packed->lean_bytes() : data.size());
       std::printf("%-20s", s.name.c_str());
       double one_token_of_bandwidth = -1;

@@ -182,7 +182,7 @@ Repack repack_mode() {
 
 bool repack_weights() {
   const KernelPath p = active_kernel_path();
-  return repack_mode() != Repack::kOff && (p == KernelPath::kAmx || p == KernelPath::kAvx512 || p == KernelPath::kAvxVnni);
+  return repack_mode() != Repack::kOff && p != KernelPath::kGeneric;
 }
 
 bool repack_within_budget() { return repack_mode() == Repack::kAuto || repack_mode() == Repack::kLean; }

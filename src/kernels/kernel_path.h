@@ -47,10 +47,10 @@ KernelPath active_kernel_path();
 Status set_kernel_path(KernelPath path);
 Result<KernelPath> parse_kernel_path(const std::string& name);
 
-// Whether models repack their quantized weights at load (packed_weight.h): when the active path
-// reads packed weights (amx, avx512, avxvnni), unless SLUICE_REPACK=off. The avx512 and avxvnni
-// paths keep the lean form only (about the file's size); the amx path also the tile form, for 8
-// tokens and more.
+// Whether models repack their quantized weights at load (packed_weight.h): on every x86 path
+// (amx, avx512, avxvnni, avx2), unless SLUICE_REPACK=off. The avx512, avxvnni and avx2 paths keep
+// the lean form only (about the file's size); the amx path also the tile form, for 8 tokens and
+// more.
 // SLUICE_REPACK=auto (the default) keeps the copies within half the memory available at load
 // (the lean form first; the tile form, bigger, only if it fits too); on repacks whatever it
 // takes; lean keeps the lean form only. An unknown value aborts with a message, as SLUICE_KERNELS

@@ -1,18 +1,22 @@
-// The body of the lean kernels (matmul_lean.cc), included once per vector width with
-// SLUICE_LEAN_BITS 512 or 256: the same code over a row group of 16 on one __m512i (AVX-512
-// VNNI) or on two __m256i, rows 0-7 and 8-15 (AVX-VNNI, the VEX form, for CPUs without
-// AVX-512), each under its own target attribute so neither leaks into the other or into code
-// that runs everywhere. The lean form's layout is the same for both: a 256-bit step reads half
+// The body of the lean kernels (matmul_lean.cc), included once per instruction set with
+// SLUICE_LEAN_BITS 512 or 256 and SLUICE_LEAN_VNNI 1 or 0: the same code over a row group of 16
+// on one __m512i (AVX-512 VNNI) or on two __m256i, rows 0-7 and 8-15 (AVX-VNNI, the VEX form, for
+// CPUs without AVX-512; and AVX2 without VNNI, where vpmaddubsw and vpmaddwd by ones stand in for
+// vpdpbusd), each under its own target attribute so none leaks into the others or into code
+// that runs everywhere. The lean form's layout is the same for all: a 256-bit step reads half
 // of each 64-byte vector. No include guard, on purpose.
 
-#if SLUICE_LEAN_BITS == 512
+#if SLUICE_LEAN_BITS == 512 && SLUICE_LEAN_VNNI
 #define SLUICE_LEAN_NS lean512
 #define SLUICE_LEAN_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
-#elif SLUICE_LEAN_BITS == 256
+#elif SLUICE_LEAN_BITS == 256 && SLUICE_LEAN_VNNI
 #define SLUICE_LEAN_NS lean256
 #define SLUICE_LEAN_TARGET __attribute__((target("avxvnni,avx2,fma,f16c")))
+#elif SLUICE_LEAN_BITS == 256
+#define SLUICE_LEAN_NS lean_avx2
+#define SLUICE_LEAN_TARGET __attribute__((target("avx2,fma,f16c")))
 #else
-#error "SLUICE_LEAN_BITS must be 512 or 256"
+#error "SLUICE_LEAN_BITS must be 512 (with SLUICE_LEAN_VNNI 1) or 256"
 #endif
 #define SLUICE_LEAN_INLINE SLUICE_LEAN_TARGET __attribute__((always_inline)) inline
 
@@ -35,6 +39,7 @@ SLUICE_LEAN_INLINE VF zero_f() { return _mm512_setzero_ps(); }
 SLUICE_LEAN_INLINE VI load64(const uint8_t* p) { return _mm512_load_si512(p); }
 SLUICE_LEAN_INLINE VI and_i(VI a, VI b) { return _mm512_and_si512(a, b); }
 SLUICE_LEAN_INLINE VI or_i(VI a, VI b) { return _mm512_or_si512(a, b); }
+SLUICE_LEAN_INLINE VI xor_i(VI a, VI b) { return _mm512_xor_si512(a, b); }
 // a | (b & m) in one instruction (0xF8: the truth table of A | (B & C)).
 SLUICE_LEAN_INLINE VI or_and(VI a, VI b, VI m) { return _mm512_ternarylogic_epi32(a, b, m, 0xF8); }
 SLUICE_LEAN_INLINE VI srl16(VI a, int n) { return _mm512_srli_epi16(a, n); }
@@ -46,6 +51,7 @@ SLUICE_LEAN_INLINE VX xbcast(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 SLUICE_LEAN_INLINE VI dot(VI acc, VI w, VX x) { return _mm512_dpbusd_epi32(acc, w, x); }
+SLUICE_LEAN_INLINE VI dot_pair(VI acc, VI w0, VX x0, VI w1, VX x1) { return dot(dot(acc, w0, x0), w1, x1); }
 // acc + the products of int16 pairs (vpdpwssd), and two int16 vectors' lanes as one's pairs.
 SLUICE_LEAN_INLINE VI dot16(VI acc, VI a, VX b) { return _mm512_dpwssd_epi32(acc, a, b); }
 SLUICE_LEAN_INLINE VI pair16(VI lo, VI hi) {
@@ -94,6 +100,7 @@ SLUICE_LEAN_INLINE VI load64(const uint8_t* p) {
 }
 SLUICE_LEAN_INLINE VI and_i(VI a, VI b) { return {_mm256_and_si256(a.lo, b.lo), _mm256_and_si256(a.hi, b.hi)}; }
 SLUICE_LEAN_INLINE VI or_i(VI a, VI b) { return {_mm256_or_si256(a.lo, b.lo), _mm256_or_si256(a.hi, b.hi)}; }
+SLUICE_LEAN_INLINE VI xor_i(VI a, VI b) { return {_mm256_xor_si256(a.lo, b.lo), _mm256_xor_si256(a.hi, b.hi)}; }
 SLUICE_LEAN_INLINE VI or_and(VI a, VI b, VI m) { return or_i(a, and_i(b, m)); }
 SLUICE_LEAN_INLINE VI srl16(VI a, int n) { return {_mm256_srli_epi16(a.lo, n), _mm256_srli_epi16(a.hi, n)}; }
 SLUICE_LEAN_INLINE VI splat8(int v) {
@@ -108,12 +115,37 @@ SLUICE_LEAN_INLINE VX xbcast(const int8_t* p) {
   std::memcpy(&v, p, 4);
   return _mm256_set1_epi32(v);
 }
-SLUICE_LEAN_INLINE VI dot(VI acc, VI w, VX x) {
-  return {_mm256_dpbusd_avx_epi32(acc.lo, w.lo, x), _mm256_dpbusd_avx_epi32(acc.hi, w.hi, x)};
+#if SLUICE_LEAN_VNNI
+SLUICE_LEAN_INLINE __m256i dot8(__m256i acc, __m256i w, __m256i x) { return _mm256_dpbusd_avx_epi32(acc, w, x); }
+SLUICE_LEAN_INLINE __m256i dot16_8(__m256i acc, __m256i a, __m256i b) { return _mm256_dpwssd_avx_epi32(acc, a, b); }
+#else
+// vpdpbusd's sum of four products in two steps: vpmaddubsw's int16 sums of pairs, exact for
+// levels up to 129 against |x| <= 127 (2 * 129 * 127 = 32766; the 8-bit levels go through
+// dot_wide), then vpmaddwd by ones: the same int32 as vpdpbusd.
+SLUICE_LEAN_INLINE __m256i dot8(__m256i acc, __m256i w, __m256i x) {
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
 }
-SLUICE_LEAN_INLINE VI dot16(VI acc, VI a, VX b) {
-  return {_mm256_dpwssd_avx_epi32(acc.lo, a.lo, b), _mm256_dpwssd_avx_epi32(acc.hi, a.hi, b)};
+SLUICE_LEAN_INLINE __m256i dot16_8(__m256i acc, __m256i a, __m256i b) {
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
 }
+#endif
+SLUICE_LEAN_INLINE VI dot(VI acc, VI w, VX x) { return {dot8(acc.lo, w.lo, x), dot8(acc.hi, w.hi, x)}; }
+#if SLUICE_LEAN_VNNI
+SLUICE_LEAN_INLINE __m256i dot_pair8(__m256i acc, __m256i w0, __m256i x0, __m256i w1, __m256i x1) {
+  return dot8(dot8(acc, w0, x0), w1, x1);
+}
+#else
+// acc + w0 x0 + w1 x1 with one vpmaddwd: the two vpmaddubsw's int16 lanes summed first, exact
+// for levels up to 64 (4 * 64 * 127 = 32512).
+SLUICE_LEAN_INLINE __m256i dot_pair8(__m256i acc, __m256i w0, __m256i x0, __m256i w1, __m256i x1) {
+  const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(w0, x0), _mm256_maddubs_epi16(w1, x1));
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(s, _mm256_set1_epi16(1)));
+}
+#endif
+SLUICE_LEAN_INLINE VI dot_pair(VI acc, VI w0, VX x0, VI w1, VX x1) {
+  return {dot_pair8(acc.lo, w0.lo, x0, w1.lo, x1), dot_pair8(acc.hi, w0.hi, x0, w1.hi, x1)};
+}
+SLUICE_LEAN_INLINE VI dot16(VI acc, VI a, VX b) { return {dot16_8(acc.lo, a.lo, b), dot16_8(acc.hi, a.hi, b)}; }
 SLUICE_LEAN_INLINE VI pair16(VI lo, VI hi) {
   return {_mm256_or_si256(lo.lo, _mm256_slli_epi32(hi.lo, 16)), _mm256_or_si256(lo.hi, _mm256_slli_epi32(hi.hi, 16))};
 }
@@ -156,8 +188,44 @@ SLUICE_LEAN_INLINE VI table16(const int8_t* t) {
 }
 #endif
 
+// The wide levels, those past 129 as the unsigned bytes the form stores (Q8_0's q + 128, the
+// IQ4 tables' values + 128), would saturate vpmaddubsw's pairs: without VNNI they are multiplied
+// as the signed levels themselves, |q| times x with q's sign (exact: at most 2 * 128 * 127 a
+// pair), and the offset 128 is not taken off after.
+constexpr bool kSignedWide = !SLUICE_LEAN_VNNI;
+// Two steps of levels up to 64 at a time (dot_pair): without VNNI, one vpmaddwd and one add for
+// both; with it, two dependent vpdpbusd, so there the steps go to two accumulators instead.
+constexpr bool kPairSteps = !SLUICE_LEAN_VNNI;
+
+// The offset that comes off the integer sums of a type (kBits, kTable) stored with `offset`.
+template <int kBits, bool kTable>
+constexpr int applied_offset(int offset) {
+  return kSignedWide && (kBits == 8 || kTable) ? 0 : offset;
+}
+
+// Q8_0's stored levels as the kernels multiply them.
+SLUICE_LEAN_INLINE VI wide_levels(VI u) { return kSignedWide ? xor_i(u, splat8(0x80)) : u; }
+
+#if SLUICE_LEAN_VNNI
+template <bool kWide>
+SLUICE_LEAN_INLINE VI dot_level(VI acc, VI w, VX x) {
+  return dot(acc, w, x);
+}
+#else
+SLUICE_LEAN_INLINE __m256i dot_signed8(__m256i acc, __m256i w, __m256i x) {
+  return dot8(acc, _mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+}
+// acc + w x for levels w as the type's kernels multiply them (kWide: signed, above).
+template <bool kWide>
+SLUICE_LEAN_INLINE VI dot_level(VI acc, VI w, VX x) {
+  if constexpr (kWide) return {dot_signed8(acc.lo, w.lo, x), dot_signed8(acc.hi, w.hi, x)};
+  return dot(acc, w, x);
+}
+#endif
+
 // The IQ4 table in every 128-bit lane, as the table's values plus 128 (unsigned: what the
-// lean kernels multiply) or as the signed values themselves (what the tile kernels want).
+// VNNI lean kernels multiply) or as the signed values themselves (the tile kernels, and the
+// lean kernels without VNNI).
 SLUICE_LEAN_INLINE VI iq4_table(bool unsigned_levels) {
   alignas(16) int8_t t[16];
   for (int i = 0; i < 16; ++i) t[i] = static_cast<int8_t>(unsigned_levels ? kIq4nlValues[i] + 128 : kIq4nlValues[i]);
@@ -247,7 +315,8 @@ struct LeanTokens {
 };
 
 // Vector p (v) of sub-block b's lean levels of 4 bits (or 3: kField) times each token's
-// activations: the levels of step 2p into acc[t][lo], of step 2p + 1 into acc[t][hi].
+// activations: the levels of step 2p into acc[t][lo], of step 2p + 1 into acc[t][hi], or both
+// into acc[t][lo] (kPairSteps; the callers count only acc[t][lo] + acc[t][hi]).
 template <bool kTable, int kT, int kField = 4>
 SLUICE_LEAN_INLINE void dot_nibbles(VI v, int p, VI table, const LeanTokens& tk, int64_t b, VI (*acc)[2], int lo,
                                     int hi) {
@@ -255,8 +324,12 @@ SLUICE_LEAN_INLINE void dot_nibbles(VI v, int p, VI table, const LeanTokens& tk,
   unpack_lean<kTable, kField>(v, table, wl, wh);
   for (int t = 0; t < kT; ++t) {
     const int8_t* xb = tk.x[t] + b * kSubBlock;
-    acc[t][lo] = dot(acc[t][lo], wl, xbcast(xb + 8 * p));
-    acc[t][hi] = dot(acc[t][hi], wh, xbcast(xb + 8 * p + 4));
+    if constexpr (kPairSteps && !kTable) {
+      acc[t][lo] = dot_pair(acc[t][lo], wl, xbcast(xb + 8 * p), wh, xbcast(xb + 8 * p + 4));
+    } else {
+      acc[t][lo] = dot_level<kTable>(acc[t][lo], wl, xbcast(xb + 8 * p));
+      acc[t][hi] = dot_level<kTable>(acc[t][hi], wh, xbcast(xb + 8 * p + 4));
+    }
   }
 }
 
@@ -265,8 +338,21 @@ SLUICE_LEAN_INLINE void dot_nibbles(VI v, int p, VI table, const LeanTokens& tk,
 // takes the offset off, and scales apart where the type has a scale per 16) or acc[t][j % 2]
 // (two chains of dependent vpdpbusd, summed after). Unrolled, so acc[t][...] names registers
 // (GCC left this loop rolled on 256 bits with the accumulators in memory, at half the speed).
+// kPairSteps: steps 2i and 2i + 1 together into acc[t][i / 2] or acc[t][i % 2].
 template <int kBits, bool kByHalf, int kT>
 SLUICE_LEAN_INLINE void dot_steps(const uint8_t* lv, const LeanTokens& tk, int64_t b, VI (*acc)[2]) {
+  if constexpr (kPairSteps) {
+#pragma GCC unroll 4
+    for (int j = 0; j < 8; j += 2) {
+      const VI l0 = lean_step<kBits>(lv, j), l1 = lean_step<kBits>(lv, j + 1);
+      const int k = kByHalf ? j / 4 : j / 2 % 2;
+      for (int t = 0; t < kT; ++t) {
+        const int8_t* xb = tk.x[t] + b * kSubBlock + 4 * j;
+        acc[t][k] = dot_pair(acc[t][k], l0, xbcast(xb), l1, xbcast(xb + 4));
+      }
+    }
+    return;
+  }
 #pragma GCC unroll 8
   for (int j = 0; j < 8; ++j) {
     const VI l = lean_step<kBits>(lv, j);
@@ -278,13 +364,14 @@ SLUICE_LEAN_INLINE void dot_steps(const uint8_t* lv, const LeanTokens& tk, int64
 }
 
 // One row group's results for kT tokens (a[t]: the 16 rows of token t) from the lean form.
-// kBits: 4, 5 or 8; kTable: IQ4_NL (the nibbles index its table, stored as value + 128). next:
+// kBits: 4, 5 or 8; kTable: IQ4_NL (the nibbles index its table). next:
 // the following group's bytes, asked for over this group's sub-blocks (nullptr: none).
 template <int kBits, bool kTable, bool kMin, int kT>
-SLUICE_LEAN_TARGET void lean_group(const PackedWeight::Lean& lean, int64_t num_blocks, int offset, const LeanTokens& tk,
-                                   const uint8_t* next, size_t part, size_t group_bytes, VF* a) {
-  const VI table = iq4_table(true);
+SLUICE_LEAN_TARGET void lean_group(const PackedWeight::Lean& lean, int64_t num_blocks, int stored_offset,
+                                   const LeanTokens& tk, const uint8_t* next, size_t part, size_t group_bytes, VF* a) {
+  const VI table = iq4_table(!kSignedWide);
   constexpr int64_t kLevelBytes = 64 * kBits;
+  const int offset = applied_offset<kBits, kTable>(stored_offset);
   for (int t = 0; t < kT; ++t) a[t] = zero_f();
   for (int64_t b = 0; b < num_blocks; ++b) {
     prefetch_part(next, b, part, group_bytes);
@@ -294,11 +381,11 @@ SLUICE_LEAN_TARGET void lean_group(const PackedWeight::Lean& lean, int64_t num_b
     for (int t = 0; t < kT; ++t) acc[t][0] = acc[t][1] = zero_i();
     if constexpr (kBits == 8) {
       for (int j = 0; j < 8; j += 2) {
-        const VI w0 = load64(lv + 64 * j), w1 = load64(lv + 64 * j + 64);
+        const VI w0 = wide_levels(load64(lv + 64 * j)), w1 = wide_levels(load64(lv + 64 * j + 64));
         for (int t = 0; t < kT; ++t) {
           const int8_t* xb = tk.x[t] + b * kSubBlock;
-          acc[t][0] = dot(acc[t][0], w0, xbcast(xb + 4 * j));
-          acc[t][1] = dot(acc[t][1], w1, xbcast(xb + 4 * j + 4));
+          acc[t][0] = dot_level<true>(acc[t][0], w0, xbcast(xb + 4 * j));
+          acc[t][1] = dot_level<true>(acc[t][1], w1, xbcast(xb + 4 * j + 4));
         }
       }
     } else if constexpr (kBits == 5) {
@@ -325,11 +412,12 @@ SLUICE_LEAN_TARGET void lean_group(const PackedWeight::Lean& lean, int64_t num_b
 // 2-bit vectors 0 and 1; Q5_K's and Q6_K's steps 0-3 and 4-7, dot_steps), scaled by its
 // integer scale into the super-block's sum; per super-block the float steps.
 template <int kBits, bool kTable, bool kMin, bool kHalves, int kT>
-SLUICE_LEAN_TARGET void lean_super_group(const PackedWeight::Lean& lean, int64_t num_blocks, int offset,
+SLUICE_LEAN_TARGET void lean_super_group(const PackedWeight::Lean& lean, int64_t num_blocks, int stored_offset,
                                          const LeanTokens& tk, const uint8_t* next, size_t part, size_t group_bytes,
                                          VF* a) {
-  const VI table = iq4_table(true);
+  const VI table = iq4_table(!kSignedWide);
   constexpr int64_t kLevelBytes = 64 * kBits;
+  const int offset = applied_offset<kBits, kTable>(stored_offset);
   VI isum[kT], msum[kT];
   for (int t = 0; t < kT; ++t) {
     a[t] = zero_f();
@@ -343,9 +431,12 @@ SLUICE_LEAN_TARGET void lean_super_group(const PackedWeight::Lean& lean, int64_t
     if constexpr (kBits == 2) {
       for (int p = 0; p < 2; ++p) {
         const VI v = load64(lv + 64 * p);
-        for (int j = 4 * p; j < 4 * p + 4; ++j) {
-          const VI l = unpack_lean2(v, j);
-          for (int t = 0; t < kT; ++t) half[t][p] = dot(half[t][p], l, xbcast(tk.x[t] + b * kSubBlock + 4 * j));
+        for (int j = 4 * p; j < 4 * p + 4; j += 2) {
+          const VI l0 = unpack_lean2(v, j), l1 = unpack_lean2(v, j + 1);
+          for (int t = 0; t < kT; ++t) {
+            const int8_t* xb = tk.x[t] + b * kSubBlock + 4 * j;
+            half[t][p] = dot_pair(half[t][p], l0, xbcast(xb), l1, xbcast(xb + 4));
+          }
         }
       }
     } else if constexpr (kBits == 3) {

@@ -53,7 +53,7 @@ void matmul_quant(ThreadPool& pool, std::span<const MatmulTarget> targets, const
 
 // Which code matmul_quant runs for num_tokens tokens on the active kernel path: the Highway
 // vector code (avx2 or generic, and for Q8_0 matmul_q8_0), or one of the instruction paths.
-enum class QuantRoute { kVector, kVnni256, kVnni512, kLean256, kLean512, kAmx };
+enum class QuantRoute { kVector, kVnni256, kVnni512, kLeanAvx2, kLean256, kLean512, kAmx };
 QuantRoute quant_route(std::span<const MatmulTarget> targets, int64_t num_tokens);
 
 }  // namespace sluice::kernels

@@ -627,10 +627,10 @@ QuantRoute quant_route(std::span<const MatmulTarget> targets, int64_t num_tokens
       (path == KernelPath::kAvx512 || (path == KernelPath::kAmx && num_tokens < kAmxMinTokens))) {
     return QuantRoute::kLean512;
   }
-  // On 256 bits (two vectors a row group, tiles of 2 tokens) too, for every count (README).
-  if (all_lean && path == KernelPath::kAvxVnni) {
-    return QuantRoute::kLean256;
-  }
+  // On 256 bits (two vectors a row group, tiles of 2 tokens) too, for every count (README), with
+  // AVX-VNNI or with AVX2 alone.
+  if (all_lean && path == KernelPath::kAvxVnni) return QuantRoute::kLean256;
+  if (all_lean && path == KernelPath::kAvx2) return QuantRoute::kLeanAvx2;
   switch (path) {
     case KernelPath::kAmx:
       if (num_tokens >= kAmxMinTokens) return QuantRoute::kAmx;
@@ -650,10 +650,12 @@ void matmul_quant(ThreadPool& pool, std::span<const MatmulTarget> targets, const
   QuantizedActivations xq;
   const gguf::TensorType type = targets[0].w.type;
   const QuantRoute route = quant_route(targets, num_tokens);
-  const bool lean = route == QuantRoute::kLean512 || route == QuantRoute::kLean256;
+  const bool lean = route == QuantRoute::kLean512 || route == QuantRoute::kLean256 || route == QuantRoute::kLeanAvx2;
   quantize_activations(x, num_tokens, cols, xq, block_elements(type), /*with_sums=*/has_min(type) || lean);
   if (lean) {
-    const auto fn = route == QuantRoute::kLean512 ? lean512_matmul : lean256_matmul;
+    const auto fn = route == QuantRoute::kLean512   ? lean512_matmul
+                    : route == QuantRoute::kLean256 ? lean256_matmul
+                                                    : lean_avx2_matmul;
     over_groups(pool, targets, PackedWeight::kRows, [&](const WeightView& w, float* y, int64_t begin, int64_t end) {
       fn(w, xq, num_tokens, y, begin, end);
     });

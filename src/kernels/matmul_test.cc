@@ -228,9 +228,9 @@ TEST_P(MatmulTest, EveryKernelPathGivesTheSameBits) {
     matmul(pool1, w.view, x.data(), n, want.back().data());
   }
   for (const std::string& why : unavailable_kernel_paths()) std::cout << "not run: " << why << "\n";
-  // The weight as loaded, repacked in both forms (the avx2 path ignores them; the avx512 and
-  // avxvnni paths read the lean form of either), and in the lean form only (the amx tile kernels
-  // then decode at run time). RepackedFormsHoldWhatDecodingGives checks the forms' contents directly.
+  // The weight as loaded, repacked in both forms (the avx2, avxvnni and avx512 paths read the
+  // lean form of either), and in the lean form only (the amx tile kernels then decode at run
+  // time). RepackedFormsHoldWhatDecodingGives checks the forms' contents directly.
   std::unique_ptr<PackedWeight> packed, lean;
   WeightView packed_view = w.view, lean_view = w.view;
   if (PackedWeight::packs(w.view.type)) {
@@ -443,7 +443,8 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
                          [](const auto& info) { return std::string(gguf::tensor_type_name(info.param)); });
 
 // Weights at the ends of the int8 range (including -128, which Q8_0 files may hold) times
-// activations that quantize to +-127: the integer products must neither saturate nor wrap.
+// activations that quantize to +-127: the integer products must neither saturate nor wrap, on
+// every path, from the file's blocks and from the lean form (stored as q + 128: up to 255).
 TEST(MatmulQ8, FullInt8RangeIsExact) {
   const int64_t rows = 19, cols = 64, tokens = 9;
   TestWeight w = make_weight(TensorType::kQ8_0, rows, cols, 7);
@@ -459,16 +460,28 @@ TEST(MatmulQ8, FullInt8RangeIsExact) {
   for (int64_t i = 0; i < tokens * cols; ++i) x[i] = (i * 5 + i / 3) % 3 == 0 ? -1.0f : 1.0f;
   std::vector<float> y(tokens * rows);
   ThreadPool pool(2);
-  for (const int64_t n : {int64_t{1}, tokens}) {
-    matmul(pool, w.view, x.data(), n, y.data());
-    for (int64_t t = 0; t < n; ++t) {
-      for (int64_t r = 0; r < rows; ++r) {
-        double ref = 0;  // x = +-1 quantizes exactly (scale 1/127, values +-127)
-        for (int64_t k = 0; k < cols; ++k) ref += double{w.values[r * cols + k]} * x[t * cols + k];
-        ASSERT_NEAR(y[t * rows + r], ref, 1e-5 * std::abs(ref) + 1e-4) << "t=" << t << " r=" << r;
+  const auto lean = PackedWeight::pack(w.view, pool, {.tiles = false, .lean = true});
+  WeightView lean_view = w.view;
+  lean_view.packed = lean.get();
+  const KernelPath before = active_kernel_path();
+  for (const KernelPath path : available_kernel_paths()) {
+    SCOPED_TRACE(kernel_path_name(path));
+    ASSERT_TRUE(set_kernel_path(path));
+    for (const WeightView& view : {w.view, lean_view}) {
+      SCOPED_TRACE(view.packed == nullptr ? "as loaded" : "lean form");
+      for (const int64_t n : {int64_t{1}, int64_t{2}, tokens}) {
+        matmul(pool, view, x.data(), n, y.data());
+        for (int64_t t = 0; t < n; ++t) {
+          for (int64_t r = 0; r < rows; ++r) {
+            double ref = 0;  // x = +-1 quantizes exactly (scale 1/127, values +-127)
+            for (int64_t k = 0; k < cols; ++k) ref += double{w.values[r * cols + k]} * x[t * cols + k];
+            ASSERT_NEAR(y[t * rows + r], ref, 1e-5 * std::abs(ref) + 1e-4) << "t=" << t << " r=" << r;
+          }
+        }
       }
     }
   }
+  ASSERT_TRUE(set_kernel_path(before));
 }
 
 // Naming a path: an unknown name and a path the machine cannot run are errors that say why.

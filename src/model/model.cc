@@ -12,12 +12,12 @@
 
 namespace sluice {
 
-Result<std::unique_ptr<Model>> Model::load(std::unique_ptr<gguf::File> file) {
+Result<std::unique_ptr<Model>> Model::load(std::unique_ptr<gguf::File> file, LoadOptions options) {
   std::unique_ptr<Model> m(new Model());
   SLUICE_ASSIGN_OR_RETURN(m->config_, ModelConfig::from_gguf(*file));
   SLUICE_ASSIGN_OR_RETURN(m->weights_, ModelWeights::bind(*file, m->config_));
   m->file_ = std::move(file);
-  if (kernels::repack_weights()) {
+  if (options.repack && kernels::repack_weights()) {
     ThreadPool pool(0);
     // Unknown available memory (0): no budget to keep within.
     const int64_t available = available_memory_bytes();

@@ -25,8 +25,14 @@ namespace sluice {
 
 class Model {
  public:
+  struct LoadOptions {
+    // Repack the quantized weights for the active kernel path where it reads a repacked form
+    // (kernels::repack_weights); false keeps the file's blocks only (tests' reference).
+    bool repack = true;
+  };
   // Takes ownership of the file; weights stay views into it.
-  static Result<std::unique_ptr<Model>> load(std::unique_ptr<gguf::File> file);
+  static Result<std::unique_ptr<Model>> load(std::unique_ptr<gguf::File> file, LoadOptions options);
+  static Result<std::unique_ptr<Model>> load(std::unique_ptr<gguf::File> file) { return load(std::move(file), {}); }
 
   const ModelConfig& config() const { return config_; }
   const gguf::File& file() const { return *file_; }
