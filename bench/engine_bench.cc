@@ -31,11 +31,10 @@ namespace {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-// The bytes of the weights one token reads: the lean form's where the path reads it (avxvnni,
-// avx512 and amx, on weights repacked at load: packed_weight.h), else the file's.
+// The bytes of the weights one token reads: the lean form's where the path reads it (every x86
+// path, on weights repacked at load: packed_weight.h), else the file's.
 double weight_bytes_per_token_step(const Model& m, kernels::KernelPath path) {
-  const bool lean_path = path == kernels::KernelPath::kAvxVnni || path == kernels::KernelPath::kAvx512 ||
-                         path == kernels::KernelPath::kAmx;
+  const bool lean_path = path != kernels::KernelPath::kGeneric;
   auto bytes = [&](const kernels::WeightView& w) {
     if (lean_path && w.packed != nullptr && w.packed->lean()) return static_cast<double>(w.packed->lean_bytes());
     return static_cast<double>(w.rows) * w.row_bytes();

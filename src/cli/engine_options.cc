@@ -210,7 +210,7 @@ std::string describe_kernels(const Model& model) {
       lean += p->lean_bytes();
     }
     constexpr double kMiB = 1024.0 * 1024.0;
-    // The avx512 and avxvnni paths keep the lean form only; the amx path the tile form too.
+    // The avx512, avxvnni and avx2 paths keep the lean form only; the amx path the tile form too.
     const std::string forms =
         tiles > 0 ? fmt::format("lean form {:.1f}, tile form {:.1f}", lean / kMiB, tiles / kMiB) : "the lean form";
     out += fmt::format("\nweights repacked: {} matrices, {:.1f} MiB ({}) beside the file's {:.1f} MiB", w.packed.size(),

@@ -13,7 +13,8 @@
 //           AVX-512 is absent). The avx512 lean kernels on pairs of 256-bit vectors (weights
 //           repacked at load); else chunks decoded at run time, 8 rows a vector (one token:
 //           avx2's direct path).
-//   avx2    256-bit integer dot products (vpmaddubsw + vpmaddwd), the baseline of x86-64-v3.
+//   avx2    256-bit integer dot products (vpmaddubsw + vpmaddwd), the baseline of x86-64-v3: the
+//           lean kernels on the weights repacked at load, else the file's blocks (Highway code).
 //   generic Highway's portable code for CPUs without AVX2.
 //
 // Every path computes the same exact integer block sums and the same float operations per

@@ -121,7 +121,7 @@ SLUICE_LEAN_INLINE __m256i dot16_8(__m256i acc, __m256i a, __m256i b) { return _
 #else
 // vpdpbusd's sum of four products in two steps: vpmaddubsw's int16 sums of pairs, exact for
 // levels up to 129 against |x| <= 127 (2 * 129 * 127 = 32766; the 8-bit levels go through
-// dot_wide), then vpmaddwd by ones: the same int32 as vpdpbusd.
+// dot_level<true>), then vpmaddwd by ones: the same int32 as vpdpbusd.
 SLUICE_LEAN_INLINE __m256i dot8(__m256i acc, __m256i w, __m256i x) {
   return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
 }
@@ -316,7 +316,8 @@ struct LeanTokens {
 
 // Vector p (v) of sub-block b's lean levels of 4 bits (or 3: kField) times each token's
 // activations: the levels of step 2p into acc[t][lo], of step 2p + 1 into acc[t][hi], or both
-// into acc[t][lo] (kPairSteps; the callers count only acc[t][lo] + acc[t][hi]).
+// into acc[t][lo] (kPairSteps, not for the IQ4 tables' wide levels; the callers count only
+// acc[t][lo] + acc[t][hi]).
 template <bool kTable, int kT, int kField = 4>
 SLUICE_LEAN_INLINE void dot_nibbles(VI v, int p, VI table, const LeanTokens& tk, int64_t b, VI (*acc)[2], int lo,
                                     int hi) {
@@ -341,6 +342,7 @@ SLUICE_LEAN_INLINE void dot_nibbles(VI v, int p, VI table, const LeanTokens& tk,
 // kPairSteps: steps 2i and 2i + 1 together into acc[t][i / 2] or acc[t][i % 2].
 template <int kBits, bool kByHalf, int kT>
 SLUICE_LEAN_INLINE void dot_steps(const uint8_t* lv, const LeanTokens& tk, int64_t b, VI (*acc)[2]) {
+  static_assert(kBits <= 6, "dot_pair sums two steps in int16: levels up to 64 only");
   if constexpr (kPairSteps) {
 #pragma GCC unroll 4
     for (int j = 0; j < 8; j += 2) {
@@ -376,7 +378,8 @@ SLUICE_LEAN_TARGET void lean_group(const PackedWeight::Lean& lean, int64_t num_b
   for (int64_t b = 0; b < num_blocks; ++b) {
     prefetch_part(next, b, part, group_bytes);
     const uint8_t* lv = lean.levels + b * kLevelBytes;
-    // Two accumulators a token: eight dependent vpdpbusd would wait on each other's latency.
+    // Two accumulators a token: eight dependent vpdpbusd would wait on each other's latency
+    // (without VNNI the 4-bit types use one: dot_nibbles).
     VI acc[kT][2];
     for (int t = 0; t < kT; ++t) acc[t][0] = acc[t][1] = zero_i();
     if constexpr (kBits == 8) {

@@ -52,7 +52,8 @@ void matmul_q8_0(ThreadPool& pool, std::span<const MatmulTarget> targets, const 
 void matmul_quant(ThreadPool& pool, std::span<const MatmulTarget> targets, const float* x, int64_t num_tokens);
 
 // Which code matmul_quant runs for num_tokens tokens on the active kernel path: the Highway
-// vector code (avx2 or generic, and for Q8_0 matmul_q8_0), or one of the instruction paths.
+// vector code on the file's blocks (generic, or avx2 on weights not repacked, and for Q8_0
+// matmul_q8_0), or one of the instruction paths (the lean kernels on every x86 path).
 enum class QuantRoute { kVector, kVnni256, kVnni512, kLeanAvx2, kLean256, kLean512, kAmx };
 QuantRoute quant_route(std::span<const MatmulTarget> targets, int64_t num_tokens);
 

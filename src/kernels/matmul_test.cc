@@ -207,11 +207,11 @@ TEST_P(MatmulTest, BatchInvariantOnEveryTarget) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
-// Every kernel path this machine runs gives the same bits as the avx2 path, for every token count
-// 1..40 (below and above the AMX path's threshold and tile of 16) and 64, 65 (many tiles of
-// every kernel, and one token over) on 1 and 3 threads, with the weight as loaded and
-// repacked (packed_weight.h: 37 rows end in a partial group of 16). Paths the machine cannot run
-// are named, not tested.
+// Every kernel path this machine runs gives the same bits as the avx2 path on the weight as
+// loaded (the Highway code on the file's blocks), for every token count 1..40 (below and above
+// the AMX path's threshold and tile of 16) and 64, 65 (many tiles of every kernel, and one token
+// over) on 1 and 3 threads, with the weight as loaded and repacked (packed_weight.h: 37 rows end
+// in a partial group of 16). Paths the machine cannot run are named, not tested.
 TEST_P(MatmulTest, EveryKernelPathGivesTheSameBits) {
   const KernelPath before = active_kernel_path();
   const int64_t rows = 37, cols = test_cols(GetParam());
@@ -252,6 +252,45 @@ TEST_P(MatmulTest, EveryKernelPathGivesTheSameBits) {
           matmul(*pool, view, x.data(), n, y.data());
           ASSERT_EQ(0, std::memcmp(y.data(), want[i].data(), y.size() * sizeof(float))) << n << " tokens";
         }
+      }
+    }
+  }
+  ASSERT_TRUE(set_kernel_path(before));
+}
+
+// Activations of one sign quantize to +-127 everywhere, so each pair of products in the integer
+// dot products is as large as the levels make it: a path whose pairs saturated (vpmaddubsw past
+// 32767, as the wide levels of Q8_0 and IQ4 would stored unsigned) would give other bits than the
+// weight as loaded on avx2, which is checked against the double-precision product too.
+TEST_P(MatmulTest, ActivationsOfOneSignDoNotSaturate) {
+  if (!is_block_quant(GetParam())) GTEST_SKIP() << "not an integer type";
+  const KernelPath before = active_kernel_path();
+  const int64_t rows = 37, cols = test_cols(GetParam()), tokens = 3;
+  TestWeight w = make_weight(GetParam(), rows, cols, 31);
+  std::vector<float> x(tokens * cols);
+  for (int64_t k = 0; k < cols; ++k) {
+    x[k] = 1.0f;                                  // all +127
+    x[cols + k] = -1.0f;                          // all -127
+    x[2 * cols + k] = k / 32 % 2 ? 0.5f : -0.5f;  // the sign a block apart
+  }
+  if (!set_kernel_path(KernelPath::kAvx2)) GTEST_SKIP() << "no AVX2 on this machine";
+  ThreadPool pool(2);
+  std::vector<float> want(tokens * rows);
+  matmul(pool, w.view, x.data(), tokens, want.data());
+  expect_near_reference(w, x, tokens, want);
+  const auto lean = PackedWeight::pack(w.view, pool, {.tiles = false, .lean = true});
+  WeightView lean_view = w.view;
+  lean_view.packed = lean.get();
+  for (const KernelPath path : available_kernel_paths()) {
+    if (path == KernelPath::kGeneric) continue;
+    SCOPED_TRACE(kernel_path_name(path));
+    ASSERT_TRUE(set_kernel_path(path));
+    for (const WeightView& view : {w.view, lean_view}) {
+      SCOPED_TRACE(view.packed == nullptr ? "as loaded" : "lean form");
+      for (const int64_t n : {int64_t{1}, tokens}) {
+        std::vector<float> y(n * rows);
+        matmul(pool, view, x.data(), n, y.data());
+        ASSERT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * sizeof(float))) << n << " tokens";
       }
     }
   }

@@ -1,8 +1,8 @@
 // A quantized weight repacked once at load into the layouts of the 16-row kernels (the amx,
-// avx512 and avxvnni paths, kernel_path.h), in one or both of two forms. The lean form (below)
-// holds the levels transposed for vpdpbusd in about the file's bytes; the avx512 path reads it
-// for any number of tokens (matmul_lean.h), the avxvnni path for most, the amx path for fewer
-// than 8. The tile form, for the amx
+// avx512, avxvnni and avx2 paths, kernel_path.h), in one or both of two forms. The lean form
+// (below) holds the levels transposed for vpdpbusd in about the file's bytes; the avx512,
+// avxvnni and avx2 paths read it for any number of tokens (matmul_lean.h), the amx path for
+// fewer than 8. The tile form, for the amx
 // path's tiles: for each group of 16 rows and each chunk of up to 32 sub-blocks,
 // the levels already decoded and transposed (decoded_chunk.h's DecodedChunk<16>: 32-bit lane r of
 // step j = row r's levels 4j..4j+3, the weight operand of an AMX tile and of a vpdpbusd) with the
@@ -58,7 +58,7 @@ class PackedWeight {
   size_t tile_bytes() const { return size_; }
   size_t lean_bytes() const { return lean_size_; }
 
-  // The lean form (the lean kernels of the avx512 and avxvnni code, matmul_lean.cc): about as
+  // The lean form (the lean kernels of the avx512, avxvnni and avx2 code, matmul_lean.cc): about as
   // many bytes as the file's (Q2_K 3.125 bits a weight against the file's 2.625, Q3_K 3.5625
   // against 3.4375: their scales stored a byte each), laid out for vpdpbusd, for every
   // block-quantized type. Per row group, arrays over sub-blocks b = 0 .. num_blocks - 1 (d and
@@ -81,7 +81,8 @@ class PackedWeight {
   //   d, dmin    16 halves per block of the type (dmin: types with a min)
   //
   // The dot products are sum(u x) - offset * sum(x), with sum(x) from the activations' 16-element
-  // sums: the same integers as every other path.
+  // sums (on avx2, Q8_0's and the IQ4 levels go in as the signed q: sum(q x)): the same integers
+  // as every other path.
   struct Lean {
     const uint8_t* levels = nullptr;
     const int8_t* sc = nullptr;

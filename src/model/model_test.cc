@@ -278,7 +278,7 @@ TEST(ModelRepack, BudgetDecidesTheForms) {
   EXPECT_EQ(none.output.packed, nullptr);
   EXPECT_NE(none.repack_note.find("weights not repacked: the copies"), std::string::npos) << none.repack_note;
 
-  // A path that keeps no tile form (avx512, avxvnni) names the lean form alone.
+  // A path that keeps no tile form (avx512, avxvnni, avx2) names the lean form alone.
   ModelWeights none_lean = bind();
   none_lean.repack(pool, 0, /*tile_form=*/false);
   EXPECT_TRUE(none_lean.packed.empty());

@@ -42,7 +42,7 @@ struct ModelWeights {
   static Result<ModelWeights> bind(const gguf::File& file, const ModelConfig& config);
 
   // Repacks every block-quantized matrix the forward pass multiplies by (token_embd only when
-  // it is also the output), so the amx, avx512 and avxvnni kernels read it in place: both
+  // it is also the output), so the amx, avx512, avxvnni and avx2 kernels read it in place: both
   // forms if they fit in budget bytes (tile_form false: the lean form only), else the lean form
   // alone if it fits, else nothing; repack_note says which and why.
   void repack(ThreadPool& pool, size_t budget, bool tile_form = true);
