@@ -309,9 +309,9 @@ SLUICE_LEAN_INLINE void store_group16(float* y, int64_t g, int64_t rows, VF a) {
 
 // Where the tokens of a lean tile are: levels, block scales (per 32 or per 256), 16-element sums.
 struct LeanTokens {
-  const int8_t* x[kMaxTile];
-  const float* dx[kMaxTile];
-  const int16_t* sums[kMaxTile];
+  const int8_t* x[4];
+  const float* dx[4];
+  const int16_t* sums[4];
 };
 
 // Vector p (v) of sub-block b's lean levels of 4 bits (or 3: kField) times each token's
@@ -388,7 +388,7 @@ SLUICE_LEAN_TARGET void lean_group(const PackedWeight::Lean& lean, int64_t num_b
         for (int t = 0; t < kT; ++t) {
           const int8_t* xb = tk.x[t] + b * kSubBlock;
           acc[t][0] = dot_level<true>(acc[t][0], w0, xbcast(xb + 4 * j));
-          acc[t][1] = dot_level<true>(acc[t][1], w1, xbcast(xb + 4 * j + 4));
+          acc[t][kSignedWide ? 0 : 1] = dot_level<true>(acc[t][kSignedWide ? 0 : 1], w1, xbcast(xb + 4 * j + 4));
         }
       }
     } else if constexpr (kBits == 5) {
@@ -501,6 +501,9 @@ template <int kBits, bool kTable, bool kMin, bool kSuper, bool kHalves>
 SLUICE_LEAN_TARGET void lean_groups(const PackedWeight& pw, int64_t num_rows_total, int64_t num_blocks, int offset,
                                     const QuantizedActivations& xq, int64_t num_tokens, float* y,
                                     int64_t group_begin, int64_t group_end) {
+  // Without VNNI, Q8_0 takes tiles of 4 (one accumulator a token): each weight vector's vpabsb
+  // then serves four tokens' vpsignb and vpmaddubsw.
+  constexpr int kTileMax = kSignedWide && kBits == 8 ? 4 : kMaxTile;
   const size_t group_bytes = pw.lean_group_bytes();
   const size_t part = (group_bytes + num_blocks - 1) / num_blocks;
   const int64_t cols = num_blocks * kSubBlock, dx_stride = cols / xq.block, sums_stride = cols / 16;
@@ -509,16 +512,16 @@ SLUICE_LEAN_TARGET void lean_groups(const PackedWeight& pw, int64_t num_rows_tot
     const uint8_t* next = g + 1 < group_end ? lean.levels + group_bytes : nullptr;
     for (int64_t t0 = 0; t0 < num_tokens;) {
       const int64_t left = num_tokens - t0;
-      const int kt = left >= 4 && kMaxTile >= 4 ? 4 : left >= 2 ? 2 : 1;
+      const int kt = left >= 4 && kTileMax >= 4 ? 4 : left >= 2 ? 2 : 1;
       LeanTokens tk{};
       for (int t = 0; t < kt; ++t) {
         tk.x[t] = xq.q.data() + (t0 + t) * cols;
         tk.dx[t] = xq.d.data() + (t0 + t) * dx_stride;
         tk.sums[t] = xq.sums.data() + (t0 + t) * sums_stride;
       }
-      VF a[kMaxTile];
+      VF a[4];
       const uint8_t* pre = t0 == 0 ? next : nullptr;
-      if constexpr (kMaxTile >= 4) {
+      if constexpr (kTileMax >= 4) {
         if (kt == 4) lean_tile<kBits, kTable, kMin, kSuper, kHalves, 4>(lean, num_blocks, offset, tk, pre, part, group_bytes, a);
       }
       if (kt == 2) {
