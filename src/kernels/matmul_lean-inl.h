@@ -84,7 +84,7 @@ SLUICE_LEAN_INLINE VI table16(const int8_t* t) {
 }
 #else
 // Tiles of up to 2 tokens: AVX-VNNI has 16 vector registers, and a token's accumulators take 4
-// to 8 of them.
+// to 8 of them (without VNNI, Q8_0 takes 4: lean_groups).
 constexpr int kMaxTile = 2;
 struct VI {
   __m256i lo, hi;  // rows 0-7 (bytes 0-31 of a 64-byte vector), rows 8-15
@@ -379,7 +379,8 @@ SLUICE_LEAN_TARGET void lean_group(const PackedWeight::Lean& lean, int64_t num_b
     prefetch_part(next, b, part, group_bytes);
     const uint8_t* lv = lean.levels + b * kLevelBytes;
     // Two accumulators a token: eight dependent vpdpbusd would wait on each other's latency
-    // (without VNNI the 4-bit types use one: dot_nibbles).
+    // (without VNNI, Q8_0 and the 4-bit types other than IQ4 use one: the add after vpmaddwd
+    // is all that waits on it).
     VI acc[kT][2];
     for (int t = 0; t < kT; ++t) acc[t][0] = acc[t][1] = zero_i();
     if constexpr (kBits == 8) {
