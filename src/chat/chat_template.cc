@@ -1,5 +1,6 @@
 #include "chat/chat_template.h"
 
+#include <cctype>
 #include <exception>
 
 #include "chat/jinja_ast.h"
@@ -38,6 +39,15 @@ Result<std::string> ChatTemplate::render(const nlohmann::json& context, const Re
 Result<std::string> ChatTemplate::render_value(const Value& context, const RenderOptions& options) const {
   Interpreter interp(*ast_, options);
   return interp.render(context);
+}
+
+bool ChatTemplate::names(std::string_view identifier) const {
+  auto word_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  for (size_t at = source_.find(identifier); at != std::string::npos; at = source_.find(identifier, at + 1)) {
+    const size_t end = at + identifier.size();
+    if ((at == 0 || !word_char(source_[at - 1])) && (end == source_.size() || !word_char(source_[end]))) return true;
+  }
+  return false;
 }
 
 std::string_view default_chatml_template() {

@@ -51,6 +51,9 @@ class ChatTemplate {
   Result<std::string> render(const nlohmann::json& context, const RenderOptions& options = {}) const;
 
   const std::string& source() const { return source_; }
+  // Whether the template's text names `identifier` as a whole word (a variable or attribute it
+  // may read, e.g. "tools"). A template that never names it cannot render it.
+  bool names(std::string_view identifier) const;
 
  private:
   ChatTemplate(std::string source, std::shared_ptr<const TemplateAst> ast)

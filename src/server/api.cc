@@ -88,6 +88,14 @@ std::string Generation::token_name(int32_t id) const {
   return utf8_sanitize(tokenizer_.token_to_piece(id, /*render_special=*/true));
 }
 
+Json Generation::legacy_top(const TokenOutput& t) const {
+  Json top = Json::object();
+  for (const TokenLogprob& alt : t.top) top[token_name(alt.token_id)] = alt.logprob;
+  // The legacy API always includes the chosen token ("up to logprobs + 1 elements").
+  top[token_name(t.token_id)] = t.logprob;
+  return top;
+}
+
 Json Generation::logprobs_json(Choice& c, const std::vector<TokenOutput>& tokens) const {
   auto piece = [&](int32_t id) { return tokenizer_.token_to_piece(id, /*render_special=*/true); };
   if (kind_ == Kind::kChat) {
@@ -111,9 +119,7 @@ Json Generation::logprobs_json(Choice& c, const std::vector<TokenOutput>& tokens
   for (const TokenOutput& t : tokens) {
     lp["tokens"].push_back(token_name(t.token_id));
     lp["token_logprobs"].push_back(t.logprob);
-    Json top = Json::object();
-    for (const TokenLogprob& alt : t.top) top[token_name(alt.token_id)] = alt.logprob;
-    lp["top_logprobs"].push_back(top);
+    lp["top_logprobs"].push_back(legacy_top(t));
     lp["text_offset"].push_back(c.text_offset);
     c.text_offset += static_cast<int64_t>(piece(t.token_id).size());
   }
@@ -129,15 +135,16 @@ Json Generation::prompt_logprobs_json(Choice& c) const {
     const TokenOutput* scored = i > 0 && i - 1 < c.prompt_scores.size() ? &c.prompt_scores[i - 1] : nullptr;
     lp["tokens"].push_back(token_name(prompt[i]));
     lp["token_logprobs"].push_back(scored ? Json(scored->logprob) : Json(nullptr));
-    Json top = scored ? Json::object() : Json(nullptr);
-    if (scored) {
-      for (const TokenLogprob& alt : scored->top) top[token_name(alt.token_id)] = alt.logprob;
-    }
-    lp["top_logprobs"].push_back(std::move(top));
+    lp["top_logprobs"].push_back(scored ? legacy_top(*scored) : Json(nullptr));
     lp["text_offset"].push_back(offset);
-    // The bytes the token adds to the decoded prompt (Tokenizer::decode: control tokens add
-    // none, and the space an SPM vocabulary puts in front of the text is dropped).
-    std::string piece = tokenizer_.token_to_piece(prompt[i]);
+    // The bytes the token adds to the echoed prompt: token ids come back decoded
+    // (Tokenizer::decode: control tokens add none), and the space an SPM vocabulary puts in
+    // front of the text is dropped.
+    // A text prompt comes back as sent, so a special token written in it counts its text;
+    // the BOS the vocabulary adds in front of a text prompt is not in it.
+    const bool from_text = echo_from_text_[c.prompt_index];
+    const bool framing = from_text && i == 0 && tokenizer_.add_bos() && prompt[0] == tokenizer_.bos_id();
+    std::string piece = framing ? std::string() : tokenizer_.token_to_piece(prompt[i], /*render_special=*/from_text);
     const bool at_start = i == 0 || (i == 1 && prompt[0] == tokenizer_.bos_id());
     if (at_start && tokenizer_.strips_leading_space() && piece.starts_with(' ')) piece.erase(0, 1);
     offset += static_cast<int64_t>(piece.size());
@@ -362,6 +369,24 @@ ApiResult<std::vector<int32_t>> OpenAiApi::encode(const PromptInput& prompt, boo
 
 ApiResult<std::string> OpenAiApi::render_chat(const Json& messages, const Json& tools, const Json& kwargs,
                                               bool add_generation_prompt) const {
+  // Tools and tool calls that the template cannot render would be dropped from the prompt
+  // without a word, and the model would answer as if they were not there.
+  if (tools.is_array() && !tools.empty() && !chat_template_.names("tools")) {
+    return std::unexpected(ApiError::invalid(
+        "this model's chat template does not render tools, so the model would never see them; send "
+        "tool_choice \"none\" (or no tools) to leave them out",
+        "tools"));
+  }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (messages[i].contains("tool_calls") && !messages[i]["tool_calls"].is_null() &&
+        !chat_template_.names("tool_calls")) {
+      return std::unexpected(ApiError::invalid(
+          fmt::format("'messages[{}].tool_calls': this model's chat template does not render tool calls, so the "
+                      "model would never see them",
+                      i),
+          fmt::format("messages[{}]", i)));
+    }
+  }
   auto token_text = [&](int32_t id) {
     return id >= 0 && id < tokenizer_.vocab_size() ? tokenizer_.token_text(id) : std::string();
   };
@@ -383,7 +408,8 @@ ApiResult<std::string> OpenAiApi::render_chat(const Json& messages, const Json& 
 
 ApiResult<std::unique_ptr<Generation>> OpenAiApi::submit(Generation::Kind kind, const GenerationParams& params,
                                                          std::vector<std::vector<int32_t>> prompts,
-                                                         std::vector<std::string> echo_texts) const {
+                                                         std::vector<std::string> echo_texts,
+                                                         std::vector<bool> echo_from_text) const {
   const int32_t limit = engine_.max_sequence_tokens();
   const int64_t choices = static_cast<int64_t>(prompts.size()) * params.n;
   if (choices > engine_.config().max_queued_requests) {
@@ -405,9 +431,9 @@ ApiResult<std::unique_ptr<Generation>> OpenAiApi::submit(Generation::Kind kind, 
     if (params.max_tokens && n + *params.max_tokens > limit) {
       return std::unexpected(ApiError::invalid(
           fmt::format("This model's maximum context length is {} tokens, but {} tokens were requested ({} in the "
-                      "prompt, {} for the completion); lower max_tokens or the prompt",
-                      limit, n + *params.max_tokens, n, *params.max_tokens),
-          "max_tokens"));
+                      "prompt, {} for the completion); lower {} or the prompt",
+                      limit, n + *params.max_tokens, n, *params.max_tokens, params.max_tokens_key),
+          params.max_tokens_key));
     }
   }
   std::vector<int32_t> prediction;
@@ -426,6 +452,7 @@ ApiResult<std::unique_ptr<Generation>> OpenAiApi::submit(Generation::Kind kind, 
   for (size_t p = 0; p < prompts.size(); ++p) {
     if (params.echo) {
       g->echo_texts_.push_back(p < echo_texts.size() ? echo_texts[p] : tokenizer_.decode(prompts[p]));
+      g->echo_from_text_.push_back(p < echo_from_text.size() && echo_from_text[p]);
       if (params.logprobs) g->echo_prompts_.push_back(prompts[p]);
     }
     g->prompt_lengths_.push_back(static_cast<int32_t>(prompts[p].size()));
@@ -467,13 +494,18 @@ ApiResult<std::unique_ptr<Generation>> OpenAiApi::start_completion(const Json& b
   SLUICE_API_TRY([[maybe_unused]] bool ok, check_model(req.params.model));
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> echo_texts;  // echo: a text prompt as sent, token ids decoded
+  std::vector<bool> echo_from_text;
   for (const PromptInput& p : req.prompts) {
     // As Hugging Face tokenizers (and so vLLM) do: special tokens written in the text count.
     SLUICE_API_TRY(auto ids, encode(p, /*add_bos=*/true, /*parse_special=*/true, "prompt"));
-    if (req.params.echo) echo_texts.push_back(p.is_tokens ? tokenizer_.decode(ids) : p.text);
+    if (req.params.echo) {
+      echo_texts.push_back(p.is_tokens ? tokenizer_.decode(ids) : p.text);
+      echo_from_text.push_back(!p.is_tokens);
+    }
     prompts.push_back(std::move(ids));
   }
-  return submit(Generation::Kind::kCompletion, req.params, std::move(prompts), std::move(echo_texts));
+  return submit(Generation::Kind::kCompletion, req.params, std::move(prompts), std::move(echo_texts),
+                std::move(echo_from_text));
 }
 
 ApiResult<std::unique_ptr<Generation>> OpenAiApi::start_chat(const Json& body) const {

@@ -75,6 +75,8 @@ class Generation {
   std::string chunk(Json choices) const;
   Json usage() const;
   Json logprobs_json(Choice& c, const std::vector<TokenOutput>& tokens) const;
+  // Legacy completions' top_logprobs of one token: its alternatives and the token itself.
+  Json legacy_top(const TokenOutput& t) const;
   // Echo with logprobs: the prompt's tokens as legacy completions logprobs, the first one's
   // logprob null (nothing comes before it); text offsets index the echoed text.
   Json prompt_logprobs_json(Choice& c) const;
@@ -94,6 +96,7 @@ class Generation {
   bool echo_ = false;
   bool tokens_as_ids_ = false;
   std::vector<std::string> echo_texts_;               // per prompt, with echo
+  std::vector<bool> echo_from_text_;                  // per prompt, with echo: sent as text
   std::vector<std::vector<int32_t>> echo_prompts_;    // per prompt, with echo and logprobs
   std::vector<int32_t> prompt_lengths_;  // per prompt
   int32_t prediction_tokens_ = 0;        // the prediction's length, per choice
@@ -129,7 +132,8 @@ class OpenAiApi {
                                          const char* param) const;
   ApiResult<std::unique_ptr<Generation>> submit(Generation::Kind kind, const GenerationParams& params,
                                                 std::vector<std::vector<int32_t>> prompts,
-                                                std::vector<std::string> echo_texts = {}) const;
+                                                std::vector<std::string> echo_texts = {},
+                                                std::vector<bool> echo_from_text = {}) const;
 
   Engine& engine_;
   const Tokenizer& tokenizer_;

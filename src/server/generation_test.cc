@@ -112,7 +112,9 @@ TEST_F(ServerTest, EchoScoresThePromptAsGenerationScoredIt) {
   for (size_t i = 1; i < ids.size(); ++i) {
     ASSERT_TRUE(lp["token_logprobs"][i].is_number()) << i;
     EXPECT_LE(lp["token_logprobs"][i].get<double>(), 0.0);
-    EXPECT_EQ(lp["top_logprobs"][i].size(), 2u);
+    // The two alternatives, and the token itself where it is not one of them.
+    EXPECT_GE(lp["top_logprobs"][i].size(), 2u);
+    EXPECT_LE(lp["top_logprobs"][i].size(), 3u);
     EXPECT_GE(lp["text_offset"][i].get<int64_t>(), lp["text_offset"][i - 1].get<int64_t>());
   }
   for (size_t i = 0; i < generated.size(); ++i) {
@@ -151,6 +153,62 @@ TEST_F(ServerTest, EchoScoresThePromptAsGenerationScoredIt) {
   EXPECT_NE(exchange(post("/v1/completions", R"({"prompt": "the cat", "max_tokens": 0})")).find("'max_tokens' must be in [1,"),
             std::string::npos);
   wait_engine_idle();
+}
+
+// The legacy API's top_logprobs always hold the chosen token ("up to logprobs + 1 elements"),
+// with the logprob token_logprobs gives it, also when sampling picked one outside the top.
+TEST_F(ServerTest, LegacyTopLogprobsHoldTheChosenToken) {
+  const Json r = Json::parse(body_of(exchange(post("/v1/completions",
+      R"({"prompt": "the cat sat", "max_tokens": 12, "temperature": 2, "seed": 3, "ignore_eos": true,
+          "logprobs": 1, "return_tokens_as_token_ids": true})"))));
+  const Json& lp = r["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 12u) << r.dump();
+  int outside = 0;
+  for (size_t i = 0; i < 12; ++i) {
+    const Json& top = lp["top_logprobs"][i];
+    const std::string token = lp["tokens"][i].get<std::string>();
+    ASSERT_TRUE(top.contains(token)) << i << ": " << top.dump();
+    EXPECT_EQ(top[token], lp["token_logprobs"][i]);
+    EXPECT_LE(top.size(), 2u);
+    outside += top.size() == 2;
+  }
+  EXPECT_GT(outside, 0) << "temperature 2 should pick a token outside the top 1 somewhere: " << lp.dump();
+}
+
+// Echo of a text prompt with special tokens written in it: the text comes back as sent, and
+// each prompt token's text_offset points at that token's text in it (the BOS a vocabulary
+// adds in front is not in it). Token ids come back decoded without their control tokens, the
+// offsets indexing that text.
+TEST_F(ServerTest, EchoOffsetsIndexTheEchoedText) {
+  const std::string prompt = "<|im_start|>user\nhi<|im_end|> the cat";
+  const Json tok = Json::parse(body_of(exchange(post("/tokenize", Json{{"prompt", prompt}}.dump()))));
+  const std::vector<int32_t> ids = tok["tokens"].get<std::vector<int32_t>>();
+  for (const bool as_text : {true, false}) {
+    Json body = {{"max_tokens", 2}, {"echo", true}, {"logprobs", 0}, {"temperature", 0}, {"ignore_eos", true}};
+    if (as_text) body["prompt"] = prompt;
+    else body["prompt"] = ids;
+    const Json r = Json::parse(body_of(exchange(post("/v1/completions", body.dump()))));
+    const Json& c = r["choices"][0];
+    const std::string text = c["text"].get<std::string>();
+    const Json& lp = c["logprobs"];
+    ASSERT_EQ(lp["tokens"].size(), ids.size() + 2) << r.dump();
+    if (as_text) {
+      EXPECT_TRUE(text.starts_with(prompt)) << text;
+    }
+    int specials = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int64_t at = lp["text_offset"][i].get<int64_t>(), next = lp["text_offset"][i + 1].get<int64_t>();
+      ASSERT_LE(at, next) << i;
+      ASSERT_LE(next, static_cast<int64_t>(text.size())) << i;
+      const std::string span = text.substr(static_cast<size_t>(at), static_cast<size_t>(next - at));
+      const std::string name = lp["tokens"][i].get<std::string>();
+      const bool special = name == "<|im_start|>" || name == "<|im_end|>";
+      specials += special;
+      const std::string expected = special && !as_text ? "" : name;
+      EXPECT_EQ(span, expected) << i << (as_text ? " (text)" : " (ids)");
+    }
+    EXPECT_EQ(specials, 2) << "the demo vocabulary should parse the ChatML markers: " << lp["tokens"].dump();
+  }
 }
 
 }  // namespace

@@ -206,6 +206,16 @@ class Session : public std::enable_shared_from_this<Session> {
       return respond(431, "application/json",
                      ApiError::invalid(fmt::format("the request headers are over {} bytes", kHeaderLimit)).body());
     }
+    if ((ec == net::error::eof || ec == http::error::partial_message) && parser_->is_header_done() &&
+        !parser_->is_done()) {
+      // The client stopped sending (a half-close) before the body its header declared: it may
+      // still read the answer.
+      begin_request();
+      keep_alive_ = false;
+      route_ = route_of(parser_->get().target());
+      head_only_ = parser_->get().method() == http::verb::head;
+      return respond_error(ApiError::invalid("the request body ended before the length its header declared"));
+    }
     if (ec.category() == http::make_error_code(http::error::end_of_stream).category() && ec != http::error::end_of_stream &&
         ec != http::error::partial_message) {
       // Not HTTP: tell the client once, then hang up.
@@ -445,7 +455,11 @@ class Session : public std::enable_shared_from_this<Session> {
     if (server_.config.api_key.empty() || !needs_api_key(route)) return std::nullopt;
     const std::string_view auth = parser_->get()[http::field::authorization];
     if (auth.empty()) return ApiError::unauthorized("missing API key: send the header 'Authorization: Bearer KEY'");
-    if (!auth.starts_with("Bearer ") || !same_secret(auth.substr(7), server_.config.api_key)) {
+    // The scheme is case-insensitive (RFC 9110, section 11.1); the token follows one or more spaces.
+    const size_t space = auth.find(' ');
+    const bool bearer = space != std::string_view::npos && beast::iequals(auth.substr(0, space), "Bearer");
+    const size_t token = bearer ? auth.find_first_not_of(' ', space) : std::string_view::npos;
+    if (token == std::string_view::npos || !same_secret(auth.substr(token), server_.config.api_key)) {
       return ApiError::unauthorized("invalid API key");
     }
     return std::nullopt;

@@ -15,7 +15,7 @@ ApiError ApiError::invalid(std::string message, std::string param) {
   return {.status = 400, .message = std::move(message), .param = std::move(param)};
 }
 ApiError ApiError::not_found(std::string message, std::string code) {
-  return {.status = 404, .message = std::move(message), .type = "not_found_error", .code = std::move(code)};
+  return {.status = 404, .message = std::move(message), .type = "invalid_request_error", .code = std::move(code)};
 }
 ApiError ApiError::model_not_found(std::string message) {
   return {.status = 404, .message = std::move(message), .param = "model", .code = "model_not_found"};
@@ -88,20 +88,33 @@ ApiError wrong_type(const char* key, const char* expected, const Json& got) {
   return ApiError::invalid(fmt::format("'{}' must be {}, got {}", key, expected, json_type_name(got)), key);
 }
 
+// An integer written as a float (5.0, 1e1) counts as that integer, as Python clients (and
+// pydantic, so vLLM) take it; 2.5 does not.
+bool is_integral(const Json& v) {
+  if (v.is_number_integer()) return true;
+  if (!v.is_number_float()) return false;
+  const double d = v.get<double>();
+  return std::isfinite(d) && d == std::floor(d);
+}
+
 ApiResult<std::optional<int64_t>> get_int(const Json& body, const char* key, int64_t min, int64_t max) {
   const Json* v = field(body, key);
   if (!v) return std::nullopt;
+  if (!is_integral(*v)) return std::unexpected(wrong_type(key, "an integer", *v));
+  auto out_of_range = [&] {
+    return ApiError::invalid(fmt::format("'{}' must be in [{}, {}], got {}", key, min, max, v->dump()), key);
+  };
   int64_t x = 0;
   if (v->is_number_unsigned()) {
-    const uint64_t u = v->get<uint64_t>();
-    if (u > static_cast<uint64_t>(max)) {
-      return std::unexpected(ApiError::invalid(fmt::format("'{}' must be in [{}, {}], got {}", key, min, max, u), key));
-    }
-    x = static_cast<int64_t>(u);
+    if (v->get<uint64_t>() > static_cast<uint64_t>(max)) return std::unexpected(out_of_range());
+    x = static_cast<int64_t>(v->get<uint64_t>());
   } else if (v->is_number_integer()) {
     x = v->get<int64_t>();
   } else {
-    return std::unexpected(wrong_type(key, "an integer", *v));
+    // Integers past 64 bits arrive as floats too (JSON has one number type).
+    const double d = v->get<double>();
+    if (d < static_cast<double>(min) || d > static_cast<double>(max)) return std::unexpected(out_of_range());
+    x = static_cast<int64_t>(d);
   }
   if (x < min || x > max) {
     return std::unexpected(ApiError::invalid(fmt::format("'{}' must be in [{}, {}], got {}", key, min, max, x), key));
@@ -351,20 +364,31 @@ ApiResult<GenerationParams> parse_generation(const Json& body, bool chat) {
   SLUICE_API_TRY(auto n, get_int(body, "n", 1, kMaxChoices));
   p.n = static_cast<int32_t>(n.value_or(1));
 
-  const char* max_key = "max_tokens";
-  if (chat && field(body, "max_completion_tokens")) max_key = "max_completion_tokens";
+  // Chat's max_completion_tokens is the newer name of max_tokens; both at once must agree.
+  const bool completion_key = chat && field(body, "max_completion_tokens");
+  if (completion_key) p.max_tokens_key = "max_completion_tokens";
   if (!chat) {
     SLUICE_API_TRY(auto echo, get_bool(body, "echo"));
     p.echo = echo.value_or(false);
   }
   // max_tokens 0 scores the prompt without generating (echo: true, the legacy API's way).
-  SLUICE_API_TRY(auto max_tokens, get_int(body, max_key, p.echo ? 0 : 1, std::numeric_limits<int32_t>::max()));
+  const int64_t min_max_tokens = p.echo ? 0 : 1, max_max_tokens = std::numeric_limits<int32_t>::max();
+  SLUICE_API_TRY(auto max_tokens, get_int(body, p.max_tokens_key, min_max_tokens, max_max_tokens));
   if (max_tokens) p.max_tokens = static_cast<int32_t>(*max_tokens);
+  if (completion_key) {
+    SLUICE_API_TRY(auto legacy, get_int(body, "max_tokens", min_max_tokens, max_max_tokens));
+    if (legacy && *legacy != *max_tokens) {
+      return std::unexpected(ApiError::invalid(
+          fmt::format("'max_tokens' ({}) and 'max_completion_tokens' ({}) differ; send one of them", *legacy,
+                      *max_tokens),
+          "max_tokens"));
+    }
+  }
   SLUICE_API_TRY(auto min_tokens, get_int(body, "min_tokens", 0, std::numeric_limits<int32_t>::max()));
   p.min_tokens = static_cast<int32_t>(min_tokens.value_or(0));
   if (p.max_tokens && p.min_tokens > *p.max_tokens) {
     return std::unexpected(ApiError::invalid(
-        fmt::format("'min_tokens' ({}) must not exceed '{}' ({})", p.min_tokens, max_key, *p.max_tokens), "min_tokens"));
+        fmt::format("'min_tokens' ({}) must not exceed '{}' ({})", p.min_tokens, p.max_tokens_key, *p.max_tokens), "min_tokens"));
   }
   SLUICE_API_TRY(auto include_stop, get_bool(body, "include_stop_str_in_output"));
   p.include_stop_str_in_output = include_stop.value_or(false);
@@ -386,11 +410,15 @@ ApiResult<GenerationParams> parse_generation(const Json& body, bool chat) {
 
   // A negative seed means "no seed" (a fresh one per request), as llama.cpp's -1.
   if (const Json* seed = field(body, "seed")) {
+    if (!is_integral(*seed)) return std::unexpected(wrong_type("seed", "an integer", *seed));
     if (seed->is_number_unsigned()) p.seed = seed->get<uint64_t>();
     else if (seed->is_number_integer()) {
       if (seed->get<int64_t>() >= 0) p.seed = static_cast<uint64_t>(seed->get<int64_t>());
-    } else {
-      return std::unexpected(wrong_type("seed", "an integer", *seed));
+    } else if (const double d = seed->get<double>(); d >= 0x1p64) {
+      return std::unexpected(ApiError::invalid(
+          fmt::format("'seed' must be at most {} (or negative: none), got {}", UINT64_MAX, seed->dump()), "seed"));
+    } else if (d >= 0) {
+      p.seed = static_cast<uint64_t>(d);
     }
   }
 
@@ -569,6 +597,22 @@ ApiResult<Json> parse_tools(const Json& body) {
   const Json* tools = field(body, "tools");
   if (!tools) return Json(nullptr);
   if (!tools->is_array()) return std::unexpected(wrong_type("tools", "an array", *tools));
+  // Each a function with a name: what every tool-calling template reads.
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const Json& t = (*tools)[i];
+    const Json* type = t.is_object() ? field(t, "type") : nullptr;
+    const Json* fn = t.is_object() ? field(t, "function") : nullptr;
+    const Json* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
+    const Json* parameters = fn && fn->is_object() ? field(*fn, "parameters") : nullptr;
+    if (!type || *type != "function" || !name || !name->is_string() || name->get<std::string>().empty() ||
+        (parameters && !parameters->is_object())) {
+      return std::unexpected(ApiError::invalid(
+          fmt::format("'tools[{}]' must be {{\"type\": \"function\", \"function\": {{\"name\": NAME, "
+                      "\"parameters\": {{...}}}}}} (a non-empty name; parameters, if given, an object)",
+                      i),
+          "tools"));
+    }
+  }
   return in_prompt ? *tools : Json(nullptr);
 }
 

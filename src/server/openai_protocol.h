@@ -78,6 +78,7 @@ struct GenerationParams {
   std::string model;                    // empty: the served model
   int32_t n = 1;                        // choices per prompt
   std::optional<int32_t> max_tokens;    // none: completions 16, chat up to the context
+  const char* max_tokens_key = "max_tokens";  // the field it came from (chat: or max_completion_tokens)
   SamplingParams sampling;              // temperature defaults to 1, as OpenAI's
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;

@@ -166,7 +166,7 @@ std::string prometheus_text(const EngineMetrics& m, const HttpMetrics& http, con
       "# HELP sluice_http_slow_client_cancels_total Streams cancelled because the client stopped reading.\n"
       "# TYPE sluice_http_slow_client_cancels_total counter\n"
       "sluice_http_slow_client_cancels_total {}\n"
-      "# HELP sluice_http_request_timeouts_total Requests whose headers or body stopped arriving (408).\n"
+      "# HELP sluice_http_request_timeouts_total Requests whose headers or body stopped arriving (closed: no answer can be sent).\n"
       "# TYPE sluice_http_request_timeouts_total counter\n"
       "sluice_http_request_timeouts_total {}\n"
       "# HELP sluice_http_open_connections Open HTTP connections.\n"

@@ -57,6 +57,15 @@ TEST(ProtocolTest, CompletionDefaultsAndFields) {
   EXPECT_FLOAT_EQ(p.sampling.frequency_penalty, -0.5f);
 }
 
+// Integers written as floats (5.0, 1e1) are those integers, as Python clients send them.
+TEST(ProtocolTest, IntegralFloatsAreIntegers) {
+  auto r = parse_completion_request(body(R"({"prompt": "x", "max_tokens": 5.0, "n": 1e0, "seed": 7.0})"));
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->params.max_tokens, 5);
+  EXPECT_EQ(r->params.n, 1);
+  EXPECT_EQ(r->params.seed, 7u);
+}
+
 TEST(ProtocolTest, NullMeansAbsent) {
   auto r = parse_completion_request(body(R"({"prompt": "x", "max_tokens": null, "temperature": null, "stop": null})"));
   ASSERT_TRUE(r);
@@ -69,7 +78,7 @@ TEST(ProtocolTest, ChatMessagesAndLogprobs) {
       {"role": "system", "content": "s"},
       {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
       {"role": "assistant", "tool_calls": [{"id": "1"}]}],
-      "logprobs": true, "top_logprobs": 3, "max_completion_tokens": 9, "max_tokens": 100,
+      "logprobs": true, "top_logprobs": 3, "max_completion_tokens": 9, "max_tokens": 9,
       "chat_template_kwargs": {"enable_thinking": false}})"));
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(r->messages[1]["content"], "a\nb");
@@ -77,7 +86,8 @@ TEST(ProtocolTest, ChatMessagesAndLogprobs) {
   EXPECT_EQ(r->messages[2]["tool_calls"][0]["id"], "1");
   EXPECT_TRUE(r->params.logprobs);
   EXPECT_EQ(r->params.sampling.top_logprobs, 3);
-  EXPECT_EQ(r->params.max_tokens, 9);  // max_completion_tokens wins
+  EXPECT_EQ(r->params.max_tokens, 9);  // both names, one value
+  EXPECT_STREQ(r->params.max_tokens_key, "max_completion_tokens");
   EXPECT_TRUE(r->tools.is_null());
   EXPECT_EQ(r->template_kwargs["enable_thinking"], false);
   // Key order is the client's (templates print tool schemas in it).
@@ -102,6 +112,16 @@ TEST(ProtocolTest, BadRequestsNameTheField) {
       {R"({"prompt": [[]]})", false, "found an element of type empty array", "prompt"},
       {R"({"prompt": [-3]})", false, "got -3", "prompt"},
       {R"({"prompt": "x", "n": 2.5})", false, "'n' must be an integer, got number", "n"},
+      {R"({"prompt": "x", "max_tokens": 1e30})", false, "'max_tokens' must be in [1, 2147483647], got 1e+30", "max_tokens"},
+      {R"({"prompt": "x", "seed": 1180591620717411303424})", false, "'seed' must be at most 18446744073709551615", "seed"},
+      {R"({"prompt": "x", "seed": 0.5})", false, "'seed' must be an integer, got number", "seed"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 3, "max_completion_tokens": 5})", true,
+       "'max_tokens' (3) and 'max_completion_tokens' (5) differ", "max_tokens"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "x"}]})", true, "'tools[0]' must be", "tools"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": ""}}]})",
+       true, "a non-empty name", "tools"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f",
+       "parameters": []}}]})", true, "parameters, if given, an object", "tools"},
       {R"({"prompt": "x", "max_tokens": true})", false, "'max_tokens' must be an integer, got boolean", "max_tokens"},
       {R"({"prompt": "x", "max_tokens": 99999999999})", false, "'max_tokens' must be in [1, 2147483647]", "max_tokens"},
       {R"({"prompt": "x", "temperature": "hot"})", false, "'temperature' must be a number, got string", "temperature"},

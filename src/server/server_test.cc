@@ -215,6 +215,17 @@ TEST_F(ServerTest, HalfClosedClientGetsItsResponse) {
   EXPECT_EQ(engine_->metrics().num_requests_finished[static_cast<int>(FinishReason::kCancelled)], 0);
 }
 
+// A body shorter than its Content-Length, then a half-close: the client is told, not hung up on.
+TEST_F(ServerTest, BodyCutShortByAHalfCloseIsA400) {
+  Connection c(server_->port());
+  c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+         R"({"prompt": "a")");
+  c.half_close();
+  const std::string r = c.read_all();
+  EXPECT_TRUE(r.starts_with("HTTP/1.1 400")) << "[" << r << "]";
+  EXPECT_NE(r.find("the request body ended before the length its header declared"), std::string::npos) << r;
+}
+
 // Two pipelined requests, then a half-close: both are answered.
 TEST_F(ServerTest, PipelinedRequestsBeforeAHalfCloseAreAllAnswered) {
   Connection c(server_->port());
@@ -316,6 +327,32 @@ TEST_F(ServerTest, TokenizeCountsWhatTheChatRequestCounts) {
   (*srv)->run_until_shutdown();
 }
 
+// The fixture's template (ChatML) renders neither tools nor tool calls: a request with them is
+// refused rather than answered as if they were not there; tool_choice "none" leaves tools out.
+TEST_F(ServerTest, ToolsATemplateCannotRenderAreRefused) {
+  const std::string tools =
+      R"("tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}])";
+  const std::string messages = R"("messages": [{"role": "user", "content": "weather?"}])";
+  for (const std::string path : {"/v1/chat/completions", "/tokenize"}) {
+    const std::string extra = path == "/tokenize" ? "" : R"(, "max_tokens": 1)";
+    const std::string r = exchange(post(path, "{" + messages + ", " + tools + extra + "}"));
+    EXPECT_TRUE(r.starts_with("HTTP/1.1 400")) << path << ": " << r;
+    EXPECT_NE(r.find("does not render tools"), std::string::npos) << r;
+    EXPECT_NE(r.find(R"("param":"tools")"), std::string::npos) << r;
+  }
+  const std::string none = exchange(post("/v1/chat/completions",
+      "{" + messages + ", " + tools + R"(, "tool_choice": "none", "max_tokens": 1})"));
+  EXPECT_TRUE(none.starts_with("HTTP/1.1 200")) << none;
+  const std::string call = exchange(post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "w?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+       "function": {"name": "get_weather", "arguments": "{}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "sunny"}], "max_tokens": 1})"));
+  EXPECT_TRUE(call.starts_with("HTTP/1.1 400")) << call;
+  EXPECT_NE(call.find("'messages[1].tool_calls': this model's chat template does not render tool calls"),
+            std::string::npos) << call;
+  wait_engine_idle();
+}
+
 TEST_F(ServerTest, OpenAiShapes) {
   const Json chat = Json::parse(body_of(exchange(post(
       "/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})"))));
@@ -362,6 +399,15 @@ TEST_F(ServerTest, ApiKeyErrorsAreOpenAiShaped) {
   const Json e = Json::parse(body_of(r));
   EXPECT_EQ(e["error"]["type"], "invalid_request_error");
   EXPECT_EQ(e["error"]["code"], "invalid_api_key");
+  // The scheme is case-insensitive, as RFC 9110 has it.
+  for (const char* auth : {"bearer k", "BEARER  k"}) {
+    const std::string ok = exchange(fmt::format("GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\n"
+                                                "Connection: close\r\n\r\n", auth),
+                                    srv->port());
+    EXPECT_TRUE(ok.starts_with("HTTP/1.1 200")) << auth << ": " << ok;
+  }
+  EXPECT_TRUE(exchange("GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Basic k\r\nConnection: close\r\n\r\n",
+                       srv->port()).starts_with("HTTP/1.1 401"));
   srv->request_shutdown();
   srv->run_until_shutdown();
 }
