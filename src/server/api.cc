@@ -350,7 +350,17 @@ ApiResult<bool> OpenAiApi::check_model(const std::string& model) const {
 
 ApiResult<std::vector<int32_t>> OpenAiApi::encode(const PromptInput& prompt, bool add_bos, bool parse_special,
                                                   const char* param) const {
-  if (prompt.is_tokens) return prompt.tokens;
+  if (prompt.is_tokens) {
+    for (size_t i = 0; i < prompt.tokens.size(); ++i) {
+      if (prompt.tokens[i] >= tokenizer_.vocab_size()) {
+        return std::unexpected(ApiError::invalid(
+            fmt::format("'{}' token {} (at index {}) is outside the vocabulary (0..{})", param, prompt.tokens[i], i,
+                        tokenizer_.vocab_size() - 1),
+            param));
+      }
+    }
+    return prompt.tokens;
+  }
   // A text longer than the context could hold at the longest token cannot fit: refused
   // before tokenizing megabytes.
   const int64_t limit = engine_.max_sequence_tokens();

@@ -327,6 +327,13 @@ TEST_F(ServerTest, TokenizeCountsWhatTheChatRequestCounts) {
   (*srv)->run_until_shutdown();
 }
 
+TEST_F(ServerTest, PromptTokenOutsideTheVocabularyNamesThePrompt) {
+  const std::string r = exchange(post("/v1/completions", R"({"prompt": [1, 999999], "max_tokens": 1})"));
+  EXPECT_TRUE(r.starts_with("HTTP/1.1 400")) << r;
+  EXPECT_NE(r.find("'prompt' token 999999 (at index 1) is outside the vocabulary"), std::string::npos) << r;
+  EXPECT_NE(r.find(R"("param":"prompt")"), std::string::npos) << r;
+}
+
 // The fixture's template (ChatML) renders neither tools nor tool calls: a request with them is
 // refused rather than answered as if they were not there; tool_choice "none" leaves tools out.
 TEST_F(ServerTest, ToolsATemplateCannotRenderAreRefused) {
