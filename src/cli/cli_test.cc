@@ -14,6 +14,8 @@
 
 #include "common/test_paths.h"
 #include "common/utf8.h"
+#include "gguf/gguf_reader.h"
+#include "gguf/gguf_writer.h"
 #include "kernels/kernel_path.h"
 
 namespace sluice {
@@ -324,6 +326,110 @@ TEST(Cli, ModelMakeReplacesOnlyRegularFiles) {
   std::filesystem::remove(link);
   std::filesystem::remove(target);
   std::filesystem::remove_all(dir);
+}
+
+// An output that is the input however spelt (absolute, through a link) is refused, the input
+// kept: quantize's model, make's --vocab.
+TEST(Cli, OutputThatIsTheInputIsRefused) {
+  if (!have_shared()) GTEST_SKIP() << "no shared models";
+  const std::string dir = ::testing::TempDir() + "/cli_same";
+  std::filesystem::create_directories(dir);
+  const std::string in = dir + "/in.gguf", link = dir + "/link.gguf";
+  std::filesystem::copy_file(kShared + "/models/stories260K.gguf", in, std::filesystem::copy_options::overwrite_existing);
+  const auto size = std::filesystem::file_size(in);
+  std::filesystem::remove(link);
+  std::filesystem::create_symlink(in, link);
+  for (const std::string& out : {dir + "/./in.gguf", link}) {
+    Output q = run("model quantize " + in + " " + out + " --type q8_0", true);
+    EXPECT_EQ(q.exit_code, 2) << q.out;
+    EXPECT_NE(q.out.find("is the input file"), std::string::npos) << q.out;
+    Output m = run("model make --vocab " + link + " -o " + out, true);
+    EXPECT_EQ(m.exit_code, 2) << m.out;
+    EXPECT_NE(m.out.find("is the --vocab file"), std::string::npos) << m.out;
+  }
+  EXPECT_EQ(std::filesystem::file_size(in), size);
+  // An unreadable --vocab file is a bad file (1), not a bad command line.
+  Output missing = run("model make --vocab " + dir + "/nothing.gguf -o " + dir + "/x.gguf", true);
+  EXPECT_EQ(missing.exit_code, 1) << missing.out;
+  std::filesystem::remove_all(dir);
+}
+
+// What make writes is loaded back with its tokenizer: a --vocab whose tokenizer cannot load
+// fails the make, and the file is removed.
+TEST(Cli, ModelMakeChecksTheTokenizerItCopies) {
+  if (!have_shared()) GTEST_SKIP() << "no shared models";
+  auto src = gguf::File::open(kShared + "/models/stories260K.gguf");
+  ASSERT_TRUE(src) << src.error().message();
+  gguf::Writer w;
+  for (const auto& [key, value] : (*src)->metadata()) w.set(std::string(key), gguf::to_owned(value));
+  w.set_string("tokenizer.ggml.model", "bogus");
+  const std::string vocab = ::testing::TempDir() + "/cli_bogus_vocab.gguf", out = ::testing::TempDir() + "/cli_bogus.gguf";
+  ASSERT_TRUE(w.write_file(vocab));
+  Output m = run("model make --vocab " + vocab + " -o " + out, true);
+  EXPECT_EQ(m.exit_code, 1) << m.out;
+  EXPECT_NE(m.out.find("the made model's tokenizer does not load, removed it"), std::string::npos) << m.out;
+  EXPECT_FALSE(std::filesystem::exists(out));
+  std::filesystem::remove(vocab);
+}
+
+// Writes go to a file with no name until complete: nothing is left beside the output, a file
+// it replaces keeps its mode, and a missing directory is named as such.
+TEST(Cli, ModelMakeLeavesNoTemporaryFiles) {
+  const std::string dir = ::testing::TempDir() + "/cli_tmpfile";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string out = dir + "/m.gguf";
+  std::ofstream(out) << "old";
+  std::filesystem::permissions(out, std::filesystem::perms::owner_read | std::filesystem::perms::group_read);
+  Output o = run("model make --preset tiny -o " + out, true);
+  ASSERT_EQ(o.exit_code, 0) << o.out;
+  EXPECT_EQ(std::filesystem::status(out).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::group_read);
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++entries;
+  EXPECT_EQ(entries, 1);
+  Output missing = run("model make --preset tiny -o " + dir + "/no/such/m.gguf", true);
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.out.find("cannot write '" + dir + "/no/such/m.gguf': No such file or directory"), std::string::npos)
+      << missing.out;
+  std::filesystem::remove_all(dir);
+}
+
+// Every --seed is an integer in 0..2^64-1, in every command that takes one.
+TEST(Cli, SeedsOutOfRangeAreRefused) {
+  for (const std::string args : {"model make -o /tmp/never.gguf --seed -1", "model make -o /tmp/never.gguf --seed 1e30",
+                                  "bench --url http://127.0.0.1:1 --seed -2", "eval compare 1 --baseline x --seed -1"}) {
+    Output o = run(args, true);
+    EXPECT_EQ(o.exit_code, 2) << args << ": " << o.out;
+    EXPECT_NE(o.out.find("must be an integer in 0..18446744073709551615"), std::string::npos) << args << ": " << o.out;
+  }
+  EXPECT_FALSE(std::filesystem::exists("/tmp/never.gguf"));
+}
+
+// More prompts than the engine queues at once: submitted as room frees (--parallel is a cap);
+// a CRLF file reads as LF; a prompt the engine refuses is reported failed, the rest still run.
+TEST(Cli, GeneratePacesAPromptsFileToTheQueue) {
+  const std::string path = ::testing::TempDir() + "/many_prompts.txt";
+  {
+    std::ofstream f(path);
+    for (int i = 0; i < 40; ++i) f << "prompt " << i << "\r\n";
+  }
+  Output o = run("generate --prompts " + path + " -n 1 --json --max-queued-requests 4 --max-num-seqs 2", true);
+  ASSERT_EQ(o.exit_code, 0) << o.out;
+  EXPECT_NE(o.out.find("requests: 40 (0 failed)"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find(R"("prompt":"prompt 39")"), std::string::npos) << o.out;
+  EXPECT_EQ(o.out.find("\\r"), std::string::npos) << o.out;
+  {
+    std::ofstream f(path);
+    f << "short\n";
+    for (int i = 0; i < 3000; ++i) f << "word ";
+    f << "\nalso short\n";
+  }
+  Output one_bad = run("generate --prompts " + path + " -n 2 --ignore-eos", true);
+  EXPECT_EQ(one_bad.exit_code, 1) << one_bad.out;
+  EXPECT_NE(one_bad.out.find("requests: 3 (1 failed)"), std::string::npos) << one_bad.out;
+  EXPECT_NE(one_bad.out.find("--- [2] 2 tokens (length)"), std::string::npos) << one_bad.out;
+  std::filesystem::remove(path);
 }
 
 TEST(Cli, PiecesAreValidUtf8) {

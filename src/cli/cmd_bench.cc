@@ -181,7 +181,7 @@ CommandFn add_bench_command(CLI::App& app) {
       ->capture_default_str()->group(workload);
   cmd->add_option("--sessions", w.num_sessions, "chat: number of conversations")->capture_default_str()->group(workload);
   cmd->add_option("--turns", w.num_turns, "chat: turns per conversation")->capture_default_str()->group(workload);
-  cmd->add_option("--seed", w.seed, "Seed of prompts, lengths and arrival times: a seed gives the same requests")
+  cmd->add_option("--seed", w.seed, "Seed of prompts, lengths and arrival times: a seed gives the same requests")->check(seed_validator())
       ->capture_default_str()->group(workload);
 
   const char* load = "Load";

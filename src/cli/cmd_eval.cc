@@ -366,7 +366,7 @@ void add_gate_options(CLI::App* cmd, EvalOptions& o) {
                   "when the suite is too small to tell), flip (exit 1 when any item went from pass to fail), never")
       ->check(CLI::IsMember({"regression", "inconclusive", "flip", "never"}))->capture_default_str();
   cmd->add_option("--resamples", o.gate.resamples, "Bootstrap resamples")->check(CLI::Range(100, 1'000'000))->capture_default_str();
-  cmd->add_option("--seed", o.gate.seed, "Seed of the bootstrap (the same seed gives the same interval)")->capture_default_str();
+  cmd->add_option("--seed", o.gate.seed, "Seed of the bootstrap (the same seed gives the same interval)")->check(seed_validator())->capture_default_str();
   cmd->add_flag("--aa", o.aa, "A/A: the two runs are one configuration; report the noise floor and mark every changed item flaky");
 }
 

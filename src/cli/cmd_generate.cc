@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -161,7 +162,9 @@ int run_many(const GenerateOptions& o, Engine& engine, const Tokenizer& tok, con
              const std::vector<Request>& reqs, size_t parallel) {
   const bool tty = isatty(STDERR_FILENO);
   const double start = seconds_now();
-  std::deque<std::pair<size_t, RequestHandle>> in_flight;
+  // A request the engine refused (a prompt over the context) is reported in its place, as
+  // failed, and the others still run; no handle then.
+  std::deque<std::pair<size_t, std::optional<RequestHandle>>> in_flight;
   std::vector<StreamOutput> results(reqs.size());
   size_t next = 0, done = 0, failed = 0;
   int64_t out_tokens = 0;
@@ -181,12 +184,20 @@ int run_many(const GenerateOptions& o, Engine& engine, const Tokenizer& tok, con
   while (done < reqs.size()) {
     while (next < reqs.size() && in_flight.size() < parallel) {
       auto h = engine.submit(reqs[next]);
-      if (!h) return fail(fmt::format("request {}: {}", next, h.error().message()));
+      if (!h && h.error().code() == StatusCode::kOverloaded && !in_flight.empty()) {
+        break;  // the engine's queue is full: submit more as requests finish (--parallel is a cap)
+      }
+      if (!h) {
+        results[next].finish_reason = FinishReason::kError;
+        results[next].error = h.error().message();
+        in_flight.emplace_back(next++, std::nullopt);
+        continue;
+      }
       in_flight.emplace_back(next++, std::move(*h));
     }
     auto [i, h] = std::move(in_flight.front());
     in_flight.pop_front();
-    results[i] = h.wait();
+    if (h) results[i] = h->wait();
     ++done;
     const RequestMetrics& m = results[i].metrics;
     out_tokens += m.num_output_tokens;
@@ -279,13 +290,14 @@ int run(const GenerateOptions& o) {
 }  // namespace
 
 // Prompts of a --prompts file: one per line; a line starting with '"' is a JSON string (for
-// prompts with newlines). Empty lines are skipped.
+// prompts with newlines). Empty lines are skipped; CRLF line ends are taken as LF.
 Result<std::vector<std::string>> read_prompts(const std::string& path) {
   std::ifstream in(path);
   if (!in) return Error("cannot read prompts file '{}': {}", path, std::strerror(errno));
   std::vector<std::string> prompts;
   std::string line;
   for (int line_no = 1; std::getline(in, line); ++line_no) {
+    if (line.ends_with('\r')) line.pop_back();  // a file written on Windows
     if (line.empty()) continue;
     if (line[0] == '"') {
       auto j = nlohmann::json::parse(line, nullptr, false);

@@ -1,4 +1,5 @@
 // sluice model info | make | quantize: inspect a GGUF file; make a random-weight model; quantize one.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -6,6 +7,8 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "cli/commands.h"
 #include "model/config.h"
@@ -151,10 +154,36 @@ struct QuantizeOptions {
   bool no_progress = false;
 };
 
+// Whether two paths name one file (however spelt: relative, absolute, through a link).
+bool same_file(const std::string& a, const std::string& b) {
+  struct stat sa {}, sb {};
+  if (a == b) return true;
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+// What quantize and make write, sluice must load: the model and its tokenizer, through the
+// loader. On failure the file is removed and the message says why.
+std::optional<std::string> load_back(const std::string& path, const char* what) {
+  auto check = gguf::File::open(path);
+  if (!check) {
+    std::remove(path.c_str());
+    return fmt::format("wrote an unreadable file, removed it: {}", check.error().message());
+  }
+  if (auto tok = Tokenizer::from_gguf(**check); !tok) {
+    std::remove(path.c_str());
+    return fmt::format("the {} model's tokenizer does not load, removed it: {}", what, tok.error().message());
+  }
+  if (auto model = Model::load(std::move(*check)); !model) {
+    std::remove(path.c_str());
+    return fmt::format("the {} model does not load, removed it: {}", what, model.error().message());
+  }
+  return std::nullopt;
+}
+
 int run_quantize(const QuantizeOptions& o) {
   auto mix = find_quant_mix(o.type);
   if (!mix) return fail_usage(mix.error().message());
-  if (o.input == o.output) return fail_usage("the output must not be the input file");
+  if (same_file(o.input, o.output)) return fail_usage(fmt::format("the output '{}' is the input file", o.output));
   auto in = gguf::File::open(o.input);
   if (!in) return fail(in.error().message());
   ThreadPool pool(o.threads);
@@ -162,16 +191,7 @@ int run_quantize(const QuantizeOptions& o) {
   auto progress = tty ? terminal_progress("quantizing " + o.input) : std::function<void(uint64_t, uint64_t)>();
   auto report = quantize_model(**in, **mix, o.output, pool, progress);
   if (!report) return fail(report.error().message());
-  // What quantize writes, sluice must load: read the file back through the loader.
-  auto check = gguf::File::open(o.output);
-  if (!check) {
-    std::remove(o.output.c_str());
-    return fail("wrote an unreadable file, removed it: " + check.error().message());
-  }
-  if (auto model = Model::load(std::move(*check)); !model) {
-    std::remove(o.output.c_str());
-    return fail("the quantized model does not load, removed it: " + model.error().message());
-  }
+  if (auto why = load_back(o.output, "quantized")) return fail(*why);
   for (const std::string& f : report->fallbacks) std::fprintf(stderr, "fallback: %s\n", f.c_str());
   std::string types;
   for (const auto& [type, e] : report->by_type) {
@@ -206,18 +226,20 @@ int run_make(const MakeOptions& o) {
   if (o.tied) spec->tied_embeddings = *o.tied;
   if (o.seed) spec->seed = *o.seed;
   spec->vocab_file = o.vocab_file;
+  if (!o.vocab_file.empty()) {
+    if (same_file(o.vocab_file, o.output)) return fail_usage(fmt::format("the output '{}' is the --vocab file", o.output));
+    // An unreadable vocabulary file is a bad file (exit 1), not a bad command line.
+    if (auto v = gguf::File::open(o.vocab_file); !v) return fail(v.error().message());
+  }
   auto writer = make_model(*spec);
   if (!writer) return fail_usage(writer.error().message());  // the shape the flags asked for
   if (Status s = writer->write_file(o.output); !s) return fail(s.message());
-  // What make writes, sluice must load: read the file back through the loader.
   auto check = gguf::File::open(o.output);
   if (!check) return fail("wrote an unreadable file: " + check.error().message());
   const size_t num_tensors = (*check)->tensors().size();
   const uint64_t size = (*check)->file_size();
-  if (auto model = Model::load(std::move(*check)); !model) {
-    std::remove(o.output.c_str());
-    return fail("the made model does not load, removed it: " + model.error().message());
-  }
+  check->reset();
+  if (auto why = load_back(o.output, "made")) return fail(*why);
   std::fprintf(stderr, "wrote %s: %s %s, %zu tensors, %s\n", o.output.c_str(), std::string(arch_name(spec->arch)).c_str(),
                o.dtype.c_str(), num_tensors, human_bytes(size).c_str());
   return kExitOk;
@@ -254,7 +276,7 @@ CommandFn add_model_command(CLI::App& app) {
   make->add_option("--ctx", o->ctx, "Context length written to the file");
   make->add_option("--rope-theta", o->rope_theta, "RoPE base frequency");
   make->add_option("--tied", o->tied, "Tie output and embedding weights (true/false)");
-  make->add_option("--seed", o->seed, "Seed of the random weights and vocabulary");
+  make->add_option("--seed", o->seed, "Seed of the random weights and vocabulary")->check(seed_validator());
   make->add_option("--vocab", o->vocab_file, "Copy the tokenizer of this GGUF file instead of synthesizing one")
       ->excludes(vocab_size);
   make->add_option("-o,--output", o->output, "Output GGUF file")->required();

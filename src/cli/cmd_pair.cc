@@ -210,7 +210,7 @@ CommandFn add_pair_command(CLI::App& app) {
       ->delimiter(',')->capture_default_str()->check(CLI::Range(1, 1024));
   cmd->add_option("--confirm", o->confirm, "Confirm the best N candidates end to end (0: none)")
       ->capture_default_str()->check(CLI::Range(0, 64));
-  cmd->add_option("--seed", o->pair.seed, "Seed of the target's sampled outputs (temperature > 0)")->capture_default_str();
+  cmd->add_option("--seed", o->pair.seed, "Seed of the target's sampled outputs (temperature > 0)")->check(seed_validator())->capture_default_str();
   cmd->add_option("--json", o->json_file, "Write the whole report as JSON");
   cmd->add_option("--svg", o->svg_file, "Write a chart: acceptance by draft position, predicted speedup by batch size");
   cmd->add_option("-t,--threads", o->threads, "Compute threads; 0 = one per core")->capture_default_str();

@@ -37,6 +37,10 @@ int fail_usage(const std::string& message);
 // (memory) is kExitError.
 int fail_config(const Status& status);
 
+// For a --seed option: an integer in 0..2^64-1, written as one (CLI11 alone would wrap -1 and
+// saturate 1e30 without a word).
+CLI::Validator seed_validator();
+
 // Flushes stdout; an error (a full disk, a closed descriptor) is reported and gives kExitError.
 int finish_stdout();
 

@@ -1,4 +1,5 @@
 // sluice: one binary, one subcommand per job (see DESIGN.md).
+#include <charconv>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -22,6 +23,19 @@ int fail_usage(const std::string& message) {
 
 int fail_config(const Status& status) {
   return status.code() == StatusCode::kInvalid ? fail_usage(status.message()) : fail(status.message());
+}
+
+CLI::Validator seed_validator() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        uint64_t v = 0;
+        auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (ec != std::errc() || end != s.data() + s.size()) {
+          return "must be an integer in 0..18446744073709551615, got '" + s + "'";
+        }
+        return {};
+      },
+      "0..2^64-1");
 }
 
 int finish_stdout() {

@@ -1,6 +1,8 @@
 #include "gguf/gguf_writer.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -172,19 +174,51 @@ std::vector<uint8_t> Writer::to_bytes() const {
   return out;
 }
 
+namespace {
+
+// The directory a path is in ("." for a bare name).
+std::string directory_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+}  // namespace
+
 Status Writer::write_file(const std::string& path) const {
   // Only a new file or a regular file is replaced: never a device, a directory or a link.
   struct stat st {};
-  if (lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+  const bool replacing = lstat(path.c_str(), &st) == 0;
+  if (replacing && !S_ISREG(st.st_mode)) {
     return Status::error(fmt::format("cannot write '{}': it exists and is not a regular file", path));
   }
-  // Streams tensor data after the header, so a large model is not copied twice in memory.
-  std::string tmp = path + ".partial";
-  if (lstat(tmp.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    return Status::error(fmt::format("cannot write '{}': it exists and is not a regular file", tmp));
+  // The data goes to a file with no name in the target's directory (O_TMPFILE), named only
+  // once complete: a write cut short (a signal, a full disk) leaves nothing behind. Where the
+  // file system cannot (an old kernel, some network file systems), to a uniquely named
+  // temporary file, removed on failure.
+  const std::string dir = directory_of(path);
+  std::string tmp;
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+  const bool anonymous = fd >= 0;
+  if (!anonymous) {
+    if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) {
+      return Status::error(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
+    }
+    for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
+      tmp = fmt::format("{}.partial-{}-{}", path, ::getpid(), attempt);
+      fd = ::open(tmp.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0666);
+      if (fd < 0 && errno != EEXIST) break;
+    }
+    if (fd < 0) return Status::error(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
   }
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) return Status::error(fmt::format("cannot write '{}': {}", tmp, std::strerror(errno)));
+  if (replacing) ::fchmod(fd, st.st_mode & 07777);  // the file it replaces keeps its mode
+  FILE* f = ::fdopen(fd, "wb");
+  if (!f) {
+    ::close(fd);
+    if (!anonymous) ::unlink(tmp.c_str());
+    return Status::error(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
+  }
+  // Streams tensor data after the header, so a large model is not copied twice in memory.
   std::vector<uint8_t> header = header_bytes();
   bool ok = std::fwrite(header.data(), 1, header.size(), f) == header.size();
   static const uint8_t kZeros[256] = {};
@@ -195,10 +229,22 @@ Status Writer::write_file(const std::string& path) const {
     ok = ok && std::fwrite(kZeros, 1, pad, f) == pad;
   }
   ok = ok && std::fflush(f) == 0;
-  ok = std::fclose(f) == 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return Status::error(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
+  int err = ok ? 0 : errno;
+  if (ok && anonymous) {
+    // Named under a unique temporary name first (linkat cannot replace), then renamed over.
+    const std::string proc = fmt::format("/proc/self/fd/{}", ::fileno(f));
+    for (int attempt = 0; attempt < 100 && tmp.empty(); ++attempt) {
+      const std::string name = fmt::format("{}.partial-{}-{}", path, ::getpid(), attempt);
+      if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) tmp = name;
+      else if (errno != EEXIST) break;
+    }
+    if (tmp.empty()) ok = false, err = errno;
+  }
+  if (std::fclose(f) != 0 && ok) ok = false, err = errno;
+  if (ok && std::rename(tmp.c_str(), path.c_str()) != 0) ok = false, err = errno;
+  if (!ok) {
+    if (!tmp.empty()) ::unlink(tmp.c_str());
+    return Status::error(fmt::format("cannot write '{}': {}", path, std::strerror(err)));
   }
   return Status::ok();
 }

@@ -22,7 +22,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/test_paths.h"
+#include "gguf/gguf_writer.h"
 #include "kernels/kernel_path.h"
 #include "model/model.h"
 #include "model/quantize_model.h"
@@ -338,6 +341,34 @@ TEST_P(SluiceQuantize, AsAccurateAsLlamaCppsFile) {
   ASSERT_TRUE(model) << model.error().message();
   expect_as_accurate_as_llama(**model, GetParam());
   std::remove(out.c_str());
+}
+
+// A weight that is inf or NaN is refused with the tensor, row and column, not written into a
+// model whose every logit would be NaN.
+TEST(SluiceQuantizeInput, NonFiniteWeightIsRefused) {
+  auto f32 = gguf::File::open(llama_file("F32"));
+  ASSERT_TRUE(f32) << f32.error().message();
+  const gguf::TensorInfo* t = (*f32)->find_tensor("blk.1.ffn_up.weight");
+  ASSERT_NE(t, nullptr);
+  ASSERT_EQ(t->type, gguf::TensorType::kF32);
+  std::ifstream in(llama_file("F32"), std::ios::binary);
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto mix = find_quant_mix("q4_0");
+  ASSERT_TRUE(mix);
+  ThreadPool pool(2);
+  for (const float bad : {std::numeric_limits<float>::infinity(), std::nanf("")}) {
+    std::vector<uint8_t> copy = bytes;
+    const uint64_t at = (*f32)->data_offset() + t->offset + (3 * t->dims[0] + 7) * sizeof(float);  // row 3, column 7
+    std::memcpy(copy.data() + at, &bad, sizeof bad);
+    auto damaged = gguf::File::from_buffer(std::move(copy), "damaged.gguf");
+    ASSERT_TRUE(damaged) << damaged.error().message();
+    gguf::Writer w;
+    auto report = quantize_into(**damaged, **mix, w, pool);
+    ASSERT_FALSE(report);
+    EXPECT_NE(report.error().message().find("tensor 'blk.1.ffn_up.weight' has a value that is not finite (row 3, column 7 is "),
+              std::string::npos)
+        << report.error().message();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Mixes, SluiceQuantize,

@@ -1,6 +1,9 @@
 #include "model/quantize_model.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <optional>
 
 #include "gguf/gguf_writer.h"
 #include "kernels/matmul.h"
@@ -133,6 +136,37 @@ Result<QuantizeReport> quantize_model(const gguf::File& in, const QuantMix& mix,
   return report;
 }
 
+namespace {
+
+// A float tensor's first value that is not finite, as "row R, column C is V"; none if all are.
+std::optional<std::string> first_non_finite(const gguf::TensorInfo& t, ThreadPool& pool) {
+  if (t.type != TensorType::kF32 && t.type != TensorType::kF16 && t.type != TensorType::kBF16) return std::nullopt;
+  const int64_t cols = static_cast<int64_t>(t.dims[0]), rows = static_cast<int64_t>(t.num_elements) / cols;
+  const kernels::WeightView src{t.data, t.type, rows, cols};
+  std::atomic<int64_t> first{rows};
+  pool.parallel_for(
+      rows,
+      [&](int64_t begin, int64_t end) {
+        std::vector<float> row(static_cast<size_t>(cols));
+        for (int64_t r = begin; r < end && r < first.load(); ++r) {
+          kernels::dequantize_row(src, r, row.data());
+          if (std::all_of(row.begin(), row.end(), [](float v) { return std::isfinite(v); })) continue;
+          int64_t seen = first.load();
+          while (r < seen && !first.compare_exchange_weak(seen, r)) {
+          }
+          return;
+        }
+      },
+      std::max<int64_t>(1, 4096 / std::max<int64_t>(1, cols / 64)));
+  if (first.load() == rows) return std::nullopt;
+  std::vector<float> row(static_cast<size_t>(cols));
+  kernels::dequantize_row(src, first.load(), row.data());
+  const auto at = std::find_if(row.begin(), row.end(), [](float v) { return !std::isfinite(v); });
+  return fmt::format("row {}, column {} is {}", first.load(), at - row.begin(), *at);
+}
+
+}  // namespace
+
 Result<QuantizeReport> quantize_into(const gguf::File& in, const QuantMix& mix, gguf::Writer& w, ThreadPool& pool,
                                      const std::function<void(uint64_t, uint64_t)>& progress) {
   auto walk = start_walk(in);
@@ -145,6 +179,13 @@ Result<QuantizeReport> quantize_into(const gguf::File& in, const QuantMix& mix, 
                    gguf::tensor_type_name(t.type));
     }
     total += t.num_elements;
+  }
+  // A weight that is inf or NaN makes every logit NaN: refused, as llama.cpp's quantizer does,
+  // rather than written into a model that answers nonsense.
+  for (const auto& t : in.tensors()) {
+    if (auto bad = first_non_finite(t, pool)) {
+      return Error("tensor '{}' has a value that is not finite ({}): the model is damaged", t.name, *bad);
+    }
   }
   for (const auto& [key, value] : in.metadata()) w.set(std::string(key), gguf::to_owned(value));
   w.set_u32("general.file_type", mix.file_type);
