@@ -5,6 +5,7 @@
 // suite, 3 infrastructure (an endpoint unreachable, answers missing, the store unwritable),
 // 4 inconclusive (with --fail-on inconclusive).
 #include <algorithm>
+#include <optional>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -188,6 +189,11 @@ int gate(eval::Store& store, const Loaded& base, const Loaded& cand, const EvalO
   if (int rc = finish_stdout(); rc != kExitOk) return rc;
   const std::string& f = o.gate.fail_on;
   if (f == "never") return kExitOk;
+  if (c.verdict == "nothing compared") {
+    return infra(fmt::format("no item is in both runs (baseline {} items, candidate {}): nothing was compared; is the "
+                             "baseline a run of this suite, and did it finish?",
+                             c.only_base, c.only_cand));
+  }
   if (f == "flip") {
     for (const eval::ItemDiff& d : c.items) {
       if (d.base_pass && !d.cand_pass) return kExitRegressed;
@@ -233,6 +239,13 @@ int run_eval_run(EvalOptions& o) {
   }
   auto store = eval::Store::open(o.db);
   if (!store) return infra(store.error().message());
+  // The baseline is looked up before anything is sent: a wrong name costs no requests.
+  std::optional<Loaded> base;
+  if (!o.baseline.empty()) {
+    auto b = load_run(**store, o.baseline);
+    if (!b) return fail_usage(b.error().message());
+    base = std::move(*b);
+  }
   auto plan = eval::plan_run(*suite, ro);
   if (!plan) {
     return plan.error().code() == StatusCode::kUnavailable ? infra(plan.error().message()) : fail_usage(plan.error().message());
@@ -272,9 +285,7 @@ int run_eval_run(EvalOptions& o) {
     if (Status s = (*store)->set_baseline(o.save_baseline, outcome->run_id); !s) return infra(s.message());
     text_out << fmt::format("  baseline '{}' is now run {}\n", o.save_baseline, outcome->run_id);
   }
-  if (o.baseline.empty()) return finish_stdout();
-  auto base = load_run(**store, o.baseline);
-  if (!base) return fail_usage(base.error().message());
+  if (!base) return finish_stdout();
   return gate(**store, *base, Loaded{**run, *rows}, o);
 }
 
@@ -335,9 +346,11 @@ int run_eval_history(EvalOptions& o) {
       for (const auto& p : r.options["providers"]) model += (model.empty() ? "" : ",") + p.value("model", std::string());
     }
     const eval::Json& s = r.summary;
+    // The items' pass rate (with repeats, what compare counts), else the samples'.
+    const char* rate = s.is_object() && s.contains("item_pass_rate") ? "item_pass_rate" : "pass_rate";
     std::cout << fmt::format("{:>5}  {:<20}  {:<8}  {:<32}  {:<24}  {:>9}  {:>7}\n", r.id, r.started, r.status,
                              r.fingerprint, model.substr(0, 24),
-                             s.is_object() && s.contains("pass_rate") ? fmt::format("{:.1f}%", 100 * s["pass_rate"].get<double>()) : "-",
+                             s.is_object() && s.contains(rate) ? fmt::format("{:.1f}%", 100 * s[rate].get<double>()) : "-",
                              s.is_object() && s.contains("score") ? fmt::format("{:.3f}", s["score"].get<double>()) : "-");
   }
   return finish_stdout();

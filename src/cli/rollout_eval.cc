@@ -53,7 +53,7 @@ router::EvalGate make_rollout_eval_gate(std::string store_path) {
     co.max_drop = max_drop;
     const eval::Comparison c = eval::compare_runs(base.first, base.second, cand.first, cand.second, co);
     router::EvalVerdict v;
-    v.passed = c.verdict != "regressed";
+    v.passed = c.verdict != "regressed" && c.verdict != "nothing compared";  // no evidence is no pass
     std::string said;
     nlohmann::json metrics = nlohmann::json::array();
     for (const eval::MetricResult& m : c.metrics) {

@@ -328,6 +328,15 @@ Result<Grade> grade(const TestCase& test, const Reply& reply, const Json& vars, 
   }
   g.score = weights > 0 ? weighted / weights : 1.0;
   g.pass = test.threshold ? g.score >= *test.threshold : all_pass;
+  if (test.threshold && !g.pass) {
+    g.results.push_back({.type = "threshold", .pass = false, .score = g.score, .weight = 0,
+                         .reason = fmt::format("score {:.3f} < threshold {:g}", g.score, *test.threshold)});
+  }
+  // Checks that could not run: the test fails, saying which.
+  for (const std::string& why : test.not_run) {
+    g.pass = false;
+    g.results.push_back({.type = "not-run", .pass = false, .score = 0, .weight = 0, .reason = why});
+  }
   return g;
 }
 

@@ -144,6 +144,21 @@ TEST(Assertions, WeightsThresholdsAndNegatedScores) {
   EXPECT_FALSE(g->pass);  // without a threshold every weighted assertion must pass
   t.threshold = 0.7;
   EXPECT_TRUE(grade(t, answer("abc"), Json::object(), std::nullopt, nullptr)->pass);
+  // Under its threshold, a test says by how much.
+  t.threshold = 0.8;
+  auto under = grade(t, answer("abc"), Json::object(), std::nullopt, nullptr);
+  ASSERT_TRUE(under);
+  EXPECT_FALSE(under->pass);
+  EXPECT_EQ(under->results.back().reason, "score 0.750 < threshold 0.8");
+  // A test with a check that could not run fails, whatever the checks that ran say.
+  t.threshold.reset();
+  t.asserts.resize(1);
+  t.not_run = {"test 1, assertion 2: assertion type 'frobnicate' is not implemented (the test fails)"};
+  auto incomplete = grade(t, answer("abc"), Json::object(), std::nullopt, nullptr);
+  ASSERT_TRUE(incomplete);
+  EXPECT_FALSE(incomplete->pass);
+  EXPECT_EQ(incomplete->results.back().type, "not-run");
+  EXPECT_EQ(incomplete->results.back().reason, t.not_run[0]);
   Assertion lev{.type = "levenshtein", .negate = true, .value = "abcd"};
   auto r = check_assertion(lev, answer("abc"), Json::object(), std::nullopt, nullptr);
   EXPECT_DOUBLE_EQ(r->score, 0.25);  // 1 - (1 - 1/4)

@@ -182,6 +182,9 @@ Comparison compare_runs(int64_t base_run, const std::vector<ResultRow>& base_row
     any_inconclusive |= m.verdict == "inconclusive";
   }
   c.verdict = any_regressed ? "regressed" : any_improved ? "improved" : any_inconclusive ? "inconclusive" : "no change";
+  // No item in both runs (another suite, a run that stopped before any answer): nothing was
+  // compared, which is no evidence of "no change".
+  if (c.items.empty()) c.verdict = "nothing compared";
   // Pass -> fail first, then fail -> pass, then the rest (in key order).
   auto rank = [](const ItemDiff& d) { return d.base_pass && !d.cand_pass ? 0 : !d.base_pass && d.cand_pass ? 1 : 2; };
   std::stable_sort(c.items.begin(), c.items.end(), [&](const ItemDiff& x, const ItemDiff& y) { return rank(x) < rank(y); });

@@ -66,7 +66,9 @@ struct Comparison {
   int64_t only_base = 0, only_cand = 0;
   int64_t num_flaky = 0;
   double noise_floor = 0;       // A/A: the largest |diff| over metrics
-  std::string verdict;          // regressed if any metric regressed; else improved; else inconclusive; else no change
+  // regressed if any metric regressed; else improved; else inconclusive; else no change;
+  // "nothing compared" when no item is in both runs.
+  std::string verdict;
   bool aa = false;
 };
 

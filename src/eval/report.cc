@@ -63,7 +63,11 @@ std::string run_text(const RunRow& run, const std::vector<ResultRow>& rows, cons
   if (s.is_object()) {
     out += fmt::format("  {} items, {} samples: {} passed, {} failed, {} without an answer\n", s.value("items", 0),
                        s.value("samples", 0), s.value("passed", 0), s.value("failed", 0), s.value("errors", 0));
-    if (s.contains("pass_rate")) {
+    if (s.contains("item_pass_rate")) {
+      // With repeats: items (what compare's "pass rate" counts) and samples apart.
+      out += fmt::format("  pass rate {} of items (passFraction of their samples), {} of samples   score {:.3f}\n",
+                         pct(s["item_pass_rate"]), pct(s["pass_rate"]), s.value("score", 0.0));
+    } else if (s.contains("pass_rate")) {
       out += fmt::format("  pass rate {}   score {:.3f}\n", pct(s["pass_rate"]), s.value("score", 0.0));
     }
     for (const auto& [key, v] : s.items()) {

@@ -228,6 +228,7 @@ Result<RunOutcome> execute_run(const Plan& plan, Store& store, const RunOptions&
   Tally tests;
   std::map<std::string, bool> item_seen;
   std::map<std::string, std::pair<int64_t, int64_t>> test_samples;  // test item -> (samples, passed)
+  std::map<std::string, double> item_pass_fraction;                 // test item -> its passFraction
   for (size_t i = 0; i < plan.tasks.size();) {
     const Task& t = plan.tasks[i];
     // A multiple-choice sample spans one task per choice.
@@ -289,6 +290,7 @@ Result<RunOutcome> execute_run(const Plan& plan, Store& store, const RunOptions&
       ++tests.n, tests.passed += row.pass, tests.score += row.score;
       auto& [ns, np] = test_samples[t.item_key];
       ++ns, np += row.pass;
+      item_pass_fraction[t.item_key] = test.pass_fraction;
     } else {
       const LikelihoodTask& lt = suite.likelihood[t.task];
       const LikelihoodItem& item = lt.items[t.item];
@@ -351,6 +353,13 @@ Result<RunOutcome> execute_run(const Plan& plan, Store& store, const RunOptions&
       hat_k += pass_hat_k(np.first, np.second, std::min(k, np.first));
     }
     const auto n = static_cast<double>(test_samples.size());
+    // The items' pass rate, as compare counts it: an item passes when its samples' pass
+    // fraction reaches the test's passFraction.
+    double items_passed = 0;
+    for (const auto& [key, np] : test_samples) {
+      items_passed += static_cast<double>(np.second) >= item_pass_fraction[key] * static_cast<double>(np.first);
+    }
+    summary["item_pass_rate"] = items_passed / n;
     summary["pass@1"] = at1 / n;
     summary[fmt::format("pass@{}", k)] = at_k / n;
     summary[fmt::format("pass^{}", k)] = hat_k / n;

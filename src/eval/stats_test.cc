@@ -126,6 +126,17 @@ TEST(Compare, IdenticalRunsAreNoChangeAndSmallDifferencesInconclusive) {
   EXPECT_NEAR(n.noise_floor, 0.05, 1e-12);
 }
 
+// Runs with no item in common (another suite; a baseline that stopped before any answer):
+// nothing was compared, which is not "no change".
+TEST(Compare, RunsWithNoItemInCommonCompareNothing) {
+  std::vector<ResultRow> base = {row("a", true, 1)}, cand = {row("b", true, 1), row("c", false, 0)}, empty;
+  const Comparison c = compare_runs(1, base, 2, cand, {});
+  EXPECT_EQ(c.verdict, "nothing compared");
+  EXPECT_EQ(c.only_base, 1);
+  EXPECT_EQ(c.only_cand, 2);
+  EXPECT_EQ(compare_runs(1, empty, 2, cand, {}).verdict, "nothing compared");
+}
+
 TEST(Compare, ScoresUseTheBootstrapAndSamplesFoldByPassFraction) {
   std::vector<ResultRow> base, cand;
   for (int i = 0; i < 30; ++i) {

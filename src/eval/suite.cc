@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "eval/dataset.h"
+#include "eval/json_schema.h"
 #include "eval/render.h"
 
 namespace sluice::eval {
@@ -133,6 +134,13 @@ struct Reader {
       if (!spec["threshold"].is_number()) return Error(StatusCode::kInvalid, "{}: 'threshold' must be a number", where);
       a.threshold = spec["threshold"].get<double>();
     }
+    // A pattern with no template in it is compiled now: a bad one is the suite's error, found
+    // before any request is sent.
+    if (a.type == "regex" && a.value.is_string() && a.value.get<std::string>().find("{{") == std::string::npos) {
+      if (auto ok = regex_search(a.value.get<std::string>(), ""); !ok) {
+        return Error(StatusCode::kInvalid, "{}: {}", where, ok.error().message());
+      }
+    }
     if (spec.contains("metric") && spec["metric"].is_string()) a.metric = spec["metric"];
     if (spec.contains("provider") && !spec["provider"].is_null()) {
       SLUICE_ASSIGN_OR_RETURN(Provider judge, parse_provider(spec["provider"]));
@@ -156,8 +164,8 @@ struct Reader {
       auto a = assertion(list[i], w);
       if (!a) return a.error();
       if (!is_known_assertion(a->type)) {
-        suite.not_run.push_back(fmt::format("{}: assertion type '{}{}' is not implemented", w, a->negate ? "not-" : "",
-                                            a->type));
+        suite.not_run.push_back(fmt::format("{}: assertion type '{}{}' is not implemented (the test fails)", w,
+                                            a->negate ? "not-" : "", a->type));
         continue;
       }
       out.push_back(std::move(*a));
@@ -165,9 +173,21 @@ struct Reader {
     return Status::ok();
   }
 
+  // A test's threshold (or defaultTest's): a score in [0, 1].
+  Status threshold(const Json& spec, const std::string& where, TestCase& t) {
+    if (!spec.contains("threshold") || spec["threshold"].is_null()) return Status::ok();
+    const Json& v = spec["threshold"];
+    if (!v.is_number() || v.get<double>() < 0 || v.get<double>() > 1) {
+      return invalid(where + ": 'threshold' must be a number in [0, 1] (the weighted mean score a pass needs)");
+    }
+    t.threshold = v.get<double>();
+    return Status::ok();
+  }
+
   Status test(const Json& spec, const TestCase& defaults, const std::string& where) {
     if (!spec.is_object()) return invalid(where + ": a test must be a mapping");
     TestCase t = defaults;
+    const size_t not_run_before = suite.not_run.size();
     if (spec.contains("description") && spec["description"].is_string()) t.description = spec["description"];
     if (t.description.empty()) t.description = where;
     if (spec.contains("vars") && !spec["vars"].is_null()) {
@@ -175,7 +195,7 @@ struct Reader {
       for (auto it = spec["vars"].begin(); it != spec["vars"].end(); ++it) t.vars[it.key()] = it.value();
     }
     if (spec.contains("assert")) RETURN_IF_FAILED(assertions(spec["assert"], where, t.asserts));
-    if (spec.contains("threshold") && spec["threshold"].is_number()) t.threshold = spec["threshold"].get<double>();
+    RETURN_IF_FAILED(threshold(spec, where, t));
     if (spec.contains("passFraction")) {
       if (!spec["passFraction"].is_number() || spec["passFraction"] < 0 || spec["passFraction"] > 1) {
         return invalid(where + ": 'passFraction' must be in [0, 1]");
@@ -197,12 +217,15 @@ struct Reader {
       RETURN_IF_FAILED(assertions(Json::array({a}), where, t.asserts));
     }
     for (auto it = spec.begin(); it != spec.end(); ++it) {
-      static constexpr std::string_view kKeys[] = {"description", "vars", "assert", "threshold", "passFraction"};
+      // metadata: labels for people, no effect on the result.
+      static constexpr std::string_view kKeys[] = {"description", "vars", "assert", "threshold", "passFraction",
+                                                   "metadata"};
       if (std::find(std::begin(kKeys), std::end(kKeys), it.key()) == std::end(kKeys)) {
-        suite.not_run.push_back(fmt::format("{}: test field '{}' is not supported (the test runs without it)", where,
-                                            it.key()));
+        suite.not_run.push_back(fmt::format("{}: test field '{}' is not supported (the test fails)", where, it.key()));
       }
     }
+    t.not_run.insert(t.not_run.end(), suite.not_run.begin() + static_cast<std::ptrdiff_t>(not_run_before),
+                     suite.not_run.end());
     suite.tests.push_back(std::move(t));
     return Status::ok();
   }
@@ -387,8 +410,10 @@ Result<Suite> parse_suite(const Json& doc, const std::string& dir) {
     const Json& d = doc["defaultTest"];
     if (!d.is_object()) return Error(StatusCode::kInvalid, "'defaultTest' must be a mapping");
     if (d.contains("vars") && d["vars"].is_object()) defaults.vars = d["vars"];
+    const size_t not_run_before = r.suite.not_run.size();
     if (d.contains("assert")) SLUICE_RETURN_IF_ERROR(r.assertions(d["assert"], "defaultTest", defaults.asserts));
-    if (d.contains("threshold") && d["threshold"].is_number()) defaults.threshold = d["threshold"].get<double>();
+    defaults.not_run.assign(r.suite.not_run.begin() + static_cast<std::ptrdiff_t>(not_run_before), r.suite.not_run.end());
+    SLUICE_RETURN_IF_ERROR(r.threshold(d, "defaultTest", defaults));
     if (d.contains("passFraction") && d["passFraction"].is_number()) defaults.pass_fraction = d["passFraction"];
     if (d.contains("options") && d["options"].is_object() && d["options"].contains("provider") && !r.suite.judge) {
       SLUICE_ASSIGN_OR_RETURN(Provider judge, parse_provider(d["options"]["provider"]));
@@ -397,25 +422,31 @@ Result<Suite> parse_suite(const Json& doc, const std::string& dir) {
   }
   if (doc.contains("tests")) {
     std::vector<Json> tests;
+    std::vector<bool> from_file;  // rows of a file:// source, which may be flat (CSV)
     const Json& t = doc["tests"];
     if (t.is_string() && t.get<std::string>().starts_with("file://")) {
       SLUICE_ASSIGN_OR_RETURN(tests, r.rows(t.get<std::string>().substr(7)));
+      from_file.assign(tests.size(), true);
     } else if (t.is_array()) {
       for (const Json& e : t) {
         if (e.is_string() && e.get<std::string>().starts_with("file://")) {
           SLUICE_ASSIGN_OR_RETURN(std::vector<Json> more, r.rows(e.get<std::string>().substr(7)));
           tests.insert(tests.end(), more.begin(), more.end());
+          from_file.resize(tests.size(), true);
         } else {
           tests.push_back(e);
+          from_file.push_back(false);
         }
       }
     } else {
       return Error(StatusCode::kInvalid, "'tests' must be a list or \"file://PATH\"");
     }
     for (size_t i = 0; i < tests.size(); ++i) {
-      // A CSV row is flat: its columns are the vars.
+      // A CSV row is flat: its columns are the vars. (A test written in the suite is not: a
+      // misspelt key there is reported, not taken for a var.)
       Json spec = tests[i];
-      if (spec.is_object() && !spec.contains("vars") && !spec.contains("assert") && !spec.contains("description")) {
+      if (from_file[i] && spec.is_object() && !spec.contains("vars") && !spec.contains("assert") &&
+          !spec.contains("description")) {
         spec = Json{{"vars", spec}};
       }
       SLUICE_RETURN_IF_ERROR(r.test(spec, defaults, fmt::format("test {}", i + 1)));

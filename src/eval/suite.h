@@ -80,6 +80,9 @@ struct TestCase {
   std::vector<Assertion> asserts;
   std::optional<double> threshold;   // on the weighted mean score
   double pass_fraction = 1.0;        // with repeats: the share of samples that must pass
+  // What of this test could not run (an assertion type not implemented, a field not
+  // supported): the test then fails with these reasons, never passes on the checks that ran.
+  std::vector<std::string> not_run;
 };
 
 struct LikelihoodItem {

@@ -193,6 +193,27 @@ TEST(Suite, BrokenSuitesAreClearErrors) {
   check("prompts: [x]\ntests: [{assert: [{type: equals, value: 1, transform: x}]}]\n", "'transform' is not supported");
   check("likelihood: [{name: x, type: multiple-choice, items: [{context: a, choices: [b, c], gold: 2}]}]\n",
         "'gold' must be the index");
+  check("prompts: [x]\ntests: [{threshold: 5, assert: [{type: equals, value: 1}]}]\n", "'threshold' must be a number in [0, 1]");
+  check("prompts: [x]\ndefaultTest: {threshold: -1}\ntests: [{vars: {a: 1}}]\n", "defaultTest: 'threshold' must be");
+  check("prompts: [x]\ntests: [{assert: [{type: regex, value: \"([unclosed\"}]}]\n", "test 1, assertion 1: regex /([unclosed/");
+}
+
+// What a test cannot run stays with the test (it fails), besides the suite's list.
+TEST(Suite, ATestsChecksThatCannotRunGoWithIt) {
+  auto doc = parse_yaml("prompts: [x]\ntests:\n  - {assert: [{type: contains, value: a}, {type: frobnicate, value: 1}]}\n"
+                        "  - {asert: [{type: contains, value: a}]}\n  - {metadata: {owner: me}, assert: [{type: contains, value: a}]}\n"
+                        "  - {assert: [{type: regex, value: \"{{pattern}}\"}], vars: {pattern: a}}\n");
+  ASSERT_TRUE(doc);
+  auto s = parse_suite(*doc, "");
+  ASSERT_TRUE(s) << s.error().message();
+  ASSERT_EQ(s->tests.size(), 4u);
+  ASSERT_EQ(s->tests[0].not_run.size(), 1u);
+  EXPECT_NE(s->tests[0].not_run[0].find("'frobnicate' is not implemented"), std::string::npos);
+  ASSERT_EQ(s->tests[1].not_run.size(), 1u);
+  EXPECT_NE(s->tests[1].not_run[0].find("test field 'asert' is not supported"), std::string::npos);
+  EXPECT_TRUE(s->tests[2].not_run.empty());  // metadata changes no result
+  EXPECT_TRUE(s->tests[3].not_run.empty());  // a templated pattern is compiled when rendered
+  EXPECT_EQ(s->not_run.size(), 2u);
 }
 
 }  // namespace

@@ -192,11 +192,39 @@ class EvalTest(unittest.TestCase):
         rc, out = self.eval("run", os.path.join(ROOT, "evals", "api", "suite.yaml"))
         self.assertEqual(rc, 0, out)
         self.assertIn("pass rate 100.0%", out)
-        rc, out = self.eval("run", os.path.join(ROOT, "evals", "templates", "promptfooconfig.yaml"))
+        template = os.path.join(ROOT, "evals", "templates", "promptfooconfig.yaml")
+        rc, out = self.eval("run", template, "--strict")
+        self.assertEqual(rc, 0, out)
+        self.assertNotIn("not run", out)
+        # The template's javascript assertion put back: listed, and its tests fail (a pass rate
+        # never counts checks that did not run); --strict refuses the suite.
+        with open(template) as f:
+            text = f.read().replace("    # - type: javascript\n    #   value:", "    - type: javascript\n      value:")
+        self.assertIn("- type: javascript\n", text)
+        js = os.path.join(self.dir, "promptfooconfig.yaml")
+        with open(js, "w") as f:
+            f.write(text)
+        rc, out = self.eval("run", js)
         self.assertEqual(rc, 0, out)
         self.assertIn("not run: defaultTest, assertion 1: assertion type 'javascript' is not implemented", out)
-        rc, out = self.eval("run", os.path.join(ROOT, "evals", "templates", "promptfooconfig.yaml"), "--strict")
+        self.assertIn("pass rate 0.0%", out)
+        self.assertIn("not-run: defaultTest, assertion 1", out)
+        rc, out = self.eval("run", js, "--strict")
         self.assertEqual(rc, 2, out)
+
+    def test_a_wrong_baseline_costs_no_request_and_disjoint_runs_compare_nothing(self):
+        api = os.path.join(ROOT, "evals", "api", "suite.yaml")
+        rc, out = self.eval("run", api, "--baseline", "nosuch")
+        self.assertEqual(rc, 2, out)
+        self.assertIn("'nosuch' is neither a baseline name", out)
+        rc, out = self.eval("history", api)
+        self.assertNotIn("running", out)
+        self.assertNotIn("done", out)
+        rc, out = self.eval("run", api, "--save-baseline", "api")
+        self.assertEqual(rc, 0, out)
+        rc, out = self.eval("run", os.path.join(ROOT, "evals", "templates", "promptfooconfig.yaml"), "--baseline", "api")
+        self.assertEqual(rc, 3, out)
+        self.assertIn("no item is in both runs", out)
 
     def test_the_json_suite_passes_on_the_demo_model(self):
         server, url = serve_demo()
