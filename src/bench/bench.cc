@@ -1,12 +1,14 @@
 #include "bench/bench.h"
 
 #include <algorithm>
+#include <csignal>
 #include <limits>
 #include <unordered_set>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -64,6 +66,7 @@ struct PhaseLimits {
   uint64_t arrival_seed = 0;
   int64_t num_total = -1;  // for progress
   bool warmup = false;
+  bool stop_on_signal = false;
 };
 
 // One phase of a run (warmup or measured): starts its senders on the io_context; the caller runs
@@ -74,7 +77,7 @@ class Phase {
   Phase(net::io_context& io, ConnectionPool& pool, const ApiSettings& api, Workload& workload, PhaseLimits limits,
         const ProgressFn& progress)
       : io_(io), pool_(pool), api_(api), workload_(workload), limits_(limits), progress_(progress), wake_(io),
-        ticker_(io), watchdog_(io) {
+        ticker_(io), watchdog_(io), arrival_(io), signals_(io) {
     // The wake timer never expires: waiters are woken by cancel(), which leaves the expiry
     // alone (changing it would cancel the other waiters too).
     wake_.expires_at(Clock::time_point::max());
@@ -92,7 +95,16 @@ class Phase {
     }
     if (progress_) net::co_spawn(io_, tick(), rethrow);
     if (limits_.duration_s > 0) net::co_spawn(io_, cancel_after_drain_timeout(), rethrow);
+    if (limits_.stop_on_signal) {
+      signals_.add(SIGINT);
+      signals_.add(SIGTERM);
+      signals_.async_wait([this](const boost::system::error_code& ec, int) {
+        if (!ec) interrupt();
+      });
+    }
   }
+
+  bool interrupted() const { return interrupted_; }
 
   std::vector<RequestRecord> take_records() {
     std::sort(records_.begin(), records_.end(),
@@ -115,8 +127,26 @@ class Phase {
 
  private:
   bool may_send(Clock::time_point now) const {
-    return (limits_.num_requests == 0 || num_sent_ < limits_.num_requests) && (!deadline_ || now < *deadline_) &&
-           !workload_.exhausted();
+    return !interrupted_ && (limits_.num_requests == 0 || num_sent_ < limits_.num_requests) &&
+           (!deadline_ || now < *deadline_) && !workload_.exhausted();
+  }
+
+  // A signal: nothing more is sent, and what is in flight is cancelled. The signals go back to
+  // their default, so a second one ends the process.
+  void interrupt() {
+    interrupted_ = true;
+    boost::system::error_code ignored;
+    signals_.clear(ignored);
+    cancel_in_flight();
+    arrival_.cancel();
+    wake_.cancel();
+    finish_if_done();
+  }
+
+  void cancel_in_flight() {
+    // Copied first: each cancelled request leaves busy_ when it resumes, later on.
+    const std::vector<http::HttpConnection*> busy(busy_.begin(), busy_.end());
+    for (http::HttpConnection* c : busy) c->cancel();
   }
 
   net::awaitable<void> wait_for_change() { co_await wake_.async_wait(kTuple); }
@@ -147,11 +177,10 @@ class Phase {
 
   net::awaitable<void> open_loop() {
     PoissonArrivals arrivals(limits_.rate, limits_.arrival_seed);
-    net::steady_timer timer(io_);
     double next_at_s = 0;
     while (may_send(Clock::now()) && (limits_.duration_s == 0 || next_at_s < limits_.duration_s)) {
-      timer.expires_at(start_ + from_seconds(next_at_s));
-      co_await timer.async_wait(kTuple);
+      arrival_.expires_at(start_ + from_seconds(next_at_s));
+      co_await arrival_.async_wait(kTuple);
       while (limits_.max_concurrency > 0 && num_in_flight_ >= limits_.max_concurrency && may_send(Clock::now())) {
         co_await wait_for_change();
       }
@@ -199,9 +228,7 @@ class Phase {
     watchdog_.expires_at(*deadline_ + from_seconds(limits_.drain_timeout_s));
     auto [ec] = co_await watchdog_.async_wait(kTuple);
     if (ec) co_return;  // the phase ended in time
-    // Copied first: each cancelled request leaves busy_ when it resumes, later on.
-    const std::vector<http::HttpConnection*> busy(busy_.begin(), busy_.end());
-    for (http::HttpConnection* c : busy) c->cancel();
+    cancel_in_flight();
   }
 
   void finish_if_done() {
@@ -211,6 +238,8 @@ class Phase {
     ticker_.cancel();
     watchdog_.cancel();
     wake_.cancel();
+    boost::system::error_code ignored;
+    signals_.cancel(ignored);  // the registration stays until the phase goes: a signal meanwhile waits
   }
 
   net::io_context& io_;
@@ -222,6 +251,9 @@ class Phase {
   net::steady_timer wake_;      // cancelled when a request ends: a slot or a chat turn may be free
   net::steady_timer ticker_;    // progress
   net::steady_timer watchdog_;  // the drain timeout
+  net::steady_timer arrival_;   // open loop: the next arrival
+  net::signal_set signals_;     // stop_on_signal: SIGINT, SIGTERM
+  bool interrupted_ = false;
   Clock::time_point start_, end_;
   std::optional<Clock::time_point> deadline_;
   int32_t num_senders_ = 0;  // sending coroutines still running
@@ -248,17 +280,21 @@ Result<std::string> first_model(const http::Url& api_url, const ApiSettings& api
   return listed->id;
 }
 
+struct PhaseResult {
+  std::vector<RequestRecord> records;
+  double duration_s = 0;
+  bool interrupted = false;
+};
+
 // Runs one phase to its end on `io`.
-std::pair<std::vector<RequestRecord>, double> run_phase(net::io_context& io, ConnectionPool& pool,
-                                                        const ApiSettings& api, Workload& workload,
-                                                        const PhaseLimits& limits, const ProgressFn& progress) {
+PhaseResult run_phase(net::io_context& io, ConnectionPool& pool, const ApiSettings& api, Workload& workload,
+                      const PhaseLimits& limits, const ProgressFn& progress) {
   Phase phase(io, pool, api, workload, limits, progress);
   phase.start();
   io.restart();
   io.run();
   if (progress) progress(phase.progress());
-  double duration = phase.duration_s();
-  return {phase.take_records(), duration};
+  return {phase.take_records(), phase.duration_s(), phase.interrupted()};
 }
 
 }  // namespace
@@ -313,6 +349,7 @@ Result<BenchReport> run(const BenchConfig& config, const ProgressFn& progress) {
   limits.rate = config.rate;
   limits.max_concurrency = config.max_concurrency;
   limits.arrival_seed = config.workload.seed ^ 0xa5a5a5a5a5a5a5a5ull;  // apart from the workload's draws
+  limits.stop_on_signal = config.stop_on_signal;
   if (limits.num_requests == 0 && limits.duration_s == 0) limits.num_requests = workload->size().value_or(0);
   limits.num_total = limits.num_requests > 0 ? limits.num_requests : -1;
   if (workload->size() && limits.num_requests > *workload->size()) limits.num_total = *workload->size();
@@ -333,11 +370,15 @@ Result<BenchReport> run(const BenchConfig& config, const ProgressFn& progress) {
       w.concurrency = std::min<int32_t>(config.warmup, config.rate > 0 ? std::max(1, config.max_concurrency)
                                                                          : config.concurrency);
       w.warmup = true;
-      run_phase(io, pool, api, *warm_workload, w, progress);
+      w.stop_on_signal = config.stop_on_signal;
+      report.interrupted = run_phase(io, pool, api, *warm_workload, w, progress).interrupted;
     }
-    auto [records, duration] = run_phase(io, pool, api, *workload, limits, progress);
-    report.records = std::move(records);
-    report.summary = summarize(report.records, duration);
+    if (!report.interrupted) {
+      PhaseResult measured = run_phase(io, pool, api, *workload, limits, progress);
+      report.records = std::move(measured.records);
+      report.summary = summarize(report.records, measured.duration_s);
+      report.interrupted = measured.interrupted;
+    }
   } catch (const std::exception& e) {
     return Error("benchmark failed: {}", e.what());
   }

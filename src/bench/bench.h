@@ -13,6 +13,9 @@
 // Sending stops at whichever comes first: `num_requests` sent, `duration_s` elapsed, or the
 // workload run out; requests in flight then finish, for at most `drain_timeout_s` after a
 // duration ends, after which they are cancelled (and counted as errors of kind "cancelled").
+// With `stop_on_signal`, SIGINT or SIGTERM (Ctrl-C) stops the run the same way at once: nothing
+// more is sent, requests in flight are cancelled, and the report covers what ended
+// (BenchReport::interrupted); a second signal ends the process.
 //
 // Everything runs on one thread and one io_context with asynchronous sockets (C++20 coroutines)
 // rather than a thread per client with blocking Beast: an open loop at a high rate holds hundreds
@@ -54,6 +57,7 @@ struct BenchConfig {
   bool ignore_eos = true;
   double temperature = 0;
   nlohmann::json extra_body = nlohmann::json::object();
+  bool stop_on_signal = false;  // SIGINT/SIGTERM end the run with a report (the command line's)
 };
 
 // Says what is wrong with a configuration, in terms of the command's flags.
@@ -104,6 +108,7 @@ struct BenchReport {
   std::string api_url;  // the API root requests went to
   std::vector<RequestRecord> records;  // measured requests in the order they were sent
   Summary summary;
+  bool interrupted = false;  // a signal stopped the run (stop_on_signal); records hold what ended
 };
 
 // Runs the benchmark. Fails (before sending load) on a bad configuration, or when the model is not

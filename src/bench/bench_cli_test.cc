@@ -1,8 +1,12 @@
 // `sluice bench` as a user runs it: the binary against the fake server, its files, exit codes.
+#include <signal.h>
+
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -89,6 +93,41 @@ TEST_F(BenchCli, EveryRequestFailingExitsNonZeroWithTheFirstError) {
   EXPECT_NE(err_.find("every request failed"), std::string::npos) << err_;
   EXPECT_NE(err_.find("HTTP 500"), std::string::npos) << err_;
   EXPECT_NE(out_.find("http_500"), std::string::npos) << out_;  // the table is printed all the same
+}
+
+// Ctrl-C stops the run with a report of what ended and its files written, exit 130; the
+// requests in flight are cancelled.
+TEST_F(BenchCli, AnInterruptedRunStillReports) {
+  FakeOpenAi server(FakeBehaviour{.hang = true});
+  const fs::path json = dir_ / "int.json";
+  // In the background, its pid and then its exit status in files; the signal goes once both
+  // requests have reached the server (so the run is under way, whatever the machine's speed).
+  const fs::path pid = dir_ / "pid", rc = dir_ / "rc";
+  const std::string command =
+      fmt::format("sh -c '{}/src/cli/sluice bench --no-progress --url {} -n 100 -c 2 -m m --timeout 60 --json {} "
+                  ">{} 2>{} & echo $! >{}; wait $!; echo $? >{}.tmp; mv {}.tmp {}' &",
+                  sluice::testing::binary_dir(), server.url(), json.string(), (dir_ / "out").string(),
+                  (dir_ / "err").string(), pid.string(), rc.string(), rc.string(), rc.string());
+  ASSERT_EQ(std::system(command.c_str()), 0);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while ((server.bodies().size() < 2 || !fs::exists(pid)) && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(server.bodies().size(), 2u);
+  ::kill(std::stoi(slurp(pid)), SIGINT);
+  while (!fs::exists(rc) && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  out_ = slurp(dir_ / "out");
+  err_ = slurp(dir_ / "err");
+  EXPECT_EQ(slurp(rc), "130\n") << out_ << err_;
+  EXPECT_NE(err_.find("sluice bench: interrupted: the report covers the 2 measured requests that ended"),
+            std::string::npos)
+      << err_;
+  EXPECT_NE(out_.find("2 sent, 0 ok, 2 failed"), std::string::npos) << out_;
+  const auto j = nlohmann::json::parse(slurp(json));
+  EXPECT_EQ(j["interrupted"], true);
+  EXPECT_EQ(j["requests"].size(), 2u);
 }
 
 TEST_F(BenchCli, BadFlagsAreUsageErrorsThatNameTheFlag) {

@@ -395,6 +395,24 @@ TEST(Cli, ModelMakeLeavesNoTemporaryFiles) {
   std::filesystem::remove_all(dir);
 }
 
+// Numbers out of range say what they must be (not CLI11's range up to DBL_MAX in full).
+TEST(Cli, OutOfRangeNumbersSayWhatTheyMustBe) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"route --backend http://127.0.0.1:1 --health-interval 0", "--health-interval: must be a number > 0, got '0'"},
+      {"bench --url http://127.0.0.1:1 --rate 0", "--rate: must be a number > 0, got '0'"},
+      {"route --backend http://127.0.0.1:1 --port 70000", "70000 not in range 0 to 65535"},
+      {"serve --port 70000", "70000 not in range 0 to 65535"},
+      {"route --backend http://127.0.0.1:1 --max-body-bytes 0", "--max-body-bytes"},
+      {"route --backend http://127.0.0.1:1/v1", "without '/v1'"},
+  };
+  for (const auto& [args, expected] : cases) {
+    Output o = run(args, true);
+    EXPECT_EQ(o.exit_code, 2) << args << ": " << o.out;
+    EXPECT_NE(o.out.find(expected), std::string::npos) << args << ": " << o.out;
+    EXPECT_EQ(o.out.find("17976931348623157"), std::string::npos) << args << ": " << o.out;
+  }
+}
+
 // Every --seed is an integer in 0..2^64-1, in every command that takes one.
 TEST(Cli, SeedsOutOfRangeAreRefused) {
   for (const std::string args : {"model make -o /tmp/never.gguf --seed -1", "model make -o /tmp/never.gguf --seed 1e30",

@@ -2,6 +2,7 @@
 // (src/bench), this file turns flags into a BenchConfig and the report into output.
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -108,9 +109,15 @@ int run(BenchOptions& o, bool count_given, bool duration_given) {
     return kExitUsage;
   }
   const bool show_progress = !o.no_progress && isatty(STDERR_FILENO);
+  o.config.stop_on_signal = true;  // Ctrl-C: a report of what ended, not nothing
   auto report = bench::run(o.config, show_progress ? progress_line() : bench::ProgressFn());
   if (show_progress) std::fprintf(stderr, "\r\033[K");
   if (!report) return fail(report.error().message());
+  if (report->interrupted) {
+    std::cerr << fmt::format("sluice bench: interrupted: the report covers the {} measured requests that ended "
+                             "(those in flight were cancelled)\n",
+                             report->records.size());
+  }
   std::fputs(bench::format_report(*report).c_str(), stdout);
   if (!o.json_path.empty()) {
     if (Status s = write_file(o.json_path, bench::report_json(*report).dump(2) + "\n"); !s) return fail(s.message());
@@ -119,6 +126,7 @@ int run(BenchOptions& o, bool count_given, bool duration_given) {
     if (Status s = write_file(o.svg_path, bench::render_svg(*report)); !s) return fail(s.message());
   }
   if (const int rc = finish_stdout(); rc != kExitOk) return rc;
+  if (report->interrupted) return 128 + SIGINT;  // as a shell reports a Ctrl-C
   if (report->summary.num_ok == 0) {
     for (const bench::RequestRecord& r : report->records) {
       if (!r.ok) return fail("every request failed; the first: " + r.error);
@@ -141,8 +149,8 @@ CommandFn add_bench_command(CLI::App& app) {
       "TTFT) / (output tokens - 1), E2E = sent to last byte. The table goes to stdout, progress to stderr.");
   const char* server = "Server";
   cmd->add_option("--url", c.url,
-                  "Base URL, http only: http://HOST:PORT means http://HOST:PORT/v1; a URL with a path is the API "
-                  "root as given")
+                  "Base URL (http or https): http://HOST:PORT means http://HOST:PORT/v1; a URL with a path is the "
+                  "API root as given")
       ->capture_default_str()->group(server);
   cmd->add_option("-m,--model", c.model, "Model name to send (default: the first of GET /v1/models)")->group(server);
   cmd->add_option("--api-key", c.api_key, "Sent as 'Authorization: Bearer KEY' (default: $OPENAI_API_KEY if set)")
@@ -191,7 +199,7 @@ CommandFn add_bench_command(CLI::App& app) {
   auto* rate = cmd->add_option("--rate", c.rate,
                                "Open loop: R requests/s on average, Poisson arrivals (exponential gaps); the first "
                                "goes at once")
-                   ->check(CLI::PositiveNumber)->excludes(concurrency)->group(load);
+                   ->check(positive_number())->excludes(concurrency)->group(load);
   cmd->add_option("--max-concurrency", c.max_concurrency,
                   "Open loop: at most N requests in flight; a later arrival waits for one to end (0 = no cap)")
       ->check(CLI::Range(0, 100000))->needs(rate)->group(load);
@@ -200,17 +208,17 @@ CommandFn add_bench_command(CLI::App& app) {
                                 "one pass of the workload otherwise)")
                     ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))->group(load);
   auto* duration = cmd->add_option("--duration", c.duration_s, "Stop sending after S seconds")
-                       ->check(CLI::PositiveNumber)->group(load);
+                       ->check(positive_number())->group(load);
   cmd->add_option("--warmup", c.warmup,
                   "Send N requests first, not counted, in closed loop at --concurrency (open loop: at "
                   "--max-concurrency, or 1). They are random prompts of the same lengths, so that warmup does not "
                   "fill the prefix cache with the workload's own prefixes")
       ->capture_default_str()->check(CLI::Range(0, 1000000))->group(load);
   cmd->add_option("--timeout", c.request_timeout_s, "Seconds one request may take before it counts as a timeout")
-      ->capture_default_str()->check(CLI::PositiveNumber)->group(load);
+      ->capture_default_str()->check(positive_number())->group(load);
   cmd->add_option("--drain-timeout", c.drain_timeout_s,
                   "After --duration, seconds the requests in flight may take to finish before they are cancelled")
-      ->capture_default_str()->check(CLI::NonNegativeNumber)->group(load);
+      ->capture_default_str()->check(non_negative_number())->group(load);
 
   const char* request = "Request";
   cmd->add_flag("--no-ignore-eos", o->no_ignore_eos,

@@ -375,7 +375,7 @@ CommandFn add_route_command(CLI::App& app) {
                   "Copies in flight at most; past it new copies are dropped and counted, never queued")
       ->capture_default_str()->check(CLI::Range(1, 100000))->group(shadow);
   cmd->add_option("--shadow-timeout", c.shadow.timeout_seconds, "Seconds a copy may take")
-      ->capture_default_str()->check(CLI::PositiveNumber)->group(shadow);
+      ->capture_default_str()->check(positive_number())->group(shadow);
   cmd->add_option("--shadow-retention", c.shadow.retention, "Compared pairs kept (the newest)")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{100'000'000}))->group(shadow);
   cmd->add_option("--shadow-db", c.shadow_db,
@@ -409,9 +409,9 @@ CommandFn add_route_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(0.0, 1.0))->group(routing);
   const char* health = "Health";
   cmd->add_option("--health-interval", c.health_interval_seconds, "Seconds between GET /health checks of each replica")
-      ->capture_default_str()->check(CLI::PositiveNumber)->group(health);
+      ->capture_default_str()->check(positive_number())->group(health);
   cmd->add_option("--health-timeout", c.health_timeout_seconds, "Seconds a health check (and a /metrics scrape) may take")
-      ->capture_default_str()->check(CLI::PositiveNumber)->group(health);
+      ->capture_default_str()->check(positive_number())->group(health);
   cmd->add_option("--health-fall", c.health.fall, "Failed checks in a row that mark a replica down")
       ->capture_default_str()->check(CLI::Range(1, 100))->group(health);
   cmd->add_option("--health-rise", c.health.rise, "Passed checks in a row that mark it up again")
@@ -427,19 +427,20 @@ CommandFn add_route_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(0.0, 3600.0))->group(health);
   const char* server = "Server";
   cmd->add_option("--host", c.host, "Address to listen on")->capture_default_str()->group(server);
-  cmd->add_option("--port", c.port, "Port to listen on (0: any free port)")->capture_default_str()->group(server);
+  cmd->add_option("--port", c.port, "Port to listen on (0: any free port)")
+      ->capture_default_str()->check(CLI::Range(0, 65535))->group(server);
   cmd->add_option("--threads", c.threads, "I/O threads")->capture_default_str()->check(CLI::Range(1, 256))->group(server);
   cmd->add_option("--api-key", c.api_key, "Clients must send 'Authorization: Bearer KEY' (also $SLUICE_API_KEY)")
       ->group(server);
   cmd->add_option("--max-body-bytes", c.max_body_bytes, "Larger request bodies get 413")
-      ->capture_default_str()->group(server);
+      ->capture_default_str()->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40))->group(server);
   cmd->add_option("--idle-timeout", c.idle_timeout_seconds, "Seconds a client connection may stay silent")
-      ->capture_default_str()->check(CLI::PositiveNumber)->group(server);
+      ->capture_default_str()->check(positive_number())->group(server);
   cmd->add_option("--connect-timeout", c.connect_timeout_seconds,
                   "Seconds to resolve a replica's name and connect to it (also a --discover lookup's limit)")
-      ->capture_default_str()->check(CLI::PositiveNumber)->group(server);
+      ->capture_default_str()->check(positive_number())->group(server);
   cmd->add_option("--upstream-timeout", c.upstream_timeout_seconds, "Seconds one exchange with a replica may take")
-      ->capture_default_str()->check(CLI::PositiveNumber)->group(server);
+      ->capture_default_str()->check(positive_number())->group(server);
   cmd->add_option("--drain", c.drain_seconds, "Seconds in-flight requests may finish after SIGTERM")
       ->capture_default_str()->check(CLI::Range(0.0, 3600.0))->group(server);
   auto ro = std::make_shared<RolloutCliOptions>();
@@ -474,7 +475,7 @@ CommandFn add_route_command(CLI::App& app) {
                 "first differing token, length ratio, finish reasons, JSON validity, logprob gap, the worst pairs");
   report->add_option("--version", so->version, "Only copies to this version");
   report->add_option("--since", so->since_minutes, "Only the last N minutes (default: every pair kept)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   report->add_option("--worst", so->worst, "The most differing pairs shown with both outputs")
       ->capture_default_str()->check(CLI::Range(0, 1000));
   report->callback([so] { so->action = "report"; });
@@ -487,10 +488,18 @@ CommandFn add_route_command(CLI::App& app) {
   set->add_option("--noise", so->set.noise_fraction, "The share copied to a second replica of the primary's version")
       ->check(CLI::Range(0.0, 1.0));
   set->add_option("--max-in-flight", so->set.max_in_flight, "Copies in flight at most")->capture_default_str()->check(CLI::Range(1, 100000));
-  set->add_option("--timeout", so->set.timeout_seconds, "Seconds a copy may take")->capture_default_str()->check(CLI::PositiveNumber);
+  set->add_option("--timeout", so->set.timeout_seconds, "Seconds a copy may take")->capture_default_str()->check(positive_number());
   set->add_option("--retention", so->set.retention, "Compared pairs kept")->capture_default_str();
   set->callback([so] { so->action = "set"; });
+  // `route rollout status --url U` as well as `route rollout --url U status`: a leaf passes the
+  // options it does not know up to its command.
+  for (CLI::App* parent : {rollout, shadow_cmd}) {
+    for (CLI::App* leaf : parent->get_subcommands({})) leaf->fallthrough();
+  }
   return [cmd, o, rollout, ro, shadow_cmd, so]() -> int {
+    // `route --admin-key K rollout ...`: the router's key, given before the command, serves too.
+    if (ro->admin_key.empty()) ro->admin_key = o->config.admin_key;
+    if (so->admin_key.empty()) so->admin_key = o->config.admin_key;
     if (rollout->parsed()) return run_rollout(*ro);
     if (shadow_cmd->parsed()) return run_shadow(*so);
     if (o->backends.empty() && o->backends_file.empty() && o->discover.empty()) {

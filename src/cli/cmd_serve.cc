@@ -142,7 +142,7 @@ CommandFn add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--host", o->http.host, "Address to listen on (0.0.0.0: every interface)")->capture_default_str();
   cmd->add_option("--port", o->http.port, "Port to listen on (0: any free port, printed at start)")
-      ->capture_default_str();
+      ->capture_default_str()->check(CLI::Range(0, 65535));
   cmd->add_option("--served-model-name", o->served_model_name,
                   "Model name in the API (requests must name it or leave 'model' out); default: the file's stem, "
                   "or 'demo'");

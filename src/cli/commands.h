@@ -41,6 +41,11 @@ int fail_config(const Status& status);
 // saturate 1e30 without a word).
 CLI::Validator seed_validator();
 
+// A number > 0 (or >= 0), said so when it is not (CLI11's own checks print the range up to
+// DBL_MAX written out in full).
+CLI::Validator positive_number();
+CLI::Validator non_negative_number();
+
 // Flushes stdout; an error (a full disk, a closed descriptor) is reported and gives kExitError.
 int finish_stdout();
 

@@ -1,5 +1,6 @@
 // sluice: one binary, one subcommand per job (see DESIGN.md).
 #include <charconv>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -37,6 +38,26 @@ CLI::Validator seed_validator() {
       },
       "0..2^64-1");
 }
+
+namespace {
+
+CLI::Validator number_check(bool allow_zero) {
+  return CLI::Validator(
+      [allow_zero](std::string& s) -> std::string {
+        double v = 0;
+        auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (ec != std::errc() || end != s.data() + s.size() || !(allow_zero ? v >= 0 : v > 0) || !std::isfinite(v)) {
+          return std::string(allow_zero ? "must be a number >= 0" : "must be a number > 0") + ", got '" + s + "'";
+        }
+        return {};
+      },
+      allow_zero ? "NUMBER >= 0" : "NUMBER > 0");
+}
+
+}  // namespace
+
+CLI::Validator positive_number() { return number_check(false); }
+CLI::Validator non_negative_number() { return number_check(true); }
 
 int finish_stdout() {
   if (std::fflush(stdout) != 0 || std::ferror(stdout)) return fail("cannot write to standard output");

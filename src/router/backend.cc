@@ -68,6 +68,14 @@ Result<BackendConfig> parse_backend(std::string_view text) {
     return Error(StatusCode::kInvalid, "backend '{}': https replicas are not supported (the router proxies plain HTTP to "
                  "replicas on its own network; terminate TLS in front of the router, not behind it)", text);
   }
+  // The client's path (/v1/...) goes under the URL's path: a prefix for a replica behind a
+  // reverse proxy. An OpenAI base URL (.../v1) would make /v1/v1/... and a 404 for everything.
+  if (parsed->path == "/v1" || parsed->path.ends_with("/v1")) {
+    return Error(StatusCode::kInvalid,
+                 "backend '{}': give the replica's server URL without '/v1' (the router sends the client's "
+                 "/v1/... path under it, so this would ask for {}/v1/...)",
+                 text, parsed->path);
+  }
   c.url = *parsed;
   c.name = c.url.to_string();
   return c;

@@ -63,6 +63,13 @@ TEST(Backend, ParsesUrlAndKeyAndRefusesTheRest) {
     EXPECT_FALSE(parse_backend(w)) << w;
   }
   EXPECT_EQ(*backend_name("http://127.0.0.1:9000/"), "http://127.0.0.1:9000");
+  // An OpenAI base URL is not a replica's: its /v1 would come twice.
+  for (const char* v1 : {"http://x:1/v1", "http://x:1/v1/", "http://x:1/llm/v1,key=k"}) {
+    auto r = parse_backend(v1);
+    ASSERT_FALSE(r) << v1;
+    EXPECT_NE(r.error().message().find("without '/v1'"), std::string::npos) << r.error().message();
+  }
+  EXPECT_EQ(parse_backend("http://x:1/llm")->url.path, "/llm");  // a prefix behind a proxy
   auto unknown = make_policy("nearest", members(2), {});
   ASSERT_FALSE(unknown);
   EXPECT_NE(unknown.error().message().find("known: cache_aware, session"), std::string::npos);
@@ -134,6 +141,15 @@ TEST(Policies, ARampingReplicaTakesASmallerShare) {
   v[0].in_flight = 0;
   v[0].ramp = 0.1;
   EXPECT_TRUE(v[0].under_cap(2));   // never below one
+  // The load-blind policies too: round_robin and random give it a tenth of a full share.
+  v[0].ramp = 0.1;
+  for (const char* name : {"round_robin", "random"}) {
+    auto p = policy(name, 2);
+    int to_ramping = 0;
+    for (int i = 0; i < 1100; ++i) to_ramping += p->choose({}, v, {}).backend == 0;
+    EXPECT_GT(to_ramping, 50) << name;   // about 100 of 1100
+    EXPECT_LT(to_ramping, 150) << name;
+  }
 }
 
 TEST(Policies, RoundRobinCyclesAndLeastLoadAndPowerOfTwoPreferTheIdle) {

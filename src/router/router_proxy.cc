@@ -42,6 +42,9 @@ std::string prompt_text(const Json& body) {
   return text;
 }
 
+// A stream chunk's usage field before the usage chunk (OpenAI's form, compact as replicas send it).
+constexpr std::string_view kNullUsage = ",\"usage\":null";
+
 bool read_usage(const Json& j, int64_t& prompt, int64_t& cached, int64_t* completion) {
   if (!j.is_object() || !j.contains("usage") || !j["usage"].is_object()) return false;
   const Json& u = j["usage"];
@@ -464,6 +467,14 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
               const bool usage_only = j->contains("choices") && (*j)["choices"].is_array() && (*j)["choices"].empty();
               if (x.strip_usage && usage_only) continue;
             }
+          }
+          if (x.strip_usage && event.find(kNullUsage) != std::string_view::npos) {
+            // Asked for by the router only: every chunk's "usage": null goes too, as the replica
+            // would have sent it to this client. (Inside a string the quotes would be escaped.)
+            std::string e(event);
+            for (size_t p; (p = e.find(kNullUsage)) != std::string::npos;) e.erase(p, kNullUsage.size());
+            out += e;
+            continue;
           }
           out.append(event);
         }

@@ -194,8 +194,10 @@ TEST(Router, CountsUsageAndStripsTheUsageChunkItAskedFor) {
       co_return;
     }
     co_await ex.begin_chunked(200, "text/event-stream");
-    co_await ex.chunk("data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: {\"cho");  // an event cut in two
-    co_await ex.chunk("ices\":[{\"text\":\"b\"}]}\n\n");
+    // Asked for usage, a stream's chunks carry "usage": null until the usage chunk (OpenAI's form).
+    const std::string null_usage = usage ? ",\"usage\":null" : "";
+    co_await ex.chunk("data: {\"choices\":[{\"text\":\"a\"}]" + null_usage + "}\n\ndata: {\"cho");  // an event cut in two
+    co_await ex.chunk("ices\":[{\"text\":\"b\"}]" + null_usage + "}\n\n");
     if (usage) co_await ex.chunk("data: {\"choices\":[]," + u + "}\n\n");
     co_await ex.chunk("data: [DONE]\n\n");
     co_await ex.end_chunked();
@@ -207,6 +209,7 @@ TEST(Router, CountsUsageAndStripsTheUsageChunkItAskedFor) {
   auto with = f.post("/v1/completions", R"({"prompt":"x","stream":true,"stream_options":{"include_usage":true}})");
   ASSERT_TRUE(with);
   EXPECT_NE(with->body.find("\"cached_tokens\":4"), std::string::npos) << with->body;
+  EXPECT_NE(with->body.find("{\"text\":\"a\"}],\"usage\":null}"), std::string::npos) << with->body;
   auto whole = f.post("/v1/completions", R"({"prompt":"x"})");
   ASSERT_TRUE(whole);
   EXPECT_EQ(asked.load(), 2);
@@ -273,7 +276,11 @@ TEST(Router, AdminApiAddsDrainsWeighsAndRemovesReplicas) {
     EXPECT_EQ(r.error().status, 404);
     EXPECT_NE(r.error().body.find("--admin-key"), std::string::npos);
   }
-  Fixture f({&a}, "round_robin", {}, [](RouterConfig& rc) { rc.admin_key = "adm"; });
+  // No slow start: an added replica takes its full share at once (round_robin follows the ramp).
+  Fixture f({&a}, "round_robin", {}, [](RouterConfig& rc) {
+    rc.admin_key = "adm";
+    rc.health.slow_start_seconds = 0;
+  });
   const std::string A = a.url().to_string(), B = b.url().to_string(), C = c.url().to_string();
   auto no_key = admin(f, "GET", "/admin/replicas", "", "");
   ASSERT_FALSE(no_key);

@@ -83,6 +83,11 @@ class RolloutTest(unittest.TestCase):
         rc, out = self.cli(url, "status")
         self.assertEqual(rc, 0, out)
         self.assertIn("rollout 1 'stories-v2' v1 -> v2: paused at step 1, the candidate at 40%", out)
+        # The options may follow the action, and the key may be the router's, before `rollout`.
+        r = subprocess.run([BIN, "route", "--admin-key", KEY, "rollout", "status", "--url", url], capture_output=True,
+                           text=True, env={k: v for k, v in os.environ.items() if k != "SLUICE_ADMIN_KEY"}, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("paused at step 1, the candidate at 40%", r.stdout)
         self.assertEqual(self.versions(url), before)
         rc, out = self.cli(url, "start", spec)
         self.assertEqual(rc, 1, out)

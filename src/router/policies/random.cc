@@ -1,4 +1,5 @@
-// random: one available replica at random, with probability in proportion to its weight.
+// random: one available replica at random, with probability in proportion to its share (its
+// weight, times its slow-start ramp while it comes back).
 #include <random>
 
 #include "common/mutex.h"
@@ -15,15 +16,15 @@ class RandomPolicy : public Policy {
     const std::vector<int> c = candidates(backends, exclude);
     if (c.empty()) return {};
     double total = 0;
-    for (int i : c) total += backends[i].weight;
+    for (int i : c) total += backends[i].share();
     double u;
     {
       MutexLock lock(mu_);
       u = std::uniform_real_distribution<double>(0, total)(rng_);
     }
     for (int i : c) {
-      if (u < backends[i].weight) return {i, DecisionKind::kBalanced};
-      u -= backends[i].weight;
+      if (u < backends[i].share()) return {i, DecisionKind::kBalanced};
+      u -= backends[i].share();
     }
     return {c.back(), DecisionKind::kBalanced};
   }

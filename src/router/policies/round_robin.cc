@@ -1,5 +1,5 @@
 // round_robin: the available replicas in turn, skipping the excluded ones, each as often as its
-// weight says: smooth weighted round robin (as nginx's upstream module does it): every choice
+// share says (its weight, times its slow-start ramp while it comes back): smooth weighted round robin (as nginx's upstream module does it): every choice
 // adds each candidate's weight to its running credit, takes the candidate with the most credit
 // (ties: the lowest index) and takes the candidates' total weight off the winner's. With weights
 // 2 and 1: a, b, a, a, b, a...; with equal weights, plain turns.
@@ -22,8 +22,8 @@ class RoundRobin : public Policy {
     double total = 0;
     int best = -1;
     for (int i : c) {
-      credit_[i] += backends[i].weight;
-      total += backends[i].weight;
+      credit_[i] += backends[i].share();
+      total += backends[i].share();
       if (best < 0 || credit_[i] > credit_[best]) best = i;
     }
     credit_[best] -= total;
