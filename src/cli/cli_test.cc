@@ -284,6 +284,10 @@ TEST(Cli, BadInputIsAClearErrorWithExitCode) {
   Output cmd = run("bogus", true);
   EXPECT_EQ(cmd.exit_code, 2);
   EXPECT_NE(cmd.out.find("unknown command 'bogus'"), std::string::npos) << cmd.out;
+  Output sub = run("model quantise a b", true);
+  EXPECT_EQ(sub.exit_code, 2);
+  EXPECT_NE(sub.out.find("unknown model command 'quantise' (model commands: info, make, quantize;"), std::string::npos)
+      << sub.out;
   Output stop = run("generate -p hi --stop-token 999999", true);
   EXPECT_EQ(stop.exit_code, 2);
   EXPECT_NE(stop.out.find("stop token id 999999 is outside the vocabulary"), std::string::npos) << stop.out;
@@ -411,6 +415,19 @@ TEST(Cli, OutOfRangeNumbersSayWhatTheyMustBe) {
     EXPECT_NE(o.out.find(expected), std::string::npos) << args << ": " << o.out;
     EXPECT_EQ(o.out.find("17976931348623157"), std::string::npos) << args << ": " << o.out;
   }
+}
+
+// A KV cache smaller than one context bounds every sequence: said at start.
+TEST(Cli, AKvCacheSmallerThanTheContextIsAWarning) {
+  if (!have_shared()) GTEST_SKIP() << "no shared models";
+  Output o = run("generate -m " + kShared + "/models/stories260K.gguf -p Once -n 64 --kv-cache-memory 0.000001", true);
+  ASSERT_EQ(o.exit_code, 0) << o.out;
+  EXPECT_NE(o.out.find("warning: the KV cache holds fewer tokens than the model's context (128): a sequence ends at 32 "
+                       "tokens"),
+            std::string::npos)
+      << o.out;
+  Output plain = run("generate -m " + kShared + "/models/stories260K.gguf -p Once -n 4", true);
+  EXPECT_EQ(plain.out.find("warning: the KV cache"), std::string::npos) << plain.out;
 }
 
 // Every --seed is an integer in 0..2^64-1, in every command that takes one.

@@ -3,14 +3,17 @@
 //
 // Exit codes: 0 ok (or nothing changed with --if-changed), 1 regressed, 2 bad usage or a bad
 // suite, 3 infrastructure (an endpoint unreachable, answers missing, the store unwritable),
-// 4 inconclusive (with --fail-on inconclusive).
+// 4 inconclusive (with --fail-on inconclusive); 130 interrupted (Ctrl-C).
+#include <unistd.h>
+
 #include <algorithm>
-#include <optional>
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <unistd.h>
+#include <optional>
 
 #include "cli/commands.h"
 #include "eval/compare.h"
@@ -66,6 +69,17 @@ struct EvalOptions {
 std::string default_db() {
   const char* env = std::getenv("SLUICE_EVAL_DB");
   return env && *env ? env : "sluice-eval.db";
+}
+
+// Ctrl-C during `eval run`: the run stops after the requests in flight and is stored as
+// interrupted; a second one ends the process at once (the default action is back).
+std::atomic<bool> g_stop{false};
+
+extern "C" void on_stop_signal(int sig) {
+  g_stop.store(true);
+  static constexpr char kSaid[] = "\nsluice eval: stopping after the requests in flight (again to quit now)\n";
+  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, kSaid, sizeof kSaid - 1);
+  std::signal(sig, SIG_DFL);
 }
 
 int infra(const std::string& message) {
@@ -262,8 +276,19 @@ int run_eval_run(EvalOptions& o) {
     }
     if (*last) std::cerr << fmt::format("changed since run {} (fingerprint {} -> {})\n", (*last)->id, (*last)->fingerprint, plan->fingerprint);
   }
+  ro.stop = &g_stop;
+  auto* previous_int = std::signal(SIGINT, on_stop_signal);
+  auto* previous_term = std::signal(SIGTERM, on_stop_signal);
   auto outcome = eval::execute_run(*plan, **store, ro);
+  std::signal(SIGINT, previous_int);
+  std::signal(SIGTERM, previous_term);
   if (!outcome) return infra(outcome.error().message());
+  if (outcome->interrupted) {
+    std::cerr << fmt::format("sluice eval: interrupted: run {} is stored as interrupted, ungraded; {} of {} answers "
+                             "are in the cache, and a re-run resumes from them\n",
+                             outcome->run_id, outcome->num_sent, plan->tasks.size());
+    return 128 + SIGINT;
+  }
   auto run = (*store)->run(outcome->run_id);
   auto rows = (*store)->results(outcome->run_id);
   if (!run || !*run || !rows) return infra("cannot read the run back from " + o.db);

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -292,6 +293,9 @@ int run(const GenerateOptions& o) {
 // Prompts of a --prompts file: one per line; a line starting with '"' is a JSON string (for
 // prompts with newlines). Empty lines are skipped; CRLF line ends are taken as LF.
 Result<std::vector<std::string>> read_prompts(const std::string& path) {
+  if (std::error_code ec; std::filesystem::is_directory(path, ec)) {
+    return Error("cannot read prompts file '{}': it is a directory", path);
+  }
   std::ifstream in(path);
   if (!in) return Error("cannot read prompts file '{}': {}", path, std::strerror(errno));
   std::vector<std::string> prompts;

@@ -189,7 +189,9 @@ std::string describe_spec(const Engine& engine, const std::string& draft_path) {
   const SpecConfig& s = engine.config().spec;
   std::string out = "speculative decoding: ";
   if (s.method == "off") {
-    out += "off (a request's prediction is still drafted)";
+    // Only predicted outputs are drafted then: the draft settings are theirs.
+    return out + fmt::format("off (a request's prediction is still drafted: up to {} tokens a step, adaptive {})",
+                             s.num_tokens, s.adaptive ? "on" : "off");
   } else if (s.method == "ngram") {
     out += fmt::format("prompt lookup, suffixes of {} to {} tokens", s.ngram_min, s.ngram_max);
   } else {
@@ -221,10 +223,18 @@ std::string describe_kernels(const Model& model) {
 
 std::string describe_kv_cache(const Engine& engine, const ModelConfig& model) {
   const KvType type = engine.config().kv_type;
-  return fmt::format("KV cache: {:.1f} MiB {}, {} blocks of {} = {} tokens ({} bytes per token)",
-                     static_cast<double>(engine.kv_cache_bytes()) / (1024.0 * 1024.0), kernels::kv_type_name(type),
-                     engine.num_kv_blocks(), engine.config().block_size, engine.kv_capacity_tokens(),
-                     KvPool::bytes_per_token(model, type));
+  std::string out = fmt::format("KV cache: {:.1f} MiB {}, {} blocks of {} = {} tokens ({} bytes per token)",
+                                static_cast<double>(engine.kv_cache_bytes()) / (1024.0 * 1024.0),
+                                kernels::kv_type_name(type), engine.num_kv_blocks(), engine.config().block_size,
+                                engine.kv_capacity_tokens(), KvPool::bytes_per_token(model, type));
+  if (engine.kv_capacity_tokens() < model.context_length) {
+    // The cache, not the model, then bounds a sequence: said at start, not found out later.
+    out += fmt::format("\nwarning: the KV cache holds fewer tokens than the model's context ({}): a sequence ends at "
+                       "{} tokens, prompt included (finish reason 'length'); give more --kv-cache-memory for the "
+                       "whole context",
+                       model.context_length, engine.max_sequence_tokens());
+  }
+  return out;
 }
 
 }  // namespace sluice::cli

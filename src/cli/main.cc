@@ -6,6 +6,7 @@
 #include <iostream>
 #include <string>
 #include <utility>
+#include <vector>
 #include <unistd.h>
 
 #include "cli/commands.h"
@@ -104,6 +105,22 @@ int main(int argc, char** argv) {
     if (!known) {
       std::cerr << "sluice: error: unknown command '" << argv[1] << "' (commands: serve, generate, tokenize, model, bench, pair, route, eval; see sluice --help)\n";
       return kExitUsage;
+    }
+    // The same for a command's own commands (`sluice model quantise`), where it has some: the
+    // word right after it names one.
+    const std::vector<CLI::App*> subs = app.get_subcommand(argv[1])->get_subcommands({});
+    if (!subs.empty() && argc > 2 && argv[2][0] != '-') {
+      std::string names;
+      bool sub_known = false;
+      for (const CLI::App* sub : subs) {
+        names += (names.empty() ? "" : ", ") + sub->get_name();
+        sub_known = sub_known || sub->get_name() == argv[2];
+      }
+      if (!sub_known) {
+        std::cerr << "sluice: error: unknown " << argv[1] << " command '" << argv[2] << "' (" << argv[1]
+                  << " commands: " << names << "; see sluice " << argv[1] << " --help)\n";
+        return kExitUsage;
+      }
     }
   }
   try {

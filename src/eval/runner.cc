@@ -166,8 +166,9 @@ Result<RunOutcome> execute_run(const Plan& plan, Store& store, const RunOptions&
   std::atomic<size_t> next{0};
   std::atomic<int64_t> done{0};
   std::mutex progress_mu;
+  auto stopped = [&] { return options.stop && options.stop->load(); };
   auto worker = [&] {
-    for (size_t i = next++; i < plan.tasks.size(); i = next++) {
+    for (size_t i = next++; i < plan.tasks.size() && !stopped(); i = next++) {
       const Task& t = plan.tasks[i];
       Answer& a = answers[i];
       const Provider& p = suite.providers[t.provider];
@@ -203,6 +204,15 @@ Result<RunOutcome> execute_run(const Plan& plan, Store& store, const RunOptions&
   std::vector<std::thread> threads;
   for (int32_t j = 0; j < std::max(1, options.jobs); ++j) threads.emplace_back(worker);
   for (std::thread& th : threads) th.join();
+  if (stopped()) {
+    int64_t answered = 0;
+    for (const Answer& a : answers) answered += a.done;
+    outcome.interrupted = true;
+    outcome.num_sent = answered;
+    outcome.summary = {{"interrupted", true}, {"answered", answered}, {"tasks", plan.tasks.size()}};
+    SLUICE_RETURN_IF_ERROR(store.finish_run(run_id, "interrupted", outcome.summary));
+    return outcome;
+  }
 
   JudgeFn ask_judge = [&](const Provider& judge, const std::string& prompt) -> Result<Reply> {
     Provider j = judge;

@@ -18,6 +18,7 @@
 // (`sluice eval run --if-changed`).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -40,6 +41,9 @@ struct RunOptions {
   std::string model;                  // non-empty: every provider's model
   Json params = Json::object();       // request fields over every provider's (--set)
   std::function<void(int64_t done, int64_t total)> progress;
+  // Set (from a signal handler, say) to stop: no more requests are sent, those in flight end,
+  // and the run is stored as "interrupted" without grades; its answers stay in the cache.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 // One request to send.
@@ -74,10 +78,12 @@ struct RunOutcome {
   int64_t num_cached = 0, num_sent = 0;
   std::string first_error;
   Json summary;
+  bool interrupted = false;           // RunOptions::stop was set: nothing graded
 };
 
 // Sends, grades and stores every task of `plan` as run `label`. The run ends "done", or
-// "failed" when some answers never came (RunOutcome::num_errors; the rest is stored and cached).
+// "failed" when some answers never came (RunOutcome::num_errors; the rest is stored and cached),
+// or "interrupted" (RunOptions::stop).
 Result<RunOutcome> execute_run(const Plan& plan, Store& store, const RunOptions& options);
 
 // A content hash as hex (two independent 64-bit FNV-1a variants, 128 bits), for keys and

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -86,6 +87,28 @@ class EvalTest(unittest.TestCase):
 
     def tearDown(self):
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def questions_suite(self, n):
+        """A suite of n tests, "question i" each, passing on an answer that contains "ok"."""
+        suite = os.path.join(self.dir, "suite.yaml")
+        with open(suite, "w") as f:
+            f.write("providers: [openai:completion:m]\nprompts: ['{{ q }}']\ntests:\n")
+            for i in range(n):
+                f.write(f"  - vars: {{q: question {i}}}\n    assert: [{{type: contains, value: ok}}]\n")
+        return suite
+
+    def slow_run_under_way(self, n, sent):
+        """`eval run` of questions_suite(n) against a scripted endpoint that answers slowly and
+        records every prompt, one request at a time, once `sent` prompts have arrived."""
+        server, received, lock = scripted_endpoint(delay=0.2)
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        suite = self.questions_suite(n)
+        cmd = [BIN, "eval", "--db", self.db, "run", suite, "--base-url", url, "--no-progress", "-j", "1"]
+        run = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 60
+        while time.time() < deadline and len(received) < sent:
+            time.sleep(0.01)
+        return server, received, lock, suite, url, run
 
     def eval(self, *args, url=None, env=None):
         cmd = [BIN, "eval", "--db", self.db, *args]
@@ -235,22 +258,9 @@ class EvalTest(unittest.TestCase):
         finally:
             stop(server)
 
-
     def test_a_run_killed_midway_resumes_without_resending_finished_requests(self):
-        # A scripted endpoint that answers slowly and records every prompt it is sent.
-        server, received, lock = scripted_endpoint(delay=0.2)
-        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-        suite = os.path.join(self.dir, "suite.yaml")
-        with open(suite, "w") as f:
-            f.write("providers: [openai:completion:m]\nprompts: ['{{ q }}']\ntests:\n")
-            for i in range(12):
-                f.write(f"  - vars: {{q: question {i}}}\n    assert: [{{type: contains, value: ok}}]\n")
+        server, received, lock, suite, url, first = self.slow_run_under_way(12, 5)
         try:
-            cmd = [BIN, "eval", "--db", self.db, "run", suite, "--base-url", url, "--no-progress", "-j", "1"]
-            first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            deadline = time.time() + 60
-            while time.time() < deadline and len(received) < 5:
-                time.sleep(0.01)
             first.kill()  # SIGKILL: no chance to clean up
             first.wait()
             with lock:
@@ -266,6 +276,28 @@ class EvalTest(unittest.TestCase):
             self.assertEqual(set(before) | set(received), {f"question {i}" for i in range(12)})
             self.assertLessEqual(len(set(before) & set(received)), 1, (before, received))
             self.assertEqual(len(received), len(set(received)))
+        finally:
+            server.shutdown()
+            server.server_close()
+
+    def test_ctrl_c_stores_the_run_as_interrupted_and_a_rerun_resumes(self):
+        server, received, lock, suite, url, first = self.slow_run_under_way(12, 3)
+        try:
+            first.send_signal(signal.SIGINT)
+            out, err = first.communicate(timeout=60)
+            self.assertEqual(first.returncode, 130, out + err)
+            self.assertIn("is stored as interrupted, ungraded", err)
+            with lock:
+                sent_first = len(received)
+            self.assertLess(sent_first, 12)
+            rc, out = self.eval("history", suite)
+            self.assertIn("interrupted", out)
+            rc, out = self.eval("run", suite, url=url)
+            self.assertEqual(rc, 0, out)
+            self.assertIn("pass rate 100.0%", out)
+            with lock:
+                self.assertEqual(len(set(received)), 12)
+                self.assertEqual(len(received), 12)  # none answered before was sent again
         finally:
             server.shutdown()
             server.server_close()
