@@ -284,6 +284,12 @@ TEST(Cli, BadInputIsAClearErrorWithExitCode) {
   Output cmd = run("bogus", true);
   EXPECT_EQ(cmd.exit_code, 2);
   EXPECT_NE(cmd.out.find("unknown command 'bogus'"), std::string::npos) << cmd.out;
+  Output big = run("model make --ctx 99999999999 -o /tmp/never.gguf", true);
+  EXPECT_EQ(big.exit_code, 2);
+  EXPECT_NE(big.out.find("--ctx: must be at most 2147483647, got 99999999999"), std::string::npos) << big.out;
+  Output empty_stop = run("generate -p hi --stop ''", true);
+  EXPECT_EQ(empty_stop.exit_code, 2);
+  EXPECT_NE(empty_stop.out.find("--stop: must not be empty"), std::string::npos) << empty_stop.out;
   Output sub = run("model quantise a b", true);
   EXPECT_EQ(sub.exit_code, 2);
   EXPECT_NE(sub.out.find("unknown model command 'quantise' (model commands: info, make, quantize;"), std::string::npos)

@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -257,6 +259,18 @@ CommandFn add_model_command(CLI::App& app) {
   info->add_option("file", *info_path, "GGUF file, or 'demo'")->required();
   info->add_flag("-a,--all", *info_all, "Also list every metadata key and tensor");
 
+  // Past int32 CLI11 would say only "Could not convert"; each flag's own limits are checked
+  // after parsing, with their own messages.
+  const CLI::Validator kFitsInt32(
+      [](std::string& v) -> std::string {
+        int64_t x = 0;
+        auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+        if (ec == std::errc() && end == v.data() + v.size() && x > std::numeric_limits<int32_t>::max()) {
+          return fmt::format("must be at most {}, got {}", std::numeric_limits<int32_t>::max(), v);
+        }
+        return {};
+      },
+      "INT");
   auto o = std::make_shared<MakeOptions>();
   std::string presets;
   for (const auto& p : model_presets()) presets += "\n  " + p.name + ": " + p.description;
@@ -265,15 +279,15 @@ CommandFn add_model_command(CLI::App& app) {
   make->add_option("--preset", o->preset, "Shape preset (listed below); the other flags override it")->capture_default_str();
   make->add_option("--arch", o->arch, "Architecture: llama, qwen2 or qwen3 (default: the preset's)");
   make->add_option("--dtype", o->dtype, "Weight type of every matrix: " + dtype_names())->capture_default_str();
-  make->add_option("--layers", o->layers, "Number of transformer blocks");
-  make->add_option("--dim", o->dim, "Hidden size");
-  make->add_option("--ffn", o->ffn, "Feed-forward size");
-  make->add_option("--heads", o->heads, "Attention heads");
-  make->add_option("--kv-heads", o->kv_heads, "Key/value heads (grouped-query attention)");
+  make->add_option("--layers", o->layers, "Number of transformer blocks")->check(kFitsInt32);
+  make->add_option("--dim", o->dim, "Hidden size")->check(kFitsInt32);
+  make->add_option("--ffn", o->ffn, "Feed-forward size")->check(kFitsInt32);
+  make->add_option("--heads", o->heads, "Attention heads")->check(kFitsInt32);
+  make->add_option("--kv-heads", o->kv_heads, "Key/value heads (grouped-query attention)")->check(kFitsInt32);
   make->add_option("--head-dim", o->head_dim, "Head size, when not hidden / heads (as in Qwen3)")
       ->check(CLI::Range(2, 1024));
-  auto* vocab_size = make->add_option("--vocab-size", o->vocab_size, "Size of the synthesized BPE vocabulary");
-  make->add_option("--ctx", o->ctx, "Context length written to the file");
+  auto* vocab_size = make->add_option("--vocab-size", o->vocab_size, "Size of the synthesized BPE vocabulary")->check(kFitsInt32);
+  make->add_option("--ctx", o->ctx, "Context length written to the file")->check(kFitsInt32);
   make->add_option("--rope-theta", o->rope_theta, "RoPE base frequency");
   make->add_option("--tied", o->tied, "Tie output and embedding weights (true/false)");
   make->add_option("--seed", o->seed, "Seed of the random weights and vocabulary")->check(seed_validator());

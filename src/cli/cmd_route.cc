@@ -81,6 +81,10 @@ int run_route(RouteOptions& o) {
   }
   auto r = router::Router::create(c);
   if (!r) return r.error().code() == StatusCode::kInvalid ? fail_usage(r.error().message()) : fail(r.error().message());
+  if (!c.rollout_db.empty() && c.admin_key.empty()) {
+    std::cerr << "sluice route: warning: --rollout-db without --admin-key: a rollout in the store resumes and runs, "
+                 "but none can be started, paused or aborted (the admin API is off)\n";
+  }
   (*r)->start();
   std::string over = fmt::format("{} replica{}", c.backends.size(), c.backends.size() == 1 ? "" : "s");
   for (const auto& d : c.discover) over += fmt::format(" + those {} lists", d.host);
