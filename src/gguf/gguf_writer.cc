@@ -235,8 +235,13 @@ Status Writer::write_file(const std::string& path) const {
     const std::string proc = fmt::format("/proc/self/fd/{}", ::fileno(f));
     for (int attempt = 0; attempt < 100 && tmp.empty(); ++attempt) {
       const std::string name = fmt::format("{}.partial-{}-{}", path, ::getpid(), attempt);
-      if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) tmp = name;
-      else if (errno != EEXIST) break;
+      // Through /proc; without /proc mounted, by the descriptor itself (which needs privilege).
+      if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0 ||
+          (errno == ENOENT && ::linkat(::fileno(f), "", AT_FDCWD, name.c_str(), AT_EMPTY_PATH) == 0)) {
+        tmp = name;
+      } else if (errno != EEXIST) {
+        break;
+      }
     }
     if (tmp.empty()) ok = false, err = errno;
   }

@@ -137,11 +137,10 @@ Json Generation::prompt_logprobs_json(Choice& c) const {
     lp["token_logprobs"].push_back(scored ? Json(scored->logprob) : Json(nullptr));
     lp["top_logprobs"].push_back(scored ? legacy_top(*scored) : Json(nullptr));
     lp["text_offset"].push_back(offset);
-    // The bytes the token adds to the echoed prompt: token ids come back decoded
-    // (Tokenizer::decode: control tokens add none), and the space an SPM vocabulary puts in
-    // front of the text is dropped.
-    // A text prompt comes back as sent, so a special token written in it counts its text;
-    // the BOS the vocabulary adds in front of a text prompt is not in it.
+    // The bytes the token adds to the echoed prompt. A text prompt comes back as sent, so a
+    // special token written in it counts its text, and the BOS the vocabulary adds in front is
+    // not in it; token ids come back decoded (Tokenizer::decode: control tokens add none). The
+    // space an SPM vocabulary puts in front of the text is dropped either way.
     const bool from_text = echo_from_text_[c.prompt_index];
     const bool framing = from_text && i == 0 && tokenizer_.add_bos() && prompt[0] == tokenizer_.bos_id();
     std::string piece = framing ? std::string() : tokenizer_.token_to_piece(prompt[i], /*render_special=*/from_text);
@@ -388,7 +387,8 @@ ApiResult<std::string> OpenAiApi::render_chat(const Json& messages, const Json& 
         "tools"));
   }
   for (size_t i = 0; i < messages.size(); ++i) {
-    if (messages[i].contains("tool_calls") && !messages[i]["tool_calls"].is_null() &&
+    const auto calls = messages[i].find("tool_calls");  // null or [] (as some clients send) is none
+    if (calls != messages[i].end() && !calls->is_null() && !(calls->is_array() && calls->empty()) &&
         !chat_template_.names("tool_calls")) {
       return std::unexpected(ApiError::invalid(
           fmt::format("'messages[{}].tool_calls': this model's chat template does not render tool calls, so the "
