@@ -85,7 +85,13 @@ void Generation::cancel() {
 
 std::string Generation::token_name(int32_t id) const {
   if (tokens_as_ids_) return fmt::format("token_id:{}", id);
-  return utf8_sanitize(tokenizer_.token_to_piece(id, /*render_special=*/true));
+  const std::string piece = tokenizer_.token_to_piece(id, /*render_special=*/true);
+  if (utf8_is_valid(piece)) return piece;
+  // Part of a character (byte-level vocabularies split them): its bytes, as OpenAI names such
+  // tokens ("bytes:\xe2\x80"), so two of them are not both U+FFFD (and one key in top_logprobs).
+  std::string name = "bytes:";
+  for (const unsigned char b : piece) name += fmt::format("\\x{:02x}", b);
+  return name;
 }
 
 Json Generation::legacy_top(const TokenOutput& t) const {

@@ -80,7 +80,8 @@ class Generation {
   // Echo with logprobs: the prompt's tokens as legacy completions logprobs, the first one's
   // logprob null (nothing comes before it); text offsets index the echoed text.
   Json prompt_logprobs_json(Choice& c) const;
-  // A token as logprobs name it: its text, or "token_id:N" (return_tokens_as_token_ids).
+  // A token as logprobs name it: its text ("bytes:\xNN..." where that is not valid UTF-8), or
+  // "token_id:N" (return_tokens_as_token_ids).
   std::string token_name(int32_t id) const;
   // Streaming echo: the prompt's chunk, once its logprobs (if asked for) are all there.
   void emit_echo(Choice& c, bool finished, std::string& events);

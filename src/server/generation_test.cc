@@ -1,4 +1,5 @@
 // Generation over HTTP: predicted outputs, and echo with prompt logprobs.
+#include "common/utf8.h"
 #include "server/server_test_fixture.h"
 
 namespace sluice::server {
@@ -173,6 +174,24 @@ TEST_F(ServerTest, LegacyTopLogprobsHoldTheChosenToken) {
     outside += top.size() == 2;
   }
   EXPECT_GT(outside, 0) << "temperature 2 should pick a token outside the top 1 somewhere: " << lp.dump();
+}
+
+// A token that is part of a character is named by its bytes, as OpenAI names them, so two such
+// tokens are two names (two keys of top_logprobs), not both U+FFFD.
+TEST_F(ServerTest, PartialCharacterTokensAreNamedByTheirBytes) {
+  const Tokenizer& tok = *loaded_.tokenizer;
+  int32_t partial = -1;
+  for (int32_t id = 0; id < tok.vocab_size() && partial < 0; ++id) {
+    const std::string piece = tok.token_to_piece(id, /*render_special=*/true);
+    if (!piece.empty() && !utf8_is_valid(piece)) partial = id;
+  }
+  ASSERT_GE(partial, 0) << "the demo vocabulary has byte tokens";
+  std::string expected = "bytes:";
+  for (const unsigned char b : tok.token_to_piece(partial, true)) expected += fmt::format("\\x{:02x}", b);
+  const Json r = Json::parse(body_of(exchange(post("/v1/completions",
+      Json{{"prompt", {partial}}, {"max_tokens", 1}, {"echo", true}, {"logprobs", 0}}.dump()))));
+  ASSERT_TRUE(r.contains("choices")) << r.dump();
+  EXPECT_EQ(r["choices"][0]["logprobs"]["tokens"][0], expected) << r.dump();
 }
 
 // Echo of a text prompt with special tokens written in it: the text comes back as sent, and
