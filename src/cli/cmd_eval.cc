@@ -427,8 +427,8 @@ CommandFn add_eval_command(CLI::App& app) {
   cmd->require_subcommand(1);
   cmd->footer(
       "Exit codes: 0 ok, 1 regressed, 2 bad usage or suite, 3 infrastructure (endpoint unreachable, answers "
-      "missing), 4 inconclusive (--fail-on inconclusive). The store is SQLite: --db, or $SLUICE_EVAL_DB, or "
-      "./sluice-eval.db.");
+      "missing, nothing compared), 4 inconclusive (--fail-on inconclusive), 130 interrupted (Ctrl-C during run). "
+      "The store is SQLite: --db (before or after the command), or $SLUICE_EVAL_DB, or ./sluice-eval.db.");
   cmd->add_option("--db", o->db, "The run store and request cache (SQLite)")->capture_default_str();
 
   CLI::App* run = cmd->add_subcommand("run", "Run a suite (sluice's or a promptfooconfig.yaml) and store the run");
@@ -477,6 +477,12 @@ CommandFn add_eval_command(CLI::App& app) {
   CLI::App* exp = cmd->add_subcommand("export", "A run as JSON on stdout (usable as --baseline FILE.json)");
   exp->add_option("run", o->name, "Run id or baseline name")->required();
 
+  // `eval history --db F` as well as `eval --db F history`: the commands pass what they do not
+  // know (--db) up to eval.
+  for (CLI::App* sub : cmd->get_subcommands({})) {
+    sub->fallthrough();
+    for (CLI::App* leaf : sub->get_subcommands({})) leaf->fallthrough();
+  }
   return [=]() -> int {
     if (*run) return run_eval_run(*o);
     if (*compare) return run_eval_compare(*o);

@@ -122,7 +122,9 @@ int run(ServeOptions& o) {
   const std::string url = fmt::format("http://{}{}{}:{}", ipv6 ? "[" : "", o.http.host, ipv6 ? "]" : "",
                                       (*server)->port());
   std::cout << "sluice serve: listening on " << url << std::endl;
-  std::cerr << "try:  curl " << url << "/v1/completions -H 'Content-Type: application/json' \\\n"
+  // With an API key, the example says where it goes (the key itself is not printed).
+  const std::string auth = o.http.api_key.empty() ? "" : " -H \"Authorization: Bearer $SLUICE_API_KEY\"";
+  std::cerr << "try:  curl " << url << "/v1/completions -H 'Content-Type: application/json'" << auth << " \\\n"
             << "        -d '{\"prompt\": \"Once upon a time\", \"max_tokens\": 32}'\n"
             << "      curl " << url << "/metrics\n"
             << "stop with Ctrl-C (in-flight requests finish first, up to --drain-timeout)\n";

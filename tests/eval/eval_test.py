@@ -245,6 +245,10 @@ class EvalTest(unittest.TestCase):
         self.assertNotIn("done", out)
         rc, out = self.eval("run", api, "--save-baseline", "api")
         self.assertEqual(rc, 0, out)
+        # --db after the command as well as before it.
+        r = subprocess.run([BIN, "eval", "history", api, "--db", self.db], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("done", r.stdout)
         rc, out = self.eval("run", os.path.join(ROOT, "evals", "templates", "promptfooconfig.yaml"), "--baseline", "api")
         self.assertEqual(rc, 3, out)
         self.assertIn("no item is in both runs", out)
