@@ -256,6 +256,10 @@ TEST(Cli, EngineFlagsAreCheckedWithClearErrors) {
   Output e = run("generate --prompts /no/such/file", true);
   EXPECT_EQ(e.exit_code, 1);
   EXPECT_NE(e.out.find("cannot read prompts file '/no/such/file'"), std::string::npos) << e.out;
+  Output off = run("generate -p hi --spec off --draft-model demo", true);
+  EXPECT_EQ(off.exit_code, 2);
+  EXPECT_NE(off.out.find("--spec off and --draft-model: the draft model would never be used"), std::string::npos)
+      << off.out;
   // A prompt longer than the KV cache is refused, naming both sizes.
   Output f = run("generate -p 'one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
                  "fifteen sixteen seventeen' --kv-cache-memory 32KiB --block-size 4",
@@ -563,6 +567,13 @@ TEST(Cli, PairRanksDraftsAndWritesItsReports) {
   EXPECT_NE(none.out.find("give at least one candidate"), std::string::npos) << none.out;
   Output no_prompts = run("pair --target " + q + "F32.gguf --ngram", true);
   EXPECT_NE(no_prompts.out.find("give the prompts"), std::string::npos) << no_prompts.out;
+  // Checked before any measuring: the report's folder, an empty prompt.
+  Output folder = run("pair --target " + q + "F32.gguf --ngram -p x --json /no/such/dir/p.json", true);
+  EXPECT_EQ(folder.exit_code, 1);
+  EXPECT_NE(folder.out.find("cannot write --json /no/such/dir/p.json: folder '/no/such/dir'"), std::string::npos)
+      << folder.out;
+  Output empty = run("pair --target " + q + "F32.gguf --ngram -p x -p ''", true);
+  EXPECT_NE(empty.out.find("prompt 1 is empty"), std::string::npos) << empty.out;
 }
 
 // pair --suite: an eval suite's prompts (a completion template and a chat prompt, over each

@@ -1,5 +1,9 @@
 // sluice pair: ranks candidate drafts for a target on the user's prompts (src/pair/pair.h).
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -81,6 +85,15 @@ int run_pair(PairCliOptions& o) {
     return fail_usage("give the prompts one way: --prompts FILE, -p TEXT or --suite FILE");
   }
   if (o.ngram_min > o.ngram_max) return fail_usage("--ngram-min must not exceed --ngram-max");
+  // The report files' folders are checked now, not after minutes of measuring.
+  for (const auto& [flag, file] : {std::pair{"--json", o.json_file}, std::pair{"--svg", o.svg_file}}) {
+    if (file.empty()) continue;
+    const std::filesystem::path dir = std::filesystem::path(file).parent_path();
+    if (::access(dir.empty() ? "." : dir.c_str(), W_OK) != 0) {
+      return fail(fmt::format("cannot write {} {}: folder '{}': {}", flag, file, dir.empty() ? "." : dir.string(),
+                              std::error_code(errno, std::generic_category()).message()));
+    }
+  }
   std::vector<std::string> texts = o.prompts;
   if (!o.prompts_file.empty()) {
     auto p = read_prompts(o.prompts_file);
@@ -105,6 +118,7 @@ int run_pair(PairCliOptions& o) {
   std::vector<std::vector<int32_t>> prompts;
   int32_t longest = 0;
   for (size_t i = 0; i < texts.size(); ++i) {
+    if (texts[i].empty()) return fail(fmt::format("prompt {} is empty", i));
     auto ids = target->tokenizer->encode(texts[i], encoding[i]);
     if (!ids) return fail(fmt::format("prompt {}: {}", i, ids.error().message()));
     if (static_cast<int64_t>(ids->size()) + o.pair.max_tokens + o.pair.max_k >= target->model->config().context_length) {

@@ -43,8 +43,9 @@ void EngineOptions::add_to(CLI::App& cmd) {
                  "Speculative decoding for every request: off; ngram (prompt lookup: draft the continuation of the "
                  "latest earlier occurrence of the last tokens in the prompt and output); draft (a draft model, "
                  "--draft-model; the default when one is given). A request's own `prediction` is drafted either "
-                 "way. Outputs are the same with it on or off, only faster or slower")
-      ->capture_default_str()->check(CLI::IsMember({"off", "ngram", "draft"}));
+                 "way. Outputs are the same with it on or off, only faster or slower. Default: off, or draft when "
+                 "--draft-model is given")
+      ->check(CLI::IsMember({"off", "ngram", "draft"}));
   cmd.add_option("--spec-tokens", spec_tokens, "Most draft tokens a sequence verifies in one step")
       ->capture_default_str()->check(CLI::Range(1, 64));
   cmd.add_option("--spec-ngram-min", spec_ngram_min, "Prompt lookup: the shortest run of last tokens matched")
@@ -127,7 +128,10 @@ Result<EngineConfig> EngineOptions::to_config(const ModelConfig& model, const To
   c.kv_eviction = kv_eviction;
   c.spec = {.method = spec, .num_tokens = spec_tokens, .ngram_min = spec_ngram_min, .ngram_max = spec_ngram_max,
             .adaptive = spec_adaptive == "on"};
-  if (!draft_model.empty() && spec == "off") c.spec.method = "draft";
+  if (spec.empty()) c.spec.method = draft_model.empty() ? "off" : "draft";
+  if (!draft_model.empty() && spec == "off") {
+    return Error(StatusCode::kInvalid, "--spec off and --draft-model: the draft model would never be used");
+  }
   if (!draft_model.empty() && spec == "ngram") {
     return Error(StatusCode::kInvalid, "--spec ngram and --draft-model: one proposer at a time");
   }

@@ -23,7 +23,7 @@ struct EngineOptions {
   bool no_prefix_cache = false;
   std::string kv_eviction = "lru";
   std::vector<std::string> pin_prefixes;
-  std::string spec = "off";
+  std::string spec;  // "": off, or draft with a --draft-model
   int32_t spec_tokens = 4;
   int32_t spec_ngram_min = 2;
   int32_t spec_ngram_max = 4;

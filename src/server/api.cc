@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/utf8.h"
+#include "engine/spec/prediction_proposer.h"
 
 namespace sluice::server {
 namespace {
@@ -62,6 +63,7 @@ struct Generation::Choice {
   RequestMetrics metrics;
   int64_t text_offset = 0;           // completions logprobs: bytes of text before the next token
   std::vector<TokenOutput> prompt_scores;  // echo with logprobs: prompt tokens 1..n-1
+  std::vector<int32_t> output_ids;         // with a prediction: the output, to count its use
   bool echoed = false;               // streaming echo: the prompt's chunk was sent
 };
 
@@ -218,11 +220,13 @@ Json Generation::usage() const {
   std::vector<bool> counted(prompt_lengths_.size(), false);
   for (const auto& c : choices_) {
     completion += c->metrics.num_output_tokens;
-    // Predicted outputs, as OpenAI counts them: prediction tokens that were accepted into the
-    // completion, and the rest of the prediction.
-    if (prediction_tokens_ > 0) {
-      accepted += c->metrics.num_accepted_tokens;
-      rejected += std::max(0, prediction_tokens_ - c->metrics.num_accepted_tokens);
+    // Predicted outputs, as OpenAI counts them: the prediction's tokens that appeared in the
+    // completion, and the rest of the prediction. Counted on the answer itself, not on the
+    // drafts verified (those depend on the draft lengths chosen, so on timing).
+    if (!prediction_.empty()) {
+      const int64_t from = spec::PredictionProposer::tokens_from_prediction(prediction_, c->output_ids);
+      accepted += from;
+      rejected += std::max<int64_t>(0, static_cast<int64_t>(prediction_.size()) - from);
     }
     // The first choice of each prompt says how much of it came from the cache (its siblings
     // find the blocks it just computed, which says nothing about the cache before).
@@ -249,6 +253,9 @@ bool Generation::poll(std::string& events) {
       if (!out) break;
       if (echo_ && logprobs_) {
         c.prompt_scores.insert(c.prompt_scores.end(), out->prompt_logprobs.begin(), out->prompt_logprobs.end());
+      }
+      if (!prediction_.empty()) {
+        for (const TokenOutput& t : out->tokens) c.output_ids.push_back(t.token_id);
       }
       if (stream_) {
         emit_echo(c, out->finished, events);
@@ -458,7 +465,7 @@ ApiResult<std::unique_ptr<Generation>> OpenAiApi::submit(Generation::Kind kind, 
                                       "prediction"));
   }
   std::unique_ptr<Generation> g(new Generation(kind, tokenizer_, config_));
-  g->prediction_tokens_ = static_cast<int32_t>(prediction.size());
+  g->prediction_ = prediction;
   g->model_ = config_.model_name;
   g->stream_ = params.stream;
   g->include_usage_ = params.include_usage;

@@ -100,7 +100,7 @@ class Generation {
   std::vector<bool> echo_from_text_;                  // per prompt, with echo: sent as text
   std::vector<std::vector<int32_t>> echo_prompts_;    // per prompt, with echo and logprobs
   std::vector<int32_t> prompt_lengths_;  // per prompt
-  int32_t prediction_tokens_ = 0;        // the prediction's length, per choice
+  std::vector<int32_t> prediction_;      // the prediction's tokens (predicted outputs)
   std::vector<std::unique_ptr<Choice>> choices_;
   bool done_ = false;
 };

@@ -96,7 +96,7 @@ std::string prometheus_text(const EngineMetrics& m, const HttpMetrics& http, con
     w.sample("request_success_total", static_cast<double>(m.num_requests_finished[i]),
              fmt::format("finished_reason=\"{}\"", reasons[i]));
   }
-  w.counter("prompt_tokens_total", static_cast<double>(m.num_prompt_tokens), "Prompt tokens of finished requests.");
+  w.counter("prompt_tokens_total", static_cast<double>(m.num_prompt_tokens), "Prompt tokens of finished requests (a request of n choices counts its prompt n times; usage once).");
   w.counter("generation_tokens_total", static_cast<double>(m.num_generation_tokens),
             "Generated tokens of finished requests.");
   w.counter("scheduled_tokens_total", static_cast<double>(m.num_scheduled_tokens),

@@ -34,6 +34,18 @@ void PredictionProposer::align(State& s, std::span<const int32_t> output) {
   }
 }
 
+int64_t PredictionProposer::tokens_from_prediction(std::span<const int32_t> prediction,
+                                                   std::span<const int32_t> output) {
+  State s;
+  s.prediction.assign(prediction.begin(), prediction.end());
+  int64_t from_prediction = 0;
+  for (size_t t = 0; t < output.size(); ++t) {
+    align(s, output.first(t));  // where the cursor stands before token t
+    from_prediction += s.cursor < static_cast<int64_t>(prediction.size()) && output[t] == prediction[s.cursor];
+  }
+  return from_prediction;
+}
+
 void PredictionProposer::propose(std::span<const DraftQuery> queries, std::vector<std::vector<int32_t>>& out) {
   out.assign(queries.size(), {});
   for (size_t i = 0; i < queries.size(); ++i) {

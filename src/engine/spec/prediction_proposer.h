@@ -18,6 +18,12 @@ class PredictionProposer : public Proposer {
  public:
   static constexpr int32_t kAlignTokens = 8;
 
+  // The output tokens that came from the prediction: walking the output token by token with
+  // the alignment above, those equal to the prediction's token at the cursor. What OpenAI's
+  // usage calls accepted_prediction_tokens; unlike the drafts verified, it does not depend on
+  // how many tokens each step drafted, so the same answer always counts the same.
+  static int64_t tokens_from_prediction(std::span<const int32_t> prediction, std::span<const int32_t> output);
+
   std::string_view name() const override { return "prediction"; }
   void add_sequence(SeqId seq_id, const Request& request) override;
   void remove_sequence(SeqId seq_id) override { seqs_.erase(seq_id); }

@@ -67,6 +67,21 @@ TEST(PredictionProposer, FollowsTheOutputAndRealignsAfterAnEdit) {
   EXPECT_TRUE(propose(2).empty());
 }
 
+// What usage reports as accepted_prediction_tokens: the output tokens the aligned prediction
+// had at the cursor, counted on the output alone.
+TEST(PredictionProposer, CountsTheOutputTokensThatCameFromThePrediction) {
+  const std::vector<int32_t> prediction = {10, 11, 12, 13, 14, 15, 16, 17};
+  auto count = [&](std::vector<int32_t> output) {
+    return spec::PredictionProposer::tokens_from_prediction(prediction, output);
+  };
+  EXPECT_EQ(count({10, 11, 12, 13, 14, 15, 16, 17}), 8);
+  EXPECT_EQ(count({10, 11, 50, 51, 14, 15, 16, 17}), 5);  // 10, 11; the edit; 14 realigns: 15, 16, 17
+  EXPECT_EQ(count({10, 11, 12, 13, 14, 15, 16, 17, 18}), 8);  // past its end
+  EXPECT_EQ(count({50, 51, 52}), 0);
+  EXPECT_EQ(count({}), 0);
+  EXPECT_EQ(spec::PredictionProposer::tokens_from_prediction({}, std::vector<int32_t>{1, 2}), 0);
+}
+
 // Step times as a function of tokens, measured many times.
 spec::DraftLength trained(double fixed_ms, double per_token_ms, double acceptance) {
   spec::DraftLength d;
