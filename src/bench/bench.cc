@@ -98,13 +98,13 @@ class Phase {
     if (limits_.stop_on_signal) {
       signals_.add(SIGINT);
       signals_.add(SIGTERM);
-      signals_.async_wait([this](const boost::system::error_code& ec, int) {
-        if (!ec) interrupt();
+      signals_.async_wait([this](const boost::system::error_code& ec, int signal) {
+        if (!ec) interrupt(signal);
       });
     }
   }
 
-  bool interrupted() const { return interrupted_; }
+  int interrupted_by() const { return interrupted_by_; }
 
   std::vector<RequestRecord> take_records() {
     std::sort(records_.begin(), records_.end(),
@@ -127,14 +127,14 @@ class Phase {
 
  private:
   bool may_send(Clock::time_point now) const {
-    return !interrupted_ && (limits_.num_requests == 0 || num_sent_ < limits_.num_requests) &&
+    return interrupted_by_ == 0 && (limits_.num_requests == 0 || num_sent_ < limits_.num_requests) &&
            (!deadline_ || now < *deadline_) && !workload_.exhausted();
   }
 
   // A signal: nothing more is sent, and what is in flight is cancelled. The signals go back to
   // their default, so a second one ends the process.
-  void interrupt() {
-    interrupted_ = true;
+  void interrupt(int signal) {
+    interrupted_by_ = signal;
     boost::system::error_code ignored;
     signals_.clear(ignored);
     cancel_in_flight();
@@ -253,7 +253,7 @@ class Phase {
   net::steady_timer watchdog_;  // the drain timeout
   net::steady_timer arrival_;   // open loop: the next arrival
   net::signal_set signals_;     // stop_on_signal: SIGINT, SIGTERM
-  bool interrupted_ = false;
+  int interrupted_by_ = 0;  // the signal that stopped the phase
   Clock::time_point start_, end_;
   std::optional<Clock::time_point> deadline_;
   int32_t num_senders_ = 0;  // sending coroutines still running
@@ -283,7 +283,7 @@ Result<std::string> first_model(const http::Url& api_url, const ApiSettings& api
 struct PhaseResult {
   std::vector<RequestRecord> records;
   double duration_s = 0;
-  bool interrupted = false;
+  int interrupted_by = 0;
 };
 
 // Runs one phase to its end on `io`.
@@ -294,7 +294,7 @@ PhaseResult run_phase(net::io_context& io, ConnectionPool& pool, const ApiSettin
   io.restart();
   io.run();
   if (progress) progress(phase.progress());
-  return {phase.take_records(), phase.duration_s(), phase.interrupted()};
+  return {phase.take_records(), phase.duration_s(), phase.interrupted_by()};
 }
 
 }  // namespace
@@ -371,13 +371,13 @@ Result<BenchReport> run(const BenchConfig& config, const ProgressFn& progress) {
                                                                          : config.concurrency);
       w.warmup = true;
       w.stop_on_signal = config.stop_on_signal;
-      report.interrupted = run_phase(io, pool, api, *warm_workload, w, progress).interrupted;
+      report.interrupted_by = run_phase(io, pool, api, *warm_workload, w, progress).interrupted_by;
     }
-    if (!report.interrupted) {
+    if (report.interrupted_by == 0) {
       PhaseResult measured = run_phase(io, pool, api, *workload, limits, progress);
       report.records = std::move(measured.records);
       report.summary = summarize(report.records, measured.duration_s);
-      report.interrupted = measured.interrupted;
+      report.interrupted_by = measured.interrupted_by;
     }
   } catch (const std::exception& e) {
     return Error("benchmark failed: {}", e.what());

@@ -108,7 +108,7 @@ struct BenchReport {
   std::string api_url;  // the API root requests went to
   std::vector<RequestRecord> records;  // measured requests in the order they were sent
   Summary summary;
-  bool interrupted = false;  // a signal stopped the run (stop_on_signal); records hold what ended
+  int interrupted_by = 0;  // the signal that stopped the run (stop_on_signal); records hold what was sent
 };
 
 // Runs the benchmark. Fails (before sending load) on a bad configuration, or when the model is not

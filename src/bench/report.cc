@@ -209,7 +209,7 @@ nlohmann::json report_json(const BenchReport& report) {
           {"api_url", report.api_url},
           {"config", config_json(report.config)},
           {"summary", std::move(summary)},
-          {"interrupted", report.interrupted},
+          {"interrupted", report.interrupted_by != 0},
           {"requests", std::move(requests)}};
 }
 

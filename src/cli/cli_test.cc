@@ -290,7 +290,8 @@ TEST(Cli, BadInputIsAClearErrorWithExitCode) {
   EXPECT_NE(cmd.out.find("unknown command 'bogus'"), std::string::npos) << cmd.out;
   Output big = run("model make --ctx 99999999999 -o /tmp/never.gguf", true);
   EXPECT_EQ(big.exit_code, 2);
-  EXPECT_NE(big.out.find("--ctx: must be at most 2147483647, got 99999999999"), std::string::npos) << big.out;
+  EXPECT_NE(big.out.find("--ctx: must be an integer in -2147483648..2147483647, got 99999999999"), std::string::npos)
+      << big.out;
   Output empty_stop = run("generate -p hi --stop ''", true);
   EXPECT_EQ(empty_stop.exit_code, 2);
   EXPECT_NE(empty_stop.out.find("--stop: must not be empty"), std::string::npos) << empty_stop.out;
@@ -379,11 +380,19 @@ TEST(Cli, ModelMakeChecksTheTokenizerItCopies) {
   w.set_string("tokenizer.ggml.model", "bogus");
   const std::string vocab = ::testing::TempDir() + "/cli_bogus_vocab.gguf", out = ::testing::TempDir() + "/cli_bogus.gguf";
   ASSERT_TRUE(w.write_file(vocab));
+  std::ofstream(out) << "an earlier output";  // checked before it is replaced: kept
   Output m = run("model make --vocab " + vocab + " -o " + out, true);
   EXPECT_EQ(m.exit_code, 1) << m.out;
-  EXPECT_NE(m.out.find("the made model's tokenizer does not load, removed it"), std::string::npos) << m.out;
-  EXPECT_FALSE(std::filesystem::exists(out));
+  EXPECT_NE(m.out.find("the made model's tokenizer does not load (not kept)"), std::string::npos) << m.out;
+  std::ifstream kept(out);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "an earlier output");
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(::testing::TempDir())) {
+    entries += e.path().filename().string().starts_with("cli_bogus.gguf.partial");
+  }
+  EXPECT_EQ(entries, 0);
   std::filesystem::remove(vocab);
+  std::filesystem::remove(out);
 }
 
 // Writes go to a file with no name until complete: nothing is left beside the output, a file
@@ -442,13 +451,16 @@ TEST(Cli, AKvCacheSmallerThanTheContextIsAWarning) {
 
 // Every --seed is an integer in 0..2^64-1, in every command that takes one.
 TEST(Cli, SeedsOutOfRangeAreRefused) {
-  for (const std::string args : {"model make -o /tmp/never.gguf --seed -1", "model make -o /tmp/never.gguf --seed 1e30",
-                                  "bench --url http://127.0.0.1:1 --seed -2", "eval compare 1 --baseline x --seed -1"}) {
+  const std::string never = ::testing::TempDir() + "/cli_seed_never.gguf";
+  const std::vector<std::string> cases = {"model make -o " + never + " --seed -1", "model make -o " + never + " --seed 1e30",
+                                          "bench --url http://127.0.0.1:1 --seed -2",
+                                          "eval compare 1 --baseline x --seed -1"};
+  for (const std::string& args : cases) {
     Output o = run(args, true);
     EXPECT_EQ(o.exit_code, 2) << args << ": " << o.out;
     EXPECT_NE(o.out.find("must be an integer in 0..18446744073709551615"), std::string::npos) << args << ": " << o.out;
   }
-  EXPECT_FALSE(std::filesystem::exists("/tmp/never.gguf"));
+  EXPECT_FALSE(std::filesystem::exists(never));
 }
 
 // More prompts than the engine queues at once: submitted as room frees (--parallel is a cap);

@@ -113,9 +113,9 @@ int run(BenchOptions& o, bool count_given, bool duration_given) {
   auto report = bench::run(o.config, show_progress ? progress_line() : bench::ProgressFn());
   if (show_progress) std::fprintf(stderr, "\r\033[K");
   if (!report) return fail(report.error().message());
-  if (report->interrupted) {
-    std::cerr << fmt::format("sluice bench: interrupted: the report covers the {} measured requests that ended "
-                             "(those in flight were cancelled)\n",
+  if (report->interrupted_by != 0) {
+    std::cerr << fmt::format("sluice bench: interrupted: the report covers the {} measured requests sent (those in "
+                             "flight when it stopped were cancelled, and count as errors of kind 'cancelled')\n",
                              report->records.size());
   }
   std::fputs(bench::format_report(*report).c_str(), stdout);
@@ -126,7 +126,13 @@ int run(BenchOptions& o, bool count_given, bool duration_given) {
     if (Status s = write_file(o.svg_path, bench::render_svg(*report)); !s) return fail(s.message());
   }
   if (const int rc = finish_stdout(); rc != kExitOk) return rc;
-  if (report->interrupted) return 128 + SIGINT;  // as a shell reports a Ctrl-C
+  if (const int sig = report->interrupted_by; sig != 0) {
+    // Reported and written: now ended by the signal itself, so a shell loop around sluice
+    // bench stops too (its status is 128 + the signal's number).
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return 128 + sig;
+  }
   if (report->summary.num_ok == 0) {
     for (const bench::RequestRecord& r : report->records) {
       if (!r.ok) return fail("every request failed; the first: " + r.error);

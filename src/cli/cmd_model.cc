@@ -164,22 +164,22 @@ bool same_file(const std::string& a, const std::string& b) {
 }
 
 // What quantize and make write, sluice must load: the model and its tokenizer, through the
-// loader. On failure the file is removed and the message says why.
-std::optional<std::string> load_back(const std::string& path, const char* what) {
-  auto check = gguf::File::open(path);
-  if (!check) {
-    std::remove(path.c_str());
-    return fmt::format("wrote an unreadable file, removed it: {}", check.error().message());
-  }
-  if (auto tok = Tokenizer::from_gguf(**check); !tok) {
-    std::remove(path.c_str());
-    return fmt::format("the {} model's tokenizer does not load, removed it: {}", what, tok.error().message());
-  }
-  if (auto model = Model::load(std::move(*check)); !model) {
-    std::remove(path.c_str());
-    return fmt::format("the {} model does not load, removed it: {}", what, model.error().message());
-  }
-  return std::nullopt;
+// loader, before the file replaces anything (gguf::Writer::write_file's verify step: on
+// failure the output path is left as it was); the tensor count and size where asked for.
+gguf::Writer::Verify load_back(const char* what, size_t* num_tensors = nullptr, uint64_t* size = nullptr) {
+  return [what, num_tensors, size](const std::string& written) -> Status {
+    auto check = gguf::File::open(written);
+    if (!check) return Status::error(fmt::format("wrote an unreadable file (not kept): {}", check.error().message()));
+    if (num_tensors) *num_tensors = (*check)->tensors().size();
+    if (size) *size = (*check)->file_size();
+    if (auto tok = Tokenizer::from_gguf(**check); !tok) {
+      return Status::error(fmt::format("the {} model's tokenizer does not load (not kept): {}", what, tok.error().message()));
+    }
+    if (auto model = Model::load(std::move(*check)); !model) {
+      return Status::error(fmt::format("the {} model does not load (not kept): {}", what, model.error().message()));
+    }
+    return Status::ok();
+  };
 }
 
 int run_quantize(const QuantizeOptions& o) {
@@ -191,9 +191,8 @@ int run_quantize(const QuantizeOptions& o) {
   ThreadPool pool(o.threads);
   const bool tty = !o.no_progress && isatty(STDERR_FILENO);
   auto progress = tty ? terminal_progress("quantizing " + o.input) : std::function<void(uint64_t, uint64_t)>();
-  auto report = quantize_model(**in, **mix, o.output, pool, progress);
+  auto report = quantize_model(**in, **mix, o.output, pool, progress, load_back("quantized"));
   if (!report) return fail(report.error().message());
-  if (auto why = load_back(o.output, "quantized")) return fail(*why);
   for (const std::string& f : report->fallbacks) std::fprintf(stderr, "fallback: %s\n", f.c_str());
   std::string types;
   for (const auto& [type, e] : report->by_type) {
@@ -235,13 +234,9 @@ int run_make(const MakeOptions& o) {
   }
   auto writer = make_model(*spec);
   if (!writer) return fail_usage(writer.error().message());  // the shape the flags asked for
-  if (Status s = writer->write_file(o.output); !s) return fail(s.message());
-  auto check = gguf::File::open(o.output);
-  if (!check) return fail("wrote an unreadable file: " + check.error().message());
-  const size_t num_tensors = (*check)->tensors().size();
-  const uint64_t size = (*check)->file_size();
-  check->reset();
-  if (auto why = load_back(o.output, "made")) return fail(*why);
+  size_t num_tensors = 0;
+  uint64_t size = 0;
+  if (Status s = writer->write_file(o.output, load_back("made", &num_tensors, &size)); !s) return fail(s.message());
   std::fprintf(stderr, "wrote %s: %s %s, %zu tensors, %s\n", o.output.c_str(), std::string(arch_name(spec->arch)).c_str(),
                o.dtype.c_str(), num_tensors, human_bytes(size).c_str());
   return kExitOk;
@@ -265,8 +260,12 @@ CommandFn add_model_command(CLI::App& app) {
       [](std::string& v) -> std::string {
         int64_t x = 0;
         auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-        if (ec == std::errc() && end == v.data() + v.size() && x > std::numeric_limits<int32_t>::max()) {
-          return fmt::format("must be at most {}, got {}", std::numeric_limits<int32_t>::max(), v);
+        const bool whole = end == v.data() + v.size();
+        if ((ec == std::errc::result_out_of_range && whole) ||
+            (ec == std::errc() && whole &&
+             (x > std::numeric_limits<int32_t>::max() || x < std::numeric_limits<int32_t>::min()))) {
+          return fmt::format("must be an integer in {}..{}, got {}", std::numeric_limits<int32_t>::min(),
+                             std::numeric_limits<int32_t>::max(), v);
         }
         return {};
       },

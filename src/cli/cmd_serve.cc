@@ -1,5 +1,6 @@
 // sluice serve: the OpenAI-compatible HTTP server on the engine (src/server).
 #include <csignal>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -123,7 +124,10 @@ int run(ServeOptions& o) {
                                       (*server)->port());
   std::cout << "sluice serve: listening on " << url << std::endl;
   // With an API key, the example says where it goes (the key itself is not printed).
-  const std::string auth = o.http.api_key.empty() ? "" : " -H \"Authorization: Bearer $SLUICE_API_KEY\"";
+  const char* env_key = std::getenv("SLUICE_API_KEY");
+  const std::string auth = o.http.api_key.empty()                           ? ""
+                           : env_key && o.http.api_key == env_key ? " -H \"Authorization: Bearer $SLUICE_API_KEY\""
+                                                                  : " -H 'Authorization: Bearer YOUR_API_KEY'";
   std::cerr << "try:  curl " << url << "/v1/completions -H 'Content-Type: application/json'" << auth << " \\\n"
             << "        -d '{\"prompt\": \"Once upon a time\", \"max_tokens\": 32}'\n"
             << "      curl " << url << "/metrics\n"

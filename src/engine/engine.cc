@@ -46,7 +46,7 @@ std::string coalesce_key(const Request& r) {
   put(r.max_tokens), put(r.ignore_eos), put(r.logprobs), put(r.min_tokens), put(r.include_stop_str_in_output);
   put(r.prompt_logprobs);
   put_ints(r.stop_token_ids);
-  put_ints(r.prediction_tokens);  // not the output, but its usage figures
+  put_ints(r.prediction_tokens);  // not the output, but the drafting (and so the step metrics)
   put(r.speculative);
   put(r.response_format);
   put(r.stop_strings.size());

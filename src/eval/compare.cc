@@ -45,7 +45,7 @@ std::map<std::string, Item> fold(const std::vector<ResultRow>& rows) {
   for (auto& [key, it] : items) {
     const double fraction = it.first->grades.is_object() ? it.first->grades.value("pass_fraction", 1.0) : 1.0;
     it.score /= static_cast<double>(it.samples);
-    it.pass = it.error.empty() && static_cast<double>(it.passed) >= fraction * static_cast<double>(it.samples) - 1e-9;
+    it.pass = item_passes(it.passed, it.samples, fraction, !it.error.empty());
     it.flaky = it.passed > 0 && it.passed < it.samples;
   }
   return items;
@@ -60,6 +60,10 @@ double sd(const std::vector<double>& x) {
 }
 
 }  // namespace
+
+bool item_passes(int64_t passed, int64_t samples, double pass_fraction, bool any_error) {
+  return !any_error && static_cast<double>(passed) >= pass_fraction * static_cast<double>(samples) - 1e-9;
+}
 
 Comparison compare_runs(int64_t base_run, const std::vector<ResultRow>& base_rows, int64_t cand_run,
                         const std::vector<ResultRow>& cand_rows, const CompareOptions& options) {

@@ -72,6 +72,10 @@ struct Comparison {
   bool aa = false;
 };
 
+// Whether an item passes: none of its samples without an answer, and the share that passed
+// reaching its passFraction (within rounding: 0.28 x 25 is 7).
+bool item_passes(int64_t passed, int64_t samples, double pass_fraction, bool any_error);
+
 Comparison compare_runs(int64_t base_run, const std::vector<ResultRow>& base, int64_t cand_run,
                         const std::vector<ResultRow>& cand, const CompareOptions& options);
 

@@ -207,15 +207,25 @@ std::string compare_junit(const Comparison& c) {
     }
     cases += "    </testcase>\n";
   }
+  int errors = 0;
+  if (c.verdict == "nothing compared") {  // no evidence is no pass: an error case says why
+    ++errors;
+    cases += fmt::format("    <testcase classname=\"sluice.eval\" name=\"compare\">\n      <error message=\"nothing "
+                         "compared: no item is in both runs ({} only in the baseline, {} only in the candidate)\"/>\n"
+                         "    </testcase>\n",
+                         c.only_base, c.only_cand);
+  }
   return fmt::format(
       "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" "
-      "errors=\"0\">\n{}  </testsuite>\n</testsuites>\n",
-      xml_escape(fmt::format("sluice eval compare {} vs {}: {}", c.cand_run, c.base_run, c.verdict)), c.items.size(),
-      failures, cases);
+      "errors=\"{}\">\n{}  </testsuite>\n</testsuites>\n",
+      xml_escape(fmt::format("sluice eval compare {} vs {}: {}", c.cand_run, c.base_run, c.verdict)),
+      c.items.size() + static_cast<size_t>(errors), failures, errors, cases);
 }
 
 std::string compare_markdown(const Comparison& c, int32_t max_items) {
-  const char* icon = c.verdict == "regressed" ? "❌" : c.verdict == "improved" ? "✅" : c.verdict == "inconclusive" ? "⚠️" : "✅";
+  const char* icon = c.verdict == "regressed" || c.verdict == "nothing compared" ? "❌"
+                     : c.verdict == "inconclusive"                                ? "⚠️"
+                                                                                  : "✅";
   std::string out = fmt::format("### {} sluice eval: **{}**\n\nCandidate run {} against baseline run {}{}.\n\n", icon,
                                 c.verdict, c.cand_run, c.base_run, c.aa ? " (A/A: one configuration twice)" : "");
   out += "| metric | items | baseline | candidate | diff | p (Holm) | test | MDE | verdict |\n";

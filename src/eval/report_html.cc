@@ -101,7 +101,8 @@ std::string compare_html(const Comparison& c, const std::vector<RunRow>& history
       "tr.p2f{{background:#fdecea}} tr.f2p{{background:#eaf6ea}} pre{{margin:0;white-space:pre-wrap;max-width:420px}}\n"
       "</style></head><body>\n<h1>sluice eval: <span id=\"verdict\" class=\"{}\">{}</span></h1>\n"
       "<p>Candidate run {} against baseline run {}{}.</p>\n",
-      xml_escape(c.verdict), xml_escape(c.verdict), xml_escape(c.verdict), c.cand_run, c.base_run,
+      xml_escape(c.verdict), c.verdict == "nothing compared" ? "regressed" : xml_escape(c.verdict),  // class: one word
+      xml_escape(c.verdict), c.cand_run, c.base_run,
       c.aa ? " (A/A: one configuration twice; differences are noise)" : "");
   html += "<h2>Metrics</h2>\n<table id=\"metric-table\"><tr><th>metric</th><th>items</th><th>baseline</th><th>candidate</th>"
           "<th>diff</th><th>p (Holm)</th><th>test</th><th>MDE</th><th>verdict</th></tr>\n";

@@ -4,10 +4,12 @@
 #include <cmath>
 #include <filesystem>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "eval/compare.h"
 #include "eval/render.h"
 #include "eval/stats.h"
 
@@ -204,7 +206,9 @@ Result<RunOutcome> execute_run(const Plan& plan, Store& store, const RunOptions&
   std::vector<std::thread> threads;
   for (int32_t j = 0; j < std::max(1, options.jobs); ++j) threads.emplace_back(worker);
   for (std::thread& th : threads) th.join();
-  if (stopped()) {
+  // Stopped while sending, or while grading (a judge's requests): stored as interrupted, with
+  // whatever results were stored so far and the answers in the cache.
+  auto interrupted = [&]() -> Result<RunOutcome> {
     int64_t answered = 0;
     for (const Answer& a : answers) answered += a.done;
     outcome.interrupted = true;
@@ -212,7 +216,8 @@ Result<RunOutcome> execute_run(const Plan& plan, Store& store, const RunOptions&
     outcome.summary = {{"interrupted", true}, {"answered", answered}, {"tasks", plan.tasks.size()}};
     SLUICE_RETURN_IF_ERROR(store.finish_run(run_id, "interrupted", outcome.summary));
     return outcome;
-  }
+  };
+  if (stopped()) return interrupted();
 
   JudgeFn ask_judge = [&](const Provider& judge, const std::string& prompt) -> Result<Reply> {
     Provider j = judge;
@@ -239,7 +244,9 @@ Result<RunOutcome> execute_run(const Plan& plan, Store& store, const RunOptions&
   std::map<std::string, bool> item_seen;
   std::map<std::string, std::pair<int64_t, int64_t>> test_samples;  // test item -> (samples, passed)
   std::map<std::string, double> item_pass_fraction;                 // test item -> its passFraction
+  std::set<std::string> item_errors;                                // test items with a sample unanswered
   for (size_t i = 0; i < plan.tasks.size();) {
+    if (stopped()) return interrupted();
     const Task& t = plan.tasks[i];
     // A multiple-choice sample spans one task per choice.
     size_t end = i + 1;
@@ -301,6 +308,7 @@ Result<RunOutcome> execute_run(const Plan& plan, Store& store, const RunOptions&
       auto& [ns, np] = test_samples[t.item_key];
       ++ns, np += row.pass;
       item_pass_fraction[t.item_key] = test.pass_fraction;
+      if (!row.error.empty()) item_errors.insert(t.item_key);
     } else {
       const LikelihoodTask& lt = suite.likelihood[t.task];
       const LikelihoodItem& item = lt.items[t.item];
@@ -367,7 +375,7 @@ Result<RunOutcome> execute_run(const Plan& plan, Store& store, const RunOptions&
     // fraction reaches the test's passFraction.
     double items_passed = 0;
     for (const auto& [key, np] : test_samples) {
-      items_passed += static_cast<double>(np.second) >= item_pass_fraction[key] * static_cast<double>(np.first);
+      items_passed += item_passes(np.second, np.first, item_pass_fraction[key], item_errors.contains(key));
     }
     summary["item_pass_rate"] = items_passed / n;
     summary["pass@1"] = at1 / n;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "eval/compare.h"
+#include "eval/report.h"
 #include "eval/stats.h"
 
 namespace sluice::eval {
@@ -135,6 +136,23 @@ TEST(Compare, RunsWithNoItemInCommonCompareNothing) {
   EXPECT_EQ(c.only_base, 1);
   EXPECT_EQ(c.only_cand, 2);
   EXPECT_EQ(compare_runs(1, empty, 2, cand, {}).verdict, "nothing compared");
+  // No report shows it as a pass.
+  EXPECT_NE(compare_markdown(c, 10).find("### ❌ sluice eval: **nothing compared**"), std::string::npos);
+  const std::string junit = compare_junit(c);
+  EXPECT_NE(junit.find("errors=\"1\""), std::string::npos) << junit;
+  EXPECT_NE(junit.find("nothing compared: no item is in both runs (1 only in the baseline, 2 only in the candidate)"),
+            std::string::npos)
+      << junit;
+}
+
+// An item passes on its samples' share within rounding (0.28 x 25 is 7), and never with a
+// sample unanswered: one rule for the run's summary and for compare.
+TEST(Compare, ItemsPassOnTheirShareWithinRounding) {
+  EXPECT_TRUE(item_passes(7, 25, 0.28, false));
+  EXPECT_TRUE(item_passes(55, 100, 0.55, false));
+  EXPECT_FALSE(item_passes(6, 25, 0.28, false));
+  EXPECT_FALSE(item_passes(1, 2, 0.5, true));
+  EXPECT_TRUE(item_passes(1, 2, 0.5, false));
 }
 
 TEST(Compare, ScoresUseTheBootstrapAndSamplesFoldByPassFraction) {

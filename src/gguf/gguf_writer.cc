@@ -185,7 +185,7 @@ std::string directory_of(const std::string& path) {
 
 }  // namespace
 
-Status Writer::write_file(const std::string& path) const {
+Status Writer::write_file(const std::string& path, const Verify& verify) const {
   // Only a new file or a regular file is replaced: never a device, a directory or a link.
   struct stat st {};
   const bool replacing = lstat(path.c_str(), &st) == 0;
@@ -198,10 +198,13 @@ Status Writer::write_file(const std::string& path) const {
   // temporary file, removed on failure.
   const std::string dir = directory_of(path);
   std::string tmp;
-  int fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+  // Naming it takes /proc/self/fd (linking a descriptor directly needs privilege): without
+  // /proc (a chroot, a minimal container) the named temporary file is used from the start.
+  const bool proc = ::access("/proc/self/fd", X_OK) == 0;
+  int fd = proc ? ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666) : -1;
   const bool anonymous = fd >= 0;
   if (!anonymous) {
-    if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) {
+    if (proc && errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) {
       return Status::error(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
     }
     for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
@@ -232,23 +235,28 @@ Status Writer::write_file(const std::string& path) const {
   int err = ok ? 0 : errno;
   if (ok && anonymous) {
     // Named under a unique temporary name first (linkat cannot replace), then renamed over.
-    const std::string proc = fmt::format("/proc/self/fd/{}", ::fileno(f));
+    const std::string fd_path = fmt::format("/proc/self/fd/{}", ::fileno(f));
     for (int attempt = 0; attempt < 100 && tmp.empty(); ++attempt) {
       const std::string name = fmt::format("{}.partial-{}-{}", path, ::getpid(), attempt);
-      // Through /proc; without /proc mounted, by the descriptor itself (which needs privilege).
-      if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0 ||
-          (errno == ENOENT && ::linkat(::fileno(f), "", AT_FDCWD, name.c_str(), AT_EMPTY_PATH) == 0)) {
-        tmp = name;
-      } else if (errno != EEXIST) {
-        break;
-      }
+      if (::linkat(AT_FDCWD, fd_path.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) tmp = name;
+      else if (errno != EEXIST) break;
     }
     if (tmp.empty()) ok = false, err = errno;
   }
   if (std::fclose(f) != 0 && ok) ok = false, err = errno;
-  if (ok && std::rename(tmp.c_str(), path.c_str()) != 0) ok = false, err = errno;
   if (!ok) {
     if (!tmp.empty()) ::unlink(tmp.c_str());
+    return Status::error(fmt::format("cannot write '{}': {}", path, std::strerror(err)));
+  }
+  if (verify) {
+    if (Status s = verify(tmp); !s) {
+      ::unlink(tmp.c_str());
+      return s;
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    err = errno;
+    ::unlink(tmp.c_str());
     return Status::error(fmt::format("cannot write '{}': {}", path, std::strerror(err)));
   }
   return Status::ok();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -62,9 +63,13 @@ class Writer {
   void set_alignment(uint32_t alignment);
 
   std::vector<uint8_t> to_bytes() const;
-  // Written atomically: to PATH.partial, then renamed. Refuses to replace anything but a
-  // regular file (a device, a directory, a symbolic link).
-  Status write_file(const std::string& path) const;
+  // Written atomically: to a file without a name (O_TMPFILE; where that cannot be, one named
+  // PATH.partial-PID-N), named and checked by `verify` (given its temporary path: load it back,
+  // say), then renamed over PATH. A failure at any point leaves PATH as it was. Refuses to
+  // replace anything but a regular file (a device, a directory, a symbolic link); a file
+  // replaced keeps its mode.
+  using Verify = std::function<Status(const std::string& written)>;
+  Status write_file(const std::string& path, const Verify& verify = {}) const;
 
  private:
   std::vector<uint8_t> header_bytes() const;

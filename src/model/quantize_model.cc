@@ -128,11 +128,12 @@ std::vector<std::pair<std::string, TensorType>> planned_types(const gguf::File& 
 }
 
 Result<QuantizeReport> quantize_model(const gguf::File& in, const QuantMix& mix, const std::string& out_path,
-                                      ThreadPool& pool, const std::function<void(uint64_t, uint64_t)>& progress) {
+                                      ThreadPool& pool, const std::function<void(uint64_t, uint64_t)>& progress,
+                                      const gguf::Writer::Verify& verify) {
   gguf::Writer w;
   auto report = quantize_into(in, mix, w, pool, progress);
   if (!report) return report;
-  if (Status s = w.write_file(out_path); !s) return Error(s);
+  if (Status s = w.write_file(out_path, verify); !s) return Error(s);
   return report;
 }
 

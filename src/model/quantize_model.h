@@ -44,9 +44,12 @@ std::vector<std::pair<std::string, gguf::TensorType>> planned_types(const gguf::
 Result<QuantizeReport> quantize_into(const gguf::File& in, const QuantMix& mix, gguf::Writer& out, ThreadPool& pool,
                                      const std::function<void(uint64_t, uint64_t)>& progress = {});
 
-// Writes `in` quantized to `mix` at out_path (atomically). progress(done, total) counts
-// elements. Errors for a tensor of a quantized type in the input, or a write failure.
+// Writes `in` quantized to `mix` at out_path (atomically; `verify` checks the file before it
+// replaces anything: gguf::Writer::write_file). progress(done, total) counts elements. Errors
+// for a tensor of a quantized type in the input, a weight that is not finite, a write failure,
+// or what `verify` says.
 Result<QuantizeReport> quantize_model(const gguf::File& in, const QuantMix& mix, const std::string& out_path,
-                                      ThreadPool& pool, const std::function<void(uint64_t, uint64_t)>& progress = {});
+                                      ThreadPool& pool, const std::function<void(uint64_t, uint64_t)>& progress = {},
+                                      const gguf::Writer::Verify& verify = {});
 
 }  // namespace sluice

@@ -42,8 +42,8 @@ std::string prompt_text(const Json& body) {
   return text;
 }
 
-// A stream chunk's usage field before the usage chunk (OpenAI's form, compact as replicas send it).
-constexpr std::string_view kNullUsage = ",\"usage\":null";
+// A stream chunk's usage field before the usage chunk (OpenAI's form), as replicas write it.
+constexpr std::string_view kNullUsage[] = {",\"usage\":null", ", \"usage\": null", ",\"usage\": null"};
 
 bool read_usage(const Json& j, int64_t& prompt, int64_t& cached, int64_t* completion) {
   if (!j.is_object() || !j.contains("usage") || !j["usage"].is_object()) return false;
@@ -468,11 +468,14 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
               if (x.strip_usage && usage_only) continue;
             }
           }
-          if (x.strip_usage && event.find(kNullUsage) != std::string_view::npos) {
+          if (x.strip_usage && event.find("\"usage\"") != std::string_view::npos) {
             // Asked for by the router only: every chunk's "usage": null goes too, as the replica
-            // would have sent it to this client. (Inside a string the quotes would be escaped.)
+            // would have sent it to this client (compact or with a space; inside a string the
+            // quotes would be escaped).
             std::string e(event);
-            for (size_t p; (p = e.find(kNullUsage)) != std::string::npos;) e.erase(p, kNullUsage.size());
+            for (const std::string_view null_usage : kNullUsage) {
+              for (size_t p; (p = e.find(null_usage)) != std::string::npos;) e.erase(p, null_usage.size());
+            }
             out += e;
             continue;
           }
