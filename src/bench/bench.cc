@@ -66,7 +66,6 @@ struct PhaseLimits {
   uint64_t arrival_seed = 0;
   int64_t num_total = -1;  // for progress
   bool warmup = false;
-  bool stop_on_signal = false;
 };
 
 // One phase of a run (warmup or measured): starts its senders on the io_context; the caller runs
@@ -74,10 +73,11 @@ struct PhaseLimits {
 // the io_context's one thread.
 class Phase {
  public:
+  // signals: SIGINT and SIGTERM, registered for the whole run (null: not stopped by them).
   Phase(net::io_context& io, ConnectionPool& pool, const ApiSettings& api, Workload& workload, PhaseLimits limits,
-        const ProgressFn& progress)
+        const ProgressFn& progress, net::signal_set* signals)
       : io_(io), pool_(pool), api_(api), workload_(workload), limits_(limits), progress_(progress), wake_(io),
-        ticker_(io), watchdog_(io), arrival_(io), signals_(io) {
+        ticker_(io), watchdog_(io), arrival_(io), signals_(signals) {
     // The wake timer never expires: waiters are woken by cancel(), which leaves the expiry
     // alone (changing it would cancel the other waiters too).
     wake_.expires_at(Clock::time_point::max());
@@ -95,10 +95,9 @@ class Phase {
     }
     if (progress_) net::co_spawn(io_, tick(), rethrow);
     if (limits_.duration_s > 0) net::co_spawn(io_, cancel_after_drain_timeout(), rethrow);
-    if (limits_.stop_on_signal) {
-      signals_.add(SIGINT);
-      signals_.add(SIGTERM);
-      signals_.async_wait([this](const boost::system::error_code& ec, int signal) {
+    // A signal that came between phases waits in the set and arrives here at once.
+    if (signals_) {
+      signals_->async_wait([this](const boost::system::error_code& ec, int signal) {
         if (!ec) interrupt(signal);
       });
     }
@@ -136,7 +135,7 @@ class Phase {
   void interrupt(int signal) {
     interrupted_by_ = signal;
     boost::system::error_code ignored;
-    signals_.clear(ignored);
+    signals_->clear(ignored);
     cancel_in_flight();
     arrival_.cancel();
     wake_.cancel();
@@ -238,8 +237,10 @@ class Phase {
     ticker_.cancel();
     watchdog_.cancel();
     wake_.cancel();
-    boost::system::error_code ignored;
-    signals_.cancel(ignored);  // the registration stays until the phase goes: a signal meanwhile waits
+    if (signals_) {
+      boost::system::error_code ignored;
+      signals_->cancel(ignored);  // registered still: a signal now waits for the next phase, if any
+    }
   }
 
   net::io_context& io_;
@@ -252,7 +253,7 @@ class Phase {
   net::steady_timer ticker_;    // progress
   net::steady_timer watchdog_;  // the drain timeout
   net::steady_timer arrival_;   // open loop: the next arrival
-  net::signal_set signals_;     // stop_on_signal: SIGINT, SIGTERM
+  net::signal_set* signals_;    // SIGINT, SIGTERM; null: not stopped by them
   int interrupted_by_ = 0;  // the signal that stopped the phase
   Clock::time_point start_, end_;
   std::optional<Clock::time_point> deadline_;
@@ -288,8 +289,8 @@ struct PhaseResult {
 
 // Runs one phase to its end on `io`.
 PhaseResult run_phase(net::io_context& io, ConnectionPool& pool, const ApiSettings& api, Workload& workload,
-                      const PhaseLimits& limits, const ProgressFn& progress) {
-  Phase phase(io, pool, api, workload, limits, progress);
+                      const PhaseLimits& limits, const ProgressFn& progress, net::signal_set* signals) {
+  Phase phase(io, pool, api, workload, limits, progress, signals);
   phase.start();
   io.restart();
   io.run();
@@ -349,7 +350,6 @@ Result<BenchReport> run(const BenchConfig& config, const ProgressFn& progress) {
   limits.rate = config.rate;
   limits.max_concurrency = config.max_concurrency;
   limits.arrival_seed = config.workload.seed ^ 0xa5a5a5a5a5a5a5a5ull;  // apart from the workload's draws
-  limits.stop_on_signal = config.stop_on_signal;
   if (limits.num_requests == 0 && limits.duration_s == 0) limits.num_requests = workload->size().value_or(0);
   limits.num_total = limits.num_requests > 0 ? limits.num_requests : -1;
   if (workload->size() && limits.num_requests > *workload->size()) limits.num_total = *workload->size();
@@ -358,6 +358,10 @@ Result<BenchReport> run(const BenchConfig& config, const ProgressFn& progress) {
   try {
     net::io_context io;
     ConnectionPool pool(io.get_executor(), api_url, options);
+    // Registered from here to the end of the run: a signal between the phases is not lost.
+    std::optional<net::signal_set> signals;
+    if (config.stop_on_signal) signals.emplace(io, SIGINT, SIGTERM);
+    net::signal_set* stop = signals ? &*signals : nullptr;
     if (config.warmup > 0) {
       // Random prompts of the same lengths, not the workload's own: warmup must not fill the
       // prefix cache with the prefixes the measured run is about to send.
@@ -370,11 +374,10 @@ Result<BenchReport> run(const BenchConfig& config, const ProgressFn& progress) {
       w.concurrency = std::min<int32_t>(config.warmup, config.rate > 0 ? std::max(1, config.max_concurrency)
                                                                          : config.concurrency);
       w.warmup = true;
-      w.stop_on_signal = config.stop_on_signal;
-      report.interrupted_by = run_phase(io, pool, api, *warm_workload, w, progress).interrupted_by;
+      report.interrupted_by = run_phase(io, pool, api, *warm_workload, w, progress, stop).interrupted_by;
     }
     if (report.interrupted_by == 0) {
-      PhaseResult measured = run_phase(io, pool, api, *workload, limits, progress);
+      PhaseResult measured = run_phase(io, pool, api, *workload, limits, progress, stop);
       report.records = std::move(measured.records);
       report.summary = summarize(report.records, measured.duration_s);
       report.interrupted_by = measured.interrupted_by;

@@ -98,44 +98,53 @@ TEST_F(BenchCli, EveryRequestFailingExitsNonZeroWithTheFirstError) {
 // Ctrl-C stops the run with a report of what ended and its files written, exit 130; the
 // requests in flight are cancelled.
 TEST_F(BenchCli, AnInterruptedRunStillReports) {
-  FakeOpenAi server(FakeBehaviour{.hang = true});
-  const fs::path json = dir_ / "int.json";
-  // In the background, its pid and then its exit status in files; the signal goes once both
-  // requests have reached the server (so the run is under way, whatever the machine's speed).
-  const fs::path pid = dir_ / "pid", rc = dir_ / "rc";
-  const std::string command =
-      fmt::format("sh -c '{}/src/cli/sluice bench --no-progress --url {} -n 100 -c 2 -m m --timeout 60 --json {} "
-                  ">{} 2>{} & echo $! >{}.tmp; mv {}.tmp {}; wait $!; echo $? >{}.tmp; mv {}.tmp {}' &",
-                  sluice::testing::binary_dir(), server.url(), json.string(), (dir_ / "out").string(),
-                  (dir_ / "err").string(), pid.string(), pid.string(), pid.string(), rc.string(), rc.string(),
-                  rc.string());
-  ASSERT_EQ(std::system(command.c_str()), 0);
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while ((server.bodies().size() < 2 || !fs::exists(pid)) && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // Stopped in the measured phase (its two requests in flight), and in the warmup (the measured
+  // phase then never starts: a report of nothing).
+  for (const int warmup : {0, 2}) {
+    SCOPED_TRACE(fmt::format("warmup {}", warmup));
+    FakeOpenAi server(FakeBehaviour{.hang = true});
+    const fs::path json = dir_ / "int.json";
+    // In the background, its pid and then its exit status in files; the signal goes once both
+    // requests have reached the server (so the run is under way, whatever the machine's speed).
+    const fs::path pid = dir_ / "pid", rc = dir_ / "rc";
+    fs::remove(pid), fs::remove(rc), fs::remove(json);
+    const std::string command = fmt::format(
+        "sh -c '{}/src/cli/sluice bench --no-progress --url {} -n 100 -c 2 --warmup {} -m m --timeout 60 --json {} "
+        ">{} 2>{} & echo $! >{}.tmp; mv {}.tmp {}; wait $!; echo $? >{}.tmp; mv {}.tmp {}' &",
+        sluice::testing::binary_dir(), server.url(), warmup, json.string(), (dir_ / "out").string(),
+        (dir_ / "err").string(), pid.string(), pid.string(), pid.string(), rc.string(), rc.string(), rc.string());
+    ASSERT_EQ(std::system(command.c_str()), 0);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while ((server.bodies().size() < 2 || !fs::exists(pid)) && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ASSERT_TRUE(fs::exists(pid));
+    const pid_t bench_pid = std::stoi(slurp(pid));
+    // Whatever happens below, the background run does not outlive the test.
+    struct Reaper {
+      pid_t pid;
+      ~Reaper() { ::kill(pid, SIGKILL); }
+    } reaper{bench_pid};
+    ASSERT_EQ(server.bodies().size(), 2u);
+    ::kill(bench_pid, SIGINT);
+    while (!fs::exists(rc) && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    out_ = slurp(dir_ / "out");
+    err_ = slurp(dir_ / "err");
+    const size_t measured = warmup > 0 ? 0 : 2;
+    EXPECT_EQ(slurp(rc), "130\n") << out_ << err_;
+    EXPECT_NE(err_.find(fmt::format("sluice bench: interrupted: the report covers the {} measured requests sent",
+                                    measured)),
+              std::string::npos)
+        << err_;
+    const auto j = nlohmann::json::parse(slurp(json));
+    EXPECT_EQ(j["interrupted"], true);
+    EXPECT_EQ(j["requests"].size(), measured);
+    if (measured > 0) {
+      EXPECT_NE(out_.find("2 sent, 0 ok, 2 failed"), std::string::npos) << out_;
+    }
   }
-  ASSERT_TRUE(fs::exists(pid));
-  const pid_t bench_pid = std::stoi(slurp(pid));
-  // Whatever happens below, the background run does not outlive the test.
-  struct Reaper {
-    pid_t pid;
-    ~Reaper() { ::kill(pid, SIGKILL); }
-  } reaper{bench_pid};
-  ASSERT_EQ(server.bodies().size(), 2u);
-  ::kill(bench_pid, SIGINT);
-  while (!fs::exists(rc) && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  out_ = slurp(dir_ / "out");
-  err_ = slurp(dir_ / "err");
-  EXPECT_EQ(slurp(rc), "130\n") << out_ << err_;
-  EXPECT_NE(err_.find("sluice bench: interrupted: the report covers the 2 measured requests sent"),
-            std::string::npos)
-      << err_;
-  EXPECT_NE(out_.find("2 sent, 0 ok, 2 failed"), std::string::npos) << out_;
-  const auto j = nlohmann::json::parse(slurp(json));
-  EXPECT_EQ(j["interrupted"], true);
-  EXPECT_EQ(j["requests"].size(), 2u);
 }
 
 TEST_F(BenchCli, BadFlagsAreUsageErrorsThatNameTheFlag) {
