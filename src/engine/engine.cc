@@ -49,6 +49,7 @@ std::string coalesce_key(const Request& r) {
   put_ints(r.prediction_tokens);  // not the output, but the drafting (and so the step metrics)
   put(r.speculative);
   put(r.response_format);
+  put(r.priority);  // a joiner would wait at the first one's priority
   put(r.stop_strings.size());
   for (const std::string& st : r.stop_strings) put(st.size()), key += st;
   return key;
@@ -69,7 +70,8 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
                  "in each step",
                  config.max_batch_tokens, config.max_num_seqs);
   }
-  if (auto policy = make_eviction_policy(config.kv_eviction, 1); !policy) return Error(policy.error());
+  auto policy = make_eviction_policy(config.kv_eviction, 1);
+  if (!policy) return Error(policy.error());
   const SpecConfig& sc = config.spec;
   if (sc.method != "off" && sc.method != "ngram" && sc.method != "draft") {
     return Error(StatusCode::kInvalid, "unknown speculative method '{}': off, ngram or draft", sc.method);
@@ -106,6 +108,15 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
   }
   if (num_blocks > INT32_MAX / config.block_size) {
     return Error(StatusCode::kInvalid, "a KV cache of {} blocks is too large", num_blocks);
+  }
+  const int32_t reserve = KvCache::pinned_reserve(
+      KvCacheConfig{.block_size = config.block_size, .prefix_caching = config.prefix_caching,
+                    .pinned_prefixes = config.pinned_prefixes},
+      (*policy)->protects_pinned());
+  if (reserve >= num_blocks) {
+    return Error(StatusCode::kInvalid, "the pinned prefixes take {} blocks of {} tokens, the whole KV cache of {} "
+                 "blocks, and would leave no room for any other sequence; give more --kv-cache-memory or pin less",
+                 reserve, config.block_size, num_blocks);
   }
   // More than the machine has can only fail (at once, or when the pages are first touched).
   const double kv_bytes = static_cast<double>(num_blocks) * static_cast<double>(block_bytes);
@@ -196,6 +207,14 @@ size_t Engine::draft_kv_cache_bytes() const {
   return draft_ ? static_cast<const spec::DraftModelProposer&>(*draft_).kv_bytes() : 0;
 }
 
+int64_t Engine::kv_capacity_tokens(std::span<const int32_t> prompt) const {
+  return int64_t{num_blocks_ - cache_.pinned_reserve() + cache_.pinned_blocks_on(prompt)} * config_.block_size;
+}
+
+int32_t Engine::max_sequence_tokens(std::span<const int32_t> prompt) const {
+  return static_cast<int32_t>(std::min<int64_t>(model_.config().context_length, kv_capacity_tokens(prompt)));
+}
+
 int32_t Engine::max_sequence_tokens() const {
   return static_cast<int32_t>(std::min<int64_t>(model_.config().context_length, kv_capacity_tokens()));
 }
@@ -218,6 +237,11 @@ Status Engine::validate(const Request& r) const {
   if (num_prompt >= kv_capacity_tokens()) {
     return invalid(fmt::format("the prompt has {} tokens; the KV cache holds only {} tokens (raise --kv-cache-memory)",
                                num_prompt, kv_capacity_tokens()));
+  }
+  if (const int64_t room = kv_capacity_tokens(r.prompt_tokens); num_prompt >= room) {
+    return invalid(fmt::format("the prompt has {} tokens; the KV cache holds only {} tokens beside the pinned "
+                               "prefixes' {} blocks (raise --kv-cache-memory, or pin less)",
+                               num_prompt, room, cache_.pinned_reserve()));
   }
   if (r.max_tokens < 0) return invalid(fmt::format("max tokens must be >= 0, got {}", r.max_tokens));
   if (r.min_tokens < 0 || r.min_tokens > r.max_tokens) {
@@ -324,7 +348,7 @@ void Engine::loop() {
 
 void Engine::handle_submit(Subscriber sub, Request request) {
   const auto num_prompt = static_cast<int32_t>(request.prompt_tokens.size());
-  const int32_t max_new = std::min(request.max_tokens, max_sequence_tokens() - num_prompt);
+  const int32_t max_new = std::min(request.max_tokens, max_sequence_tokens(request.prompt_tokens) - num_prompt);
   std::string key = config_.coalesce ? coalesce_key(request) : std::string();
   if (!key.empty()) {
     if (auto it = by_coalesce_key_.find(key); it != by_coalesce_key_.end()) {

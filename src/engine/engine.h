@@ -139,11 +139,16 @@ class Engine {
   const EngineConfig& config() const { return config_; }
   int32_t num_kv_blocks() const { return num_blocks_; }
   int64_t kv_capacity_tokens() const { return int64_t{num_blocks_} * config_.block_size; }
+  // Of those, what a sequence with this prompt can count on: the pinned prefixes' blocks it
+  // does not lie on are kept for them (KvCache::pinned_reserve), so not on every request's.
+  int64_t kv_capacity_tokens(std::span<const int32_t> prompt) const;
   size_t kv_cache_bytes() const { return kv_->bytes(); }
   // The draft model's KV cache (0 without one).
   size_t draft_kv_cache_bytes() const;
-  // Longest prompt + output one request can have (the context, or the pool if smaller).
+  // Longest prompt + output one request can have (the context, or the pool if smaller), and
+  // for one prompt (less the pinned prefixes' blocks it is not on).
   int32_t max_sequence_tokens() const;
+  int32_t max_sequence_tokens(std::span<const int32_t> prompt) const;
 
  private:
   struct Subscriber;

@@ -152,6 +152,70 @@ TEST(EnginePrefixCache, PinnedPrefixSurvivesPressure) {
   EXPECT_EQ(run_flood("lru"), 0);
 }
 
+// Blocks a pinned prefix keeps are not room for other sequences: a request on none of the
+// prefixes gets the pool less the pinned blocks (refused beyond it, cut short at it), one on a
+// prefix the rest as well; a prefix of more than half the pool is reused, not double-counted
+// (both once aborted the engine on its empty step), and prefixes filling the pool are refused.
+TEST(EnginePrefixCache, PinnedBlocksAreNotRoomForOtherSequences) {
+  auto make = [](int32_t prefix_tokens, std::vector<int32_t>& system) {
+    system.resize(prefix_tokens);
+    std::iota(system.begin(), system.end(), 7);
+    EngineConfig config{.max_num_seqs = 4, .max_batch_tokens = 64, .block_size = 4, .kv_eviction = "pinned"};
+    config.pinned_prefixes = {system};
+    Fixture probe(config);
+    config.kv_cache_bytes = 24 * probe.block_bytes(config);  // 96 tokens
+    return config;
+  };
+  auto unrelated = [](Fixture& f, int32_t n, int32_t max_tokens) {
+    Request r = f.request("", max_tokens);
+    r.prompt_tokens.resize(n);
+    std::iota(r.prompt_tokens.begin(), r.prompt_tokens.end(), 300);
+    return r;
+  };
+  {
+    std::vector<int32_t> system;
+    Fixture f(make(32, system));  // 8 of the 24 blocks pinned: 64 tokens for the rest
+    Request on = f.request("", 2);
+    on.prompt_tokens = system;
+    on.prompt_tokens.push_back(400);
+    EXPECT_EQ(f.run(on).tokens.size(), 2u);
+    auto refused = f.engine->submit(unrelated(f, 70, 4));
+    ASSERT_FALSE(refused);
+    EXPECT_NE(refused.error().message().find("holds only 64 tokens beside the pinned prefixes' 8 blocks"),
+              std::string::npos)
+        << refused.error().message();
+    StreamOutput cut = f.run(unrelated(f, 60, 10));
+    EXPECT_EQ(cut.tokens.size(), 4u);
+    EXPECT_EQ(cut.finish_reason, FinishReason::kLength);
+    // On the prefix: its own 8 blocks count, so 90 tokens fit.
+    on.prompt_tokens.resize(88, 401);
+    on.max_tokens = 4;
+    StreamOutput long_on = f.run(on);
+    EXPECT_EQ(long_on.tokens.size(), 4u);
+    EXPECT_EQ(long_on.metrics.cached_tokens, 32);
+  }
+  {
+    std::vector<int32_t> system;
+    Fixture f(make(48, system));  // 12 of 24 blocks
+    Request r = f.request("", 2);
+    r.prompt_tokens = system;
+    r.prompt_tokens.push_back(400);
+    f.run(r);
+    r.prompt_tokens.back() = 401;
+    EXPECT_EQ(f.run(r).metrics.cached_tokens, 48);
+    EXPECT_EQ(f.run(unrelated(f, 40, 4)).tokens.size(), 4u);
+  }
+  std::vector<int32_t> system;
+  EngineConfig whole = make(100, system);  // 25 blocks
+  LoadedModel m = tiny_model();
+  ThreadPool pool(1);
+  auto refused = Engine::create(*m.model, *m.tokenizer, pool, whole);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("the pinned prefixes take 25 blocks of 4 tokens, the whole KV cache of 24"),
+            std::string::npos)
+      << refused.error().message();
+}
+
 // n samples of one prompt (as an API request with n > 1 becomes): the prompt's full blocks are
 // computed once and shared; each sample computes only the last, partial block.
 TEST(EnginePrefixCache, SamplesOfOnePromptShareItsBlocks) {

@@ -269,6 +269,18 @@ TEST(Engine, IdenticalRequestsShareOneComputation) {
     if (seeded) expect_same_output(out_a, out_b, "seeded");
     EXPECT_EQ(g.engine->wait_until_idle().num_requests_coalesced, seeded ? 1 : 0);
   }
+  // Another priority does not join: it would wait at the first one's.
+  std::latch hold(1);
+  EngineConfig c;
+  hold_first_step(c, hold);
+  Fixture g(c);
+  Request low = g.request("the same question", 4), high = low;
+  low.priority = 10;
+  high.priority = 0;
+  auto a = g.engine->submit(low), b = g.engine->submit(high);
+  hold.count_down();
+  expect_same_output(a->wait(), b->wait(), "priorities");
+  EXPECT_EQ(g.engine->wait_until_idle().num_requests_coalesced, 0);
 }
 
 TEST(Engine, ALateIdenticalRequestGetsTheWholeOutput) {

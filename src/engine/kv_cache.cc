@@ -16,9 +16,36 @@ KvCache::KvCache(const KvCacheConfig& config, std::function<double()> clock)
   free_.reserve(config.num_blocks);
   // Block 0 on top: a fresh cache hands out ids in ascending order.
   for (int32_t b = config.num_blocks - 1; b >= 0; --b) free_.push_back(b);
+  pinned_reserve_ = pinned_reserve(config, policy_->protects_pinned());
+}
+
+int32_t KvCache::pinned_reserve(const KvCacheConfig& config, bool policy_keeps_pinned) {
+  if (!policy_keeps_pinned || !config.prefix_caching) return 0;
+  // A prefix's blocks that an earlier prefix shares (a common start) are counted once.
+  const auto& pins = config.pinned_prefixes;
+  int64_t reserve = 0;
+  for (size_t i = 0; i < pins.size(); ++i) {
+    int64_t shared = 0;
+    for (size_t j = 0; j < i; ++j) {
+      const auto lcp = std::ranges::mismatch(pins[i], pins[j]).in1 - pins[i].begin();
+      shared = std::max<int64_t>(shared, lcp / config.block_size);
+    }
+    reserve += static_cast<int64_t>(pins[i].size()) / config.block_size - shared;
+  }
+  return static_cast<int32_t>(std::min<int64_t>(reserve, INT32_MAX));
 }
 
 int32_t KvCache::num_pinned_cached() const { return policy_->protects_pinned() ? num_pinned_cached_ : 0; }
+
+int32_t KvCache::pinned_blocks_on(std::span<const int32_t> tokens) const {
+  if (pinned_reserve_ == 0) return 0;
+  int64_t on = 0;
+  for (const std::vector<int32_t>& p : config_.pinned_prefixes) {
+    const auto lcp = std::ranges::mismatch(tokens, p).in1 - tokens.begin();
+    on = std::max<int64_t>(on, lcp / config_.block_size);
+  }
+  return static_cast<int32_t>(on);
+}
 
 uint64_t KvCache::block_hash(int32_t parent_id, std::span<const int32_t> tokens) const {
   // FNV-1a over the parent id and the tokens; equality is checked on the tokens themselves.
@@ -59,7 +86,7 @@ std::vector<int32_t> KvCache::match(std::span<const int32_t> tokens, int32_t max
 
 int32_t KvCache::count_unheld(std::span<const int32_t> blocks) const {
   return static_cast<int32_t>(std::count_if(blocks.begin(), blocks.end(), [&](int32_t b) {
-    return blocks_[b].ref_count == 0;
+    return blocks_[b].ref_count == 0 && !(policy_->protects_pinned() && blocks_[b].pin_mask != 0);
   }));
 }
 

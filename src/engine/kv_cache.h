@@ -52,13 +52,21 @@ class KvCache {
   int32_t num_pinned_cached() const;                       // of those, kept by the policy
   // Blocks allocate() can hand out now: free plus evictable cached ones.
   int32_t num_allocatable() const { return num_free() + num_cached_ - num_pinned_cached(); }
+  // Blocks the pinned prefixes can come to keep for good (their distinct full blocks; 0 unless
+  // the policy keeps them and prefix caching is on): what a sequence not on them cannot count on.
+  int32_t pinned_reserve() const { return pinned_reserve_; }
+  static int32_t pinned_reserve(const KvCacheConfig& config, bool policy_keeps_pinned);
+  // Of those, how many the leading full blocks of `tokens` are (a sequence on a pinned prefix
+  // holds them itself). Thread-safe: reads only the configuration.
+  int32_t pinned_blocks_on(std::span<const int32_t> tokens) const;
   int64_t num_evictions() const { return num_evictions_; }
   int32_t ref_count(int32_t block_id) const { return blocks_[block_id].ref_count; }
 
   // Cached blocks holding the longest prefix of `tokens` made of full blocks that end at or
   // before max_tokens. Takes no reference. Empty when prefix caching is off.
   std::vector<int32_t> match(std::span<const int32_t> tokens, int32_t max_tokens) const;
-  // Of `blocks`, how many are held by nobody (taking them lowers num_allocatable()).
+  // Of `blocks`, how many taking lowers num_allocatable(): held by nobody and evictable (a kept
+  // pinned block is not counted there).
   int32_t count_unheld(std::span<const int32_t> blocks) const;
   // Takes a reference on each block (from match()).
   void acquire(std::span<const int32_t> blocks);
@@ -100,6 +108,7 @@ class KvCache {
   int32_t num_held_ = 0;
   int32_t num_cached_ = 0;
   int32_t num_pinned_cached_ = 0;
+  int32_t pinned_reserve_ = 0;
   int64_t num_evictions_ = 0;
 };
 
