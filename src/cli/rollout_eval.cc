@@ -11,29 +11,32 @@ namespace {
 
 // The model a replica serves (the first of GET /models): versions may name their models apart,
 // and each replica is asked for its own.
-Result<std::string> served_model(const std::string& base_url) {
-  auto url = http::parse_url(base_url);
+Result<std::string> served_model(const router::EvalEndpoint& e) {
+  auto url = http::parse_url(e.url);
   if (!url) return Error(url.error());
   http::HttpOptions options;
   options.request_timeout = std::chrono::seconds(30);
-  auto r = http::fetch(*url, http::HttpRequest{.target = url->target("/models")}, options);
+  http::HttpRequest req{.target = url->target("/models")};
+  if (!e.api_key.empty()) req.headers.push_back({"Authorization", "Bearer " + e.api_key});
+  auto r = http::fetch(*url, req, options);
   if (!r) return Error(r.error().to_status());
   auto listed = http::first_listed_model(r->body);
-  if (!listed) return Error("{}/models lists no model", base_url);
+  if (!listed) return Error("{}/models lists no model", e.url);
   return listed->id;
 }
 
-// One run of the suite against `base_url`; its id and rows.
+// One run of the suite against a replica (with its key, and no other); its id and rows.
 Result<std::pair<int64_t, std::vector<eval::ResultRow>>> run_against(const eval::Suite& suite, eval::Store& store,
-                                                                     const std::string& base_url) {
+                                                                     const router::EvalEndpoint& e) {
   eval::RunOptions ro;
-  ro.base_url = base_url;
-  SLUICE_ASSIGN_OR_RETURN(ro.model, served_model(base_url));
+  ro.base_url = e.url;
+  ro.api_key = e.api_key;
+  SLUICE_ASSIGN_OR_RETURN(ro.model, served_model(e));
   ro.jobs = 4;
   SLUICE_ASSIGN_OR_RETURN(eval::Plan plan, eval::plan_run(suite, ro));
   SLUICE_ASSIGN_OR_RETURN(eval::RunOutcome outcome, eval::execute_run(plan, store, ro));
   if (outcome.num_errors > 0) {
-    return Error("{} of {} samples from {} got no answer (first: {})", outcome.num_errors, outcome.num_samples, base_url,
+    return Error("{} of {} samples from {} got no answer (first: {})", outcome.num_errors, outcome.num_samples, e.url,
                  outcome.first_error);
   }
   SLUICE_ASSIGN_OR_RETURN(std::vector<eval::ResultRow> rows, store.results(outcome.run_id));
@@ -43,12 +46,12 @@ Result<std::pair<int64_t, std::vector<eval::ResultRow>>> run_against(const eval:
 }  // namespace
 
 router::EvalGate make_rollout_eval_gate(std::string store_path) {
-  return [store_path](const std::string& suite_path, double max_drop, const std::string& stable_url,
-                      const std::string& candidate_url) -> Result<router::EvalVerdict> {
+  return [store_path](const std::string& suite_path, double max_drop, const router::EvalEndpoint& stable,
+                      const router::EvalEndpoint& candidate) -> Result<router::EvalVerdict> {
     SLUICE_ASSIGN_OR_RETURN(eval::Suite suite, eval::load_suite(suite_path));
     SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<eval::Store> store, eval::Store::open(store_path));
-    SLUICE_ASSIGN_OR_RETURN(auto base, run_against(suite, *store, stable_url));
-    SLUICE_ASSIGN_OR_RETURN(auto cand, run_against(suite, *store, candidate_url));
+    SLUICE_ASSIGN_OR_RETURN(auto base, run_against(suite, *store, stable));
+    SLUICE_ASSIGN_OR_RETURN(auto cand, run_against(suite, *store, candidate));
     eval::CompareOptions co;
     co.max_drop = max_drop;
     const eval::Comparison c = eval::compare_runs(base.first, base.second, cand.first, cand.second, co);

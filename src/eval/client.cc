@@ -93,7 +93,9 @@ Result<Reply> call(const Provider& provider, const Json& body, const CallOptions
   req.target = url.target(provider.api == "chat" ? "/chat/completions" : "/completions");
   req.body = body.dump(-1, ' ', false, Json::error_handler_t::replace);
   req.headers.push_back({"Content-Type", "application/json"});
-  if (!provider.api_key_env.empty()) {
+  if (!provider.api_key.empty()) {
+    req.headers.push_back({"Authorization", fmt::format("Bearer {}", provider.api_key)});
+  } else if (!provider.api_key_env.empty()) {
     if (const char* key = std::getenv(provider.api_key_env.c_str()); key && *key) {
       req.headers.push_back({"Authorization", fmt::format("Bearer {}", key)});
     }

@@ -69,10 +69,14 @@ Result<Plan> plan_run(const Suite& suite_in, const RunOptions& options) {
   if (options.repeat > 0) suite.repeat = options.repeat;
   for (Provider& p : suite.providers) {
     if (!options.base_url.empty()) p.base_url = options.base_url;
+    if (!options.base_url.empty() && options.api_key) p.api_key = *options.api_key, p.api_key_env.clear();
     if (!options.model.empty()) p.model = options.model;
     for (auto it = options.params.begin(); it != options.params.end(); ++it) p.params[it.key()] = it.value();
   }
-  if (suite.judge && !options.base_url.empty() && suite.judge->base_url.empty()) suite.judge->base_url = options.base_url;
+  if (suite.judge && !options.base_url.empty() && suite.judge->base_url.empty()) {
+    suite.judge->base_url = options.base_url;
+    if (options.api_key) suite.judge->api_key = *options.api_key, suite.judge->api_key_env.clear();
+  }
   if (suite.providers.empty()) return Error(StatusCode::kInvalid, "the suite has no provider that can run");
 
   // Probe each endpoint: is it there, and what is its system_fingerprint?

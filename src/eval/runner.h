@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,9 @@ struct RunOptions {
   bool use_cache = true;
   int32_t repeat = 0;                 // > 0: overrides the suite's
   std::string base_url;               // non-empty: every provider's endpoint (and the judge's)
+  // With base_url: that endpoint's key ("" none) in place of the providers' environment
+  // variables, so no key meant for another endpoint is sent to it.
+  std::optional<std::string> api_key;
   std::string model;                  // non-empty: every provider's model
   Json params = Json::object();       // request fields over every provider's (--set)
   std::function<void(int64_t done, int64_t total)> progress;

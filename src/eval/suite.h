@@ -55,6 +55,7 @@ struct Provider {
   std::string base_url;       // ends before /chat/completions, e.g. http://127.0.0.1:8000/v1
   std::string model;
   std::string api_key_env;    // environment variable holding the key; "" none
+  std::string api_key;        // the key itself, when the caller gives one (never from a suite)
   Json params = Json::object();  // request fields: temperature, max_tokens, seed, stop, ...
 };
 

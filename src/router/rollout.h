@@ -127,11 +127,16 @@ struct EvalVerdict {
   std::string reason;
   nlohmann::json metrics;
 };
-// Runs `suite` against a stable and a candidate replica (OpenAI base URLs, ".../v1") and compares
-// the candidate's run with stable's; blocking. The router links no eval code: `sluice route`
-// supplies it (cli/rollout_eval.h).
+// A replica as an eval reaches it: its OpenAI base URL (".../v1") and its API key ("" none).
+struct EvalEndpoint {
+  std::string url;
+  std::string api_key;
+};
+// Runs `suite` against a stable and a candidate replica and compares the candidate's run with
+// stable's; blocking. The router links no eval code: `sluice route` supplies it
+// (cli/rollout_eval.h).
 using EvalGate = std::function<Result<EvalVerdict>(const std::string& suite, double max_drop,
-                                                   const std::string& stable_url, const std::string& candidate_url)>;
+                                                   const EvalEndpoint& stable, const EvalEndpoint& candidate)>;
 
 // From the spec's JSON (YAML converted); errors name the field.
 Result<RolloutSpec> parse_rollout(const nlohmann::json& spec);

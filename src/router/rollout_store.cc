@@ -95,13 +95,6 @@ Result<std::vector<StoredRollout>> RolloutStore::query(const char* where, int64_
   return out;
 }
 
-Result<std::optional<StoredRollout>> RolloutStore::active() {
-  MutexLock lock(mu_);
-  SLUICE_ASSIGN_OR_RETURN(auto rows, query("WHERE phase IN ('progressing', 'paused')", 0, 1));
-  if (rows.empty()) return std::optional<StoredRollout>();
-  return std::optional<StoredRollout>(std::move(rows.front()));
-}
-
 Result<std::optional<StoredRollout>> RolloutStore::get(int64_t id) {
   MutexLock lock(mu_);
   SLUICE_ASSIGN_OR_RETURN(auto rows, query("WHERE id = ?", id, 1));

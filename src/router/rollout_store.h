@@ -55,8 +55,6 @@ class RolloutStore {
   Status record(int64_t id, const RolloutDecision& decision);
   Status record_analysis(int64_t id, const StoredAnalysis& analysis);
 
-  // The latest rollout that is neither promoted nor aborted, if any.
-  Result<std::optional<StoredRollout>> active();
   Result<std::optional<StoredRollout>> get(int64_t id);
   // The latest rollouts, newest first.
   Result<std::vector<StoredRollout>> list(int32_t limit);

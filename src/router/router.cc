@@ -1,6 +1,7 @@
 #include "router/router.h"
 
 #include <algorithm>
+#include <map>
 #include <thread>
 
 #include <boost/asio/co_spawn.hpp>
@@ -9,6 +10,7 @@
 #include <boost/asio/this_coro.hpp>
 #include <fmt/format.h>
 
+#include "common/secret.h"
 #include "router/router_impl.h"
 
 namespace sluice::router {
@@ -121,8 +123,7 @@ net::awaitable<bool> Router::Impl::handle(beast::tcp_stream& client, beast::flat
   const bool keep = req.keep_alive() && !stopping;
   const bool api = path.starts_with("/v1/") || path == "/tokenize" || path == "/detokenize";
   if (api && !config.api_key.empty()) {
-    const std::string_view auth = req[bhttp::field::authorization];
-    if (auth != "Bearer " + config.api_key) {
+    if (!bearer_is(req[bhttp::field::authorization], config.api_key)) {
       co_return co_await respond(client, 401, error_body("a valid API key is needed: Authorization: Bearer KEY",
                                                          "invalid_request_error", "invalid_api_key"),
                                  keep);
@@ -204,6 +205,22 @@ Result<std::unique_ptr<Router>> Router::create(RouterConfig config) {
     if (!found) {
       return Error(StatusCode::kInvalid, "--shadow {}: no replica has that version (label replicas with --backend "
                    "URL,version=V)", config.shadow.version);
+    }
+    const auto shadowed = [&](const BackendConfig& b) { return b.version == config.shadow.version; };
+    if (versions_known(config) && std::ranges::all_of(config.backends, shadowed)) {
+      return Error(StatusCode::kInvalid, "--shadow {}: every replica has that version, and none would be left to "
+                   "answer clients", config.shadow.version);
+    }
+  }
+  // The noise arm copies to a second replica of the version that answered.
+  if (config.shadow.noise_fraction > 0 && versions_known(config)) {
+    std::map<std::string, int> replicas;
+    for (const BackendConfig& b : config.backends) {
+      if (b.version != config.shadow.version) ++replicas[b.version];
+    }
+    if (std::ranges::none_of(replicas, [](const auto& v) { return v.second >= 2; })) {
+      return Error(StatusCode::kInvalid, "--shadow-noise copies a request to a second replica of the version that "
+                   "answered it, and no version has two replicas");
     }
   }
   auto impl = std::make_unique<Impl>(std::move(config));

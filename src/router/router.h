@@ -13,7 +13,7 @@
 //                      takes over)
 //
 // Retries, only while nothing has been written to the client: a connect failure, a connection
-// closed before the answer, 502/503/504, or 429 with Retry-After at most max_retry_after_seconds;
+// closed before the answer, 502/503/504, or 429 without Retry-After or with one of at most max_retry_after_seconds;
 // never the same replica twice, at most max_attempts replicas, after a jittered backoff. Retries
 // of an answer (429, 5xx) only while retries in flight stay under retry_budget x requests in
 // flight (at least 3, as Envoy's budget): an overloaded replica is not buried under a retry storm;

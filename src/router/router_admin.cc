@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "common/secret.h"
 #include "router/dashboard.h"
 #include "router/router_impl.h"
 
@@ -100,13 +101,6 @@ Json replica_json(const BackendPool::Stats& b, const Metrics& m) {
   return r;
 }
 
-// Compares in time that depends on the lengths only, not on where the first difference is.
-bool same_secret(std::string_view a, std::string_view b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
 // Whether `authorization` is HTTP Basic (RFC 7617) with this password, whatever the user name.
 bool basic_password_is(std::string_view authorization, std::string_view password) {
   constexpr std::string_view kBasic = "Basic ";
@@ -165,7 +159,7 @@ net::awaitable<bool> Router::Impl::dashboard(beast::tcp_stream& client, bhttp::r
                                "text/plain; charset=utf-8");
   }
   const std::string_view auth = req[bhttp::field::authorization];
-  if (!same_secret(auth, "Bearer " + config.admin_key) && !basic_password_is(auth, config.admin_key)) {
+  if (!bearer_is(auth, config.admin_key) && !basic_password_is(auth, config.admin_key)) {
     Headers challenge;
     challenge.emplace_back("WWW-Authenticate", "Basic realm=\"sluice route\", charset=\"UTF-8\"");
     co_return co_await respond(client, 401, "the dashboard needs the admin key (as the password)\n", keep,
@@ -194,7 +188,7 @@ net::awaitable<bool> Router::Impl::admin(beast::tcp_stream& client, bhttp::reque
         client, 404, error_body("the admin API is off: start sluice route with --admin-key", "invalid_request_error"),
         keep);
   }
-  if (!same_secret(req[bhttp::field::authorization], "Bearer " + config.admin_key)) {
+  if (!bearer_is(req[bhttp::field::authorization], config.admin_key)) {
     co_return co_await respond(client, 401, error_body("the admin API needs Authorization: Bearer ADMIN_KEY",
                                                        "invalid_request_error", "invalid_api_key"),
                                keep);

@@ -5,6 +5,7 @@
 // interface.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <map>
@@ -323,5 +324,11 @@ std::string prompt_text(const Json& body);
 bool read_usage(const Json& j, int64_t& prompt, int64_t& cached, int64_t* completion = nullptr);
 // The router's /metrics, in the Prometheus text format, every name prefixed sluice_router_.
 std::string metrics_of(const Router::Impl& s);
+
+// Whether the configuration names every replica's version: each static one labelled and none
+// discovered (a learned or discovered version is not known at start).
+inline bool versions_known(const RouterConfig& c) {
+  return c.discover.empty() && std::ranges::none_of(c.backends, [](const BackendConfig& b) { return b.version.empty(); });
+}
 
 }  // namespace sluice::router

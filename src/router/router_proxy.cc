@@ -196,8 +196,10 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
     }
     tried.push_back(d.backend);
     const std::string name = pool.config(d.backend)->name;
-    double ttft = -1;
+    double ttft = -1;  // from this attempt's start, as is the time per output token below
+    const auto attempt_started = Clock::now();
     last = co_await attempt(d.backend, client, buffer, x, ttft);
+    const double attempt_seconds = std::chrono::duration<double>(Clock::now() - attempt_started).count();
     if (a > 0) retries_in_flight.fetch_sub(1);
     if (last.stale && !x.fresh) {
       // Once per request, on a fresh connection, not counted as an attempt or a failure.
@@ -244,13 +246,17 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
       }
       if (present) count(name, d.kind, last.kind == Attempt::kClientGone ? 499 : last.status);
       if (relayed) finish_primary(x, last.status, last.body);
-      if (!version.empty() && relayed) {
+      if (!version.empty()) {
         // Counted for the version it was assigned to. Served by another version because that
-        // one had no replica available (failing replicas get ejected): an error of its own.
+        // one had no replica available (failing replicas get ejected): an error of its own. A
+        // client that gave up before its whole answer reached it is one too (a hung version is
+        // seen as such; impatient clients weigh on both versions alike).
         RequestOutcome o;
-        o.error = last.status >= 500 || x.stream_failed || pool.config(d.backend)->version != version;
+        o.error = !relayed || last.status >= 500 || x.stream_failed || pool.config(d.backend)->version != version;
         o.ttft = ttft;
-        if (ttft >= 0 && x.completion_tokens > 1) o.tpot = (seconds - ttft) / static_cast<double>(x.completion_tokens - 1);
+        if (ttft >= 0 && x.completion_tokens > 1) {
+          o.tpot = (attempt_seconds - ttft) / static_cast<double>(x.completion_tokens - 1);
+        }
         if (x.prompt_tokens > 0) o.hit_fraction = static_cast<double>(x.cached_tokens) / static_cast<double>(x.prompt_tokens);
         record_outcome(version, o);
       }

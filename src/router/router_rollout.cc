@@ -22,18 +22,40 @@ Status Router::Impl::open_rollouts() {
   auto store = RolloutStore::open(config.rollout_db);
   if (!store) return store.error();
   rollout_store = std::move(*store);
-  auto active = rollout_store->active();
-  if (!active) return active.error();
-  if (!*active) return Status::ok();
-  const StoredRollout& stored = **active;
+  // The latest rollout, finished or not: an aborted one keeps every request on stable, a
+  // promoted one on the candidate, as before the restart, until the next one starts.
+  auto latest = rollout_store->list(1);
+  if (!latest) return latest.error();
+  if (latest->empty()) return Status::ok();
+  const StoredRollout& stored = latest->front();
   auto restored = Rollout::restore(stored.spec, stored.state);
   if (!restored) return restored.error().with_context(fmt::format("rollout {} in {}", stored.id, config.rollout_db));
   MutexLock lock(rollout_mu);
   rollout = std::move(*restored);
   rollout_id = stored.id;
   rollout_saved = rollout->state().dump();
-  fmt::print(stderr, "sluice route: resuming rollout {} '{}' ({} -> {}) at step {}, the candidate at {}%\n", stored.id,
-             stored.spec.name, stored.spec.stable, stored.spec.candidate, rollout->step(), rollout->weight());
+  std::vector<std::string> versions = {stored.spec.stable, stored.spec.candidate};
+  if (rollout->finished()) {
+    const bool promoted = rollout->phase() == RolloutPhase::kPromoted;
+    versions = {promoted ? stored.spec.candidate : stored.spec.stable};
+    fmt::print(stderr, "sluice route: rollout {} '{}' was {}: every request goes to version '{}'\n", stored.id,
+               stored.spec.name, phase_name(rollout->phase()), versions[0]);
+  } else {
+    fmt::print(stderr, "sluice route: resuming rollout {} '{}' ({} -> {}) at step {}, the candidate at {}%\n",
+               stored.id, stored.spec.name, stored.spec.stable, stored.spec.candidate, rollout->step(),
+               rollout->weight());
+  }
+  // Its versions' replicas may be gone since: the share of a version with none goes to the
+  // other, and the analysis waits for requests it will not get.
+  for (const std::string& v : versions) {
+    const auto has_v = [&](const BackendConfig& b) { return b.version == v; };
+    if (versions_known(config) && std::ranges::none_of(config.backends, has_v)) {
+      fmt::print(stderr,
+                 "sluice route: warning: no replica has version '{}' of rollout {}: its requests go to the other "
+                 "version (and an analysis waits) until one joins (admin API)\n",
+                 v, stored.id);
+    }
+  }
   return Status::ok();
 }
 
@@ -104,20 +126,21 @@ void Router::Impl::analyze_rollout(double now) {
 // recorded as an analysis of the step it was started at.
 void Router::Impl::start_eval(double now) {
   const RolloutSpec& spec = rollout->spec();
-  std::string stable_url, candidate_url;
+  EvalEndpoint stable, candidate;
   for (const BackendView& v : pool.snapshot()) {
     if (!v.available) continue;
     const std::shared_ptr<const BackendConfig> b = pool.config(v.index);
-    if (b->version == spec.stable && stable_url.empty()) stable_url = b->url.to_string() + "/v1";
-    if (b->version == spec.candidate && candidate_url.empty()) candidate_url = b->url.to_string() + "/v1";
+    for (auto [version, e] : {std::pair{&spec.stable, &stable}, std::pair{&spec.candidate, &candidate}}) {
+      if (b->version == *version && e->url.empty()) *e = {b->url.to_string() + "/v1", b->api_key};
+    }
   }
   last_eval = now;
-  if (stable_url.empty() || candidate_url.empty() || !config.eval_gate) return;  // tried again next interval
+  if (stable.url.empty() || candidate.url.empty() || !config.eval_gate) return;  // tried again next interval
   eval_running = true;
   if (eval_thread.joinable()) eval_thread.join();  // the last one, finished
   eval_thread = std::thread([this, suite = spec.analysis.eval_suite, max_drop = spec.analysis.eval_max_drop,
-                             step = rollout->step(), id = rollout_id, stable_url, candidate_url] {
-    Result<EvalVerdict> v = config.eval_gate(suite, max_drop, stable_url, candidate_url);
+                             step = rollout->step(), id = rollout_id, stable, candidate] {
+    Result<EvalVerdict> v = config.eval_gate(suite, max_drop, stable, candidate);
     const double at = epoch_now();
     const bool passed = v && v->passed;
     const std::string reason = v ? fmt::format("eval {}: {}", suite, v->reason)
@@ -138,7 +161,9 @@ net::awaitable<void> Router::Impl::rollout_loop() {
   while (!stopping) {
     {
       MutexLock lock(rollout_mu);
-      if (rollout && !rollout->finished() && !warming) {
+      if (rollout && rollout->finished()) {
+        persist_rollout({}, epoch_now());  // a save that failed (an abort's, a promotion's) is tried again
+      } else if (rollout && !warming) {
         const double now = epoch_now();
         analyze_rollout(now);
         if (rollout->wants_eval() && !eval_running && now - last_eval >= rollout->spec().analysis.interval_seconds) {
@@ -244,8 +269,9 @@ net::awaitable<void> Router::Impl::warm_candidate(std::vector<HotPrefixes::Hot> 
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
   const double now = epoch_now();
   MutexLock lock(rollout_mu);
+  if (rollout_id != id) co_return;  // another rollout started meanwhile: its own warming holds
   warming = false;
-  if (!rollout || rollout_id != id || rollout->finished()) co_return;
+  if (!rollout || rollout->finished()) co_return;
   std::vector<RolloutDecision> decisions = {
       {now, rollout->step(), "warm",
        fmt::format("the {} hottest prompt prefixes (shared by {} to {} requests) sent to {} replica{} of {}: {} of {} "
@@ -380,6 +406,18 @@ net::awaitable<bool> Router::Impl::admin_rollouts(beast::tcp_stream& client, bht
             keep);
       }
     }
+    if (spec->shadow.noise_fraction > 0) {
+      int stable_replicas = 0;
+      for (const auto& b : pool.stats()) stable_replicas += b.version == spec->stable;
+      if (stable_replicas < 2) {
+        co_return co_await respond(
+            client, 400,
+            bad(fmt::format("rollout.shadow.noiseFraction copies requests to a second replica of the stable version "
+                            "'{}', which has {} (set it to 0, or add a replica)",
+                            spec->stable, stable_replicas)),
+            keep);
+      }
+    }
     // (No co_await while the lock is held: the answer is written after.)
     int status = 201;
     std::string error;
@@ -402,9 +440,9 @@ net::awaitable<bool> Router::Impl::admin_rollouts(beast::tcp_stream& client, bht
         const WarmConfig& warm = rollout->spec().warm;
         std::vector<HotPrefixes::Hot> hot;
         if (warm.prefixes > 0) hot = hot_prefixes.hottest(static_cast<size_t>(warm.prefixes));
-        if (!hot.empty()) {
+        warming = !hot.empty();  // (not an aborted rollout's warming, still running)
+        if (warming) {
           // The steps wait for the candidate's cache to be warmed (warm_candidate).
-          warming = true;
           net::co_spawn(net::make_strand(ioc),
                         warm_candidate(std::move(hot), rollout->spec().candidate, warm.timeout_seconds, rollout_id),
                         net::detached);

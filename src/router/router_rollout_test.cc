@@ -63,6 +63,18 @@ TEST(Router, ARolloutSplitsStickySessionsByVersionAndResumesAfterARestart) {
     EXPECT_LT(to_b, 90);
     EXPECT_EQ(route_sessions(f), first);  // sticky
   }  // the router stops here
+  {
+    // Restarted without the candidate's replica: the rollout resumes, and says what is missing.
+    ::testing::internal::CaptureStderr();
+    Fixture f({}, "round_robin", {}, [&](RouterConfig& rc) {
+      configure(rc);
+      rc.backends.pop_back();
+    });
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("resuming rollout 1 'r' (v1 -> v2) at step 1"), std::string::npos) << err;
+    EXPECT_NE(err.find("warning: no replica has version 'v2' of rollout 1"), std::string::npos) << err;
+    EXPECT_EQ(err.find("version 'v1'"), std::string::npos) << err;
+  }
   Fixture f({}, "round_robin", {}, configure);
   auto listed = admin(f, "GET", "/admin/rollouts");
   ASSERT_TRUE(listed);
@@ -105,10 +117,18 @@ TEST(Router, ARolloutSplitsStickySessionsByVersionAndResumesAfterARestart) {
             std::string::npos) << m;
   EXPECT_NE(m.find("sluice_router_backend_info{backend=\"" + b.url().to_string() + "\",version=\"v2\"} 1"),
             std::string::npos);
+  // Restarted after the abort: still everyone on stable (the store's latest rollout, aborted).
+  ::testing::internal::CaptureStderr();
+  Fixture again({}, "round_robin", {}, configure);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("rollout 1 'r' was aborted: every request goes to version 'v1'"), std::string::npos) << err;
+  for (const std::string& answer : route_sessions(again)) EXPECT_EQ(answer, on_a);
+  EXPECT_EQ((*parse_json(admin(again, "GET", "/admin/rollouts")->body))["current"]["phase"], "aborted");
 }
 
 // The analysis decides: an identical candidate passes its analysis step and is promoted; one
-// that answers 500 is rolled back by itself, with the reason.
+// that answers 500, or one that never answers (its clients give up), is rolled back by itself,
+// with the reason.
 TEST(Router, ARolloutIsPromotedOrRolledBackByItsAnalysis) {
   TestHttpServer stable(named("stable")), good(named("good"));
   TestHttpServer broken([](const ReceivedRequest& r, TestExchange& ex) -> net::awaitable<void> {
@@ -118,23 +138,39 @@ TEST(Router, ARolloutIsPromotedOrRolledBackByItsAnalysis) {
       co_await ex.respond(500, R"({"error":{"message":"boom"}})");
     }
   });
-  for (bool candidate_works : {true, false}) {
-    const std::string db = ::testing::TempDir() + fmt::format("/router_analysis_{}.db", candidate_works);
+  TestHttpServer hung([](const ReceivedRequest& r, TestExchange& ex) -> net::awaitable<void> {
+    if (r.target != "/health") {
+      net::steady_timer t(co_await net::this_coro::executor, 2s);
+      co_await t.async_wait(net::use_awaitable);
+    }
+    co_await ex.respond(200, R"({"status":"ok"})");
+  });
+  for (const std::string candidate : {"good", "broken", "hung"}) {
+    SCOPED_TRACE(candidate);
+    const bool candidate_works = candidate == "good";
+    const std::string db = ::testing::TempDir() + fmt::format("/router_analysis_{}.db", candidate);
     std::filesystem::remove(db);
     Fixture f({}, "round_robin", {}, [&](RouterConfig& rc) {
       rc.admin_key = "adm";
       rc.rollout_db = db;
       rc.max_attempts = 1;
       rc.backends.push_back(*parse_backend(stable.url().to_string() + ",version=v1"));
-      rc.backends.push_back(*parse_backend((candidate_works ? good : broken).url().to_string() + ",version=v2"));
+      const TestHttpServer& v2 = candidate == "good" ? good : candidate == "broken" ? broken : hung;
+      rc.backends.push_back(*parse_backend(v2.url().to_string() + ",version=v2"));
     });
     auto started = admin(f, "POST", "/admin/rollouts",
                          R"({"name":"r","stable":"v1","candidate":"v2","steps":[{"setWeight":50},{"analysis":{}},)"
                          R"({"setWeight":100}],"analysis":{"interval":0.2,"minRequests":8,"failureLimit":0}})");
     ASSERT_TRUE(started) << started.error().message;
     nlohmann::ordered_json state;
+    http::HttpOptions impatient;
+    impatient.request_timeout = 200ms;
     for (int round = 0; round < 100; ++round) {
-      for (int i = 0; i < 10; ++i) f.post("/v1/completions", R"({"prompt":"x"})", {{"X-Session-ID", fmt::format("s{}", i)}});
+      for (int i = 0; i < 10; ++i) {
+        http::fetch(f.url, {.method = "POST", .target = "/v1/completions",
+                            .headers = {{"X-Session-ID", fmt::format("s{}", i)}}, .body = R"({"prompt":"x"})"},
+                    impatient);
+      }
       state = *parse_json(admin(f, "GET", "/admin/rollouts")->body);
       if (state["current"]["phase"] != "progressing") break;
       std::this_thread::sleep_for(50ms);
@@ -294,16 +330,16 @@ TEST(Router, ARolloutsEvalSuiteGatesItsAnalysisSteps) {
     const std::string db = ::testing::TempDir() + fmt::format("/router_eval_{}.db", regressed);
     std::filesystem::remove(db);
     std::mutex mu;
-    std::vector<std::string> called;  // suite, stable URL, candidate URL
+    std::vector<std::string> called;  // suite, URLs, max drop, keys
     Fixture f({}, "round_robin", {}, [&](RouterConfig& rc) {
       rc.admin_key = "adm";
       rc.rollout_db = db;
       rc.backends.push_back(*parse_backend(a.url().to_string() + ",version=v1"));
-      rc.backends.push_back(*parse_backend(b.url().to_string() + ",version=v2"));
-      rc.eval_gate = [&, regressed](const std::string& s, double max_drop, const std::string& stable,
-                                    const std::string& candidate) -> Result<EvalVerdict> {
+      rc.backends.push_back(*parse_backend(b.url().to_string() + ",version=v2,key=kb"));
+      rc.eval_gate = [&, regressed](const std::string& s, double max_drop, const EvalEndpoint& stable,
+                                    const EvalEndpoint& candidate) -> Result<EvalVerdict> {
         std::lock_guard lock(mu);
-        called = {s, stable, candidate, fmt::format("{}", max_drop)};
+        called = {s, stable.url, candidate.url, fmt::format("{}", max_drop), stable.api_key, candidate.api_key};
         return EvalVerdict{!regressed, regressed ? "regressed over 3 items" : "no change over 3 items", {}};
       };
     });
@@ -331,11 +367,13 @@ TEST(Router, ARolloutsEvalSuiteGatesItsAnalysisSteps) {
     }
     EXPECT_TRUE(eval_decided) << state.dump();
     std::lock_guard lock(mu);
-    ASSERT_EQ(called.size(), 4u);
+    ASSERT_EQ(called.size(), 6u);
     EXPECT_EQ(called[0], suite);
     EXPECT_EQ(called[1], a.url().to_string() + "/v1");
     EXPECT_EQ(called[2], b.url().to_string() + "/v1");
     EXPECT_EQ(called[3], "0.1");
+    EXPECT_EQ(called[4], "");    // each replica's own key
+    EXPECT_EQ(called[5], "kb");
   }
   Fixture bare({}, "round_robin", {}, [&](RouterConfig& rc) {
     rc.admin_key = "adm";

@@ -1,6 +1,10 @@
 // Shadow traffic in the router (router.h): which requests are copied and where, the copies sent
 // on the router's shadow thread, the primary's answer kept for them, each pair compared and
 // recorded, and the admin routes.
+#include <algorithm>
+#include <cmath>
+#include <map>
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
@@ -332,14 +336,23 @@ net::awaitable<bool> Router::Impl::admin_shadow(beast::tcp_stream& client, bhttp
     o.version = query_value(req.target(), "version");
     const std::string since = query_value(req.target(), "since"), worst = query_value(req.target(), "worst");
     const std::string bucket = query_value(req.target(), "bucket");
-    char* end = nullptr;
-    if (!since.empty()) o.since = std::strtod(since.c_str(), &end);
-    if (!worst.empty()) o.worst = static_cast<int32_t>(std::strtol(worst.c_str(), &end, 10));
-    if (!bucket.empty()) o.bucket_seconds = std::strtod(bucket.c_str(), &end);
-    if ((end && *end) || o.worst < 0 || o.worst > 1000 || !(o.bucket_seconds > 0) || !std::isfinite(o.since)) {
+    bool parsed = true;  // each value whole (a bad one is not read as 0)
+    auto number = [&](const std::string& text, double fallback) {
+      if (text.empty()) return fallback;
+      char* end = nullptr;
+      const double v = std::strtod(text.c_str(), &end);
+      parsed = parsed && *end == '\0';
+      return v;
+    };
+    o.since = number(since, o.since);
+    const double worst_n = number(worst, o.worst);
+    o.bucket_seconds = number(bucket, o.bucket_seconds);
+    if (!parsed || !(worst_n >= 0 && worst_n <= 1000) || worst_n != std::floor(worst_n) || !(o.bucket_seconds > 0) ||
+        !std::isfinite(o.since) || !std::isfinite(o.bucket_seconds)) {
       co_return co_await respond(
           client, 400, bad("query: since=SECONDS_SINCE_EPOCH, worst=0..1000, bucket=SECONDS (> 0), version=V"), keep);
     }
+    o.worst = static_cast<int32_t>(worst_n);
     std::string error;
     const Json out = co_await shadow_report_off_thread(o, &error);
     if (out.is_null()) co_return co_await respond(client, 500, error_body(error, "server_error"), keep);
@@ -353,10 +366,35 @@ net::awaitable<bool> Router::Impl::admin_shadow(beast::tcp_stream& client, bhttp
   auto shadow = parse_shadow(nlohmann::json::parse(parsed->dump()), "shadow", false);
   if (!shadow) co_return co_await respond(client, 400, bad(shadow.error().message()), keep);
   if (!shadow->version.empty()) {
-    bool found = false;
-    for (const auto& b : pool.stats()) found = found || b.version == shadow->version;
+    bool found = false, other = false;
+    for (const auto& b : pool.stats()) {
+      found = found || b.version == shadow->version;
+      other = other || b.version != shadow->version;
+    }
     if (!found) {
       co_return co_await respond(client, 400, bad(fmt::format("no replica has version '{}'", shadow->version)), keep);
+    }
+    if (!other && shadow->fraction > 0) {
+      // Its replicas answer no client while it is shadowed: nobody would be left to.
+      co_return co_await respond(
+          client, 400,
+          bad(fmt::format("every replica has version '{}': shadowed, none would be left to answer clients",
+                          shadow->version)),
+          keep);
+    }
+  }
+  if (shadow->noise_fraction > 0) {
+    // The noise arm copies a request to a second replica of the version that answered it.
+    std::map<std::string, int> replicas;
+    for (const auto& b : pool.stats()) {
+      if (b.version != shadow->version) ++replicas[b.version];
+    }
+    if (std::ranges::none_of(replicas, [](const auto& v) { return v.second >= 2; })) {
+      co_return co_await respond(
+          client, 400,
+          bad("noiseFraction copies a request to a second replica of the version that answered it, and no version "
+              "has two replicas (set it to 0, or add a replica)"),
+          keep);
     }
   }
   {

@@ -180,7 +180,12 @@ TEST(RouterShadow, ADeadShadowCostsThePrimaryNothing) {
 TEST(RouterShadow, TheAdminApiSetsTheShadowAndRefusesAVersionNoReplicaHas) {
   Scripted one("x"), two("y");
   TestHttpServer a(one.handler()), b(two.handler());
-  Fixture f({}, "round_robin", {}, [&](RouterConfig& rc) { with_versions(rc, {{&a, "v1"}, {&b, "v2"}}); });
+  const std::string db = ::testing::TempDir() + "/router_shadow_admin.db";
+  std::filesystem::remove(db);
+  Fixture f({}, "round_robin", {}, [&](RouterConfig& rc) {
+    with_versions(rc, {{&a, "v1"}, {&b, "v2"}});
+    rc.rollout_db = db;
+  });
   auto off = parse_json(admin(f, "GET", "/admin/shadow")->body);
   EXPECT_TRUE((*off)["active"].is_null());
   auto typo = admin(f, "POST", "/admin/shadow", R"({"version":"v3","fraction":1})");
@@ -190,6 +195,18 @@ TEST(RouterShadow, TheAdminApiSetsTheShadowAndRefusesAVersionNoReplicaHas) {
   auto bad = admin(f, "POST", "/admin/shadow", R"({"version":"v2","fraction":1.5})");
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().body.find("fraction must be a number in [0, 1]"), std::string::npos) << bad.error().body;
+  // One replica of each version: a noise arm would have nowhere to go.
+  auto lone = admin(f, "POST", "/admin/shadow", R"({"version":"v2","fraction":1,"noiseFraction":0.5})");
+  ASSERT_FALSE(lone);
+  EXPECT_EQ(lone.error().status, 400);
+  EXPECT_NE(lone.error().body.find("no version has two replicas"), std::string::npos) << lone.error().body;
+  auto lone_rollout = admin(f, "POST", "/admin/rollouts", R"({"name":"n","stable":"v1","candidate":"v2",
+      "steps":[{"setWeight":100}],"shadow":{"fraction":1,"noiseFraction":0.5}})");
+  ASSERT_FALSE(lone_rollout);
+  EXPECT_EQ(lone_rollout.error().status, 400);
+  EXPECT_NE(lone_rollout.error().body.find("second replica of the stable version 'v1', which has 1"),
+            std::string::npos)
+      << lone_rollout.error().body;
   auto set = admin(f, "POST", "/admin/shadow", R"({"version":"v2","fraction":1})");
   ASSERT_TRUE(set) << set.error().message;
   EXPECT_EQ((*parse_json(set->body))["source"], "router");
@@ -202,6 +219,28 @@ TEST(RouterShadow, TheAdminApiSetsTheShadowAndRefusesAVersionNoReplicaHas) {
   auto unauthorized = admin(f, "GET", "/admin/shadow/report", "", "wrong");
   ASSERT_FALSE(unauthorized);
   EXPECT_EQ(unauthorized.error().status, 401);
+  // The same check at start (sluice route --shadow-noise), where every replica is labelled.
+  RouterConfig noisy;
+  with_versions(noisy, {{&a, "v1"}, {&b, "v2"}});
+  noisy.shadow = {.version = "v2", .fraction = 1, .noise_fraction = 0.5};
+  auto refused = Router::create(noisy);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("no version has two replicas"), std::string::npos)
+      << refused.error().message();
+  // Shadowing the only version there is would leave no replica to answer clients.
+  RouterConfig only_v1;
+  with_versions(only_v1, {{&a, "v1"}, {&b, "v1"}});
+  only_v1.shadow = {.version = "v1", .fraction = 0.5};
+  auto none_left = Router::create(only_v1);
+  ASSERT_FALSE(none_left);
+  EXPECT_NE(none_left.error().message().find("every replica has that version"), std::string::npos)
+      << none_left.error().message();
+  Fixture g({}, "round_robin", {}, [&](RouterConfig& rc) { with_versions(rc, {{&a, "v1"}, {&b, "v1"}}); });
+  auto all = admin(g, "POST", "/admin/shadow", R"({"version":"v1","fraction":0.5})");
+  ASSERT_FALSE(all);
+  EXPECT_EQ(all.error().status, 400);
+  EXPECT_NE(all.error().body.find("every replica has version 'v1'"), std::string::npos) << all.error().body;
+  ASSERT_TRUE(g.post("/v1/completions", R"({"prompt":"p"})"));
 }
 
 // A rollout with a shadow judges the candidate's quality by the comparisons: one whose answers

@@ -195,9 +195,10 @@ TEST(Router, CountsUsageAndStripsTheUsageChunkItAskedFor) {
     }
     co_await ex.begin_chunked(200, "text/event-stream");
     // Asked for usage, a stream's chunks carry "usage": null until the usage chunk (OpenAI's form).
-    const std::string null_usage = usage ? ",\"usage\":null" : "";
+    // (Compact, as sluice writes it, then spaced, as Python's json.dumps does.)
+    const std::string null_usage = usage ? ",\"usage\":null" : "", spaced = usage ? ", \"usage\": null" : "";
     co_await ex.chunk("data: {\"choices\":[{\"text\":\"a\"}]" + null_usage + "}\n\ndata: {\"cho");  // an event cut in two
-    co_await ex.chunk("ices\":[{\"text\":\"b\"}]" + null_usage + "}\n\n");
+    co_await ex.chunk("ices\":[{\"text\":\"b\"}]" + spaced + "}\n\n");
     if (usage) co_await ex.chunk("data: {\"choices\":[]," + u + "}\n\n");
     co_await ex.chunk("data: [DONE]\n\n");
     co_await ex.end_chunked();

@@ -12,6 +12,7 @@
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
+#include "common/secret.h"
 #include "server/http_server_impl.h"
 
 namespace sluice::server {
@@ -60,13 +61,6 @@ std::optional<std::string> percent_decode(std::string_view s) {
 
 bool needs_api_key(std::string_view route) {
   return route.starts_with("/v1/") || route == "/tokenize" || route == "/detokenize";
-}
-
-// Equal-time comparison: the time taken does not say how much of a guess was right.
-bool same_secret(std::string_view a, std::string_view b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % std::max<size_t>(1, b.size())]);
-  return diff == 0;
 }
 
 std::string chunk_frame(std::string_view data) { return fmt::format("{:x}\r\n{}\r\n", data.size(), data); }
@@ -455,13 +449,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (server_.config.api_key.empty() || !needs_api_key(route)) return std::nullopt;
     const std::string_view auth = parser_->get()[http::field::authorization];
     if (auth.empty()) return ApiError::unauthorized("missing API key: send the header 'Authorization: Bearer KEY'");
-    // The scheme is case-insensitive (RFC 9110, section 11.1); the token follows one or more spaces.
-    const size_t space = auth.find(' ');
-    const bool bearer = space != std::string_view::npos && beast::iequals(auth.substr(0, space), "Bearer");
-    const size_t token = bearer ? auth.find_first_not_of(' ', space) : std::string_view::npos;
-    if (token == std::string_view::npos || !same_secret(auth.substr(token), server_.config.api_key)) {
-      return ApiError::unauthorized("invalid API key");
-    }
+    if (!bearer_is(auth, server_.config.api_key)) return ApiError::unauthorized("invalid API key");
     return std::nullopt;
   }
 

@@ -110,8 +110,8 @@ class CanaryTest(unittest.TestCase):
         db = os.path.join(self.dir, f"rollouts-{self.routers}.db")  # a store of its own
         args = ["route", "--port", "0", "--admin-key", KEY, "--rollout-db", db,
                 "--policy", "round_robin", *extra]
-        for url, version in backends:
-            args += ["--backend", f"{url},version={version}"]
+        for url, version, *key in backends:  # (url, version) or (url, version, its API key)
+            args += ["--backend", f"{url},version={version}" + (f",key={key[0]}" if key else "")]
         p, url = sluice_process.start(BIN, args, LISTENING)
         self.processes.append(p)
         return url
@@ -262,8 +262,9 @@ class CanaryTest(unittest.TestCase):
     def test_an_eval_suite_gates_each_analysis_step(self):
         suite = os.path.join(ROOT, "evals", "stories", "suite.yaml")
         for model, phase in ((STORIES, "promoted"), (OTHER, "aborted")):
-            s1, c = self.serve(STORIES)[1], self.serve(model)[1]
-            url = self.route([(s1, "v1"), (c, "v2")])
+            # Replicas that want an API key: the suite reaches each with the key the router has for it.
+            s1, c = self.serve(STORIES, "--api-key", "k1")[1], self.serve(model, "--api-key", "k2")[1]
+            url = self.route([(s1, "v1", "k1"), (c, "v2", "k2")])
             spec = self.spec(evalSuite=suite)
             self.start_rollout(url, spec)
             r = self.drive(url)

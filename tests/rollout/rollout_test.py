@@ -97,6 +97,11 @@ class RolloutTest(unittest.TestCase):
         self.assertIn("step 1: abort: TTFT looked worse", out)
         v1 = self.replicas[0][1]
         self.assertEqual(set(self.versions(url)), {v1})
+        # A store without the admin key: it starts, and warns that no rollout can be controlled.
+        p, warning = start(["route", "--port", "0", "--rollout-db", os.path.join(self.dir, "other.db"),
+                            "--backend", f"{v1},version=v1"], r"warning: (--rollout-db without --admin-key)")
+        stop(p)
+        self.assertEqual(warning, "--rollout-db without --admin-key")
 
 
 if __name__ == "__main__":
