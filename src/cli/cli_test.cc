@@ -256,6 +256,12 @@ TEST(Cli, EngineFlagsAreCheckedWithClearErrors) {
   Output e = run("generate --prompts /no/such/file", true);
   EXPECT_EQ(e.exit_code, 1);
   EXPECT_NE(e.out.find("cannot read prompts file '/no/such/file'"), std::string::npos) << e.out;
+  // Invalid UTF-8 is named by its line in the file (the empty line 2 is not a prompt).
+  const std::string latin1 = ::testing::TempDir() + "/latin1_prompts.txt";
+  std::ofstream(latin1) << "fine\n\nalso fine\ncaf\xe9 au lait\n";
+  Output u = run("generate --prompts " + latin1, true);
+  EXPECT_EQ(u.exit_code, 1);
+  EXPECT_NE(u.out.find("line 4: not valid UTF-8 at byte 4 of the line"), std::string::npos) << u.out;
   Output off = run("generate -p hi --spec off --draft-model demo", true);
   EXPECT_EQ(off.exit_code, 2);
   EXPECT_NE(off.out.find("--spec off and --draft-model: the draft model would never be used"), std::string::npos)

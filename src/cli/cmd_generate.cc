@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "common/thread_pool.h"
+#include "common/utf8.h"
 #include "cli/engine_options.h"
 #include "kernels/kernel_path.h"
 #include "engine/engine.h"
@@ -303,6 +304,9 @@ Result<std::vector<std::string>> read_prompts(const std::string& path) {
   for (int line_no = 1; std::getline(in, line); ++line_no) {
     if (line.ends_with('\r')) line.pop_back();  // a file written on Windows
     if (line.empty()) continue;
+    if (const size_t valid = utf8_valid_prefix_length(line); valid < line.size()) {
+      return Error("prompts file '{}' line {}: not valid UTF-8 at byte {} of the line", path, line_no, valid + 1);
+    }
     if (line[0] == '"') {
       auto j = nlohmann::json::parse(line, nullptr, false);
       if (j.is_discarded() || !j.is_string()) {

@@ -231,12 +231,18 @@ std::string describe_kv_cache(const Engine& engine, const ModelConfig& model) {
                                 static_cast<double>(engine.kv_cache_bytes()) / (1024.0 * 1024.0),
                                 kernels::kv_type_name(type), engine.num_kv_blocks(), engine.config().block_size,
                                 engine.kv_capacity_tokens(), KvPool::bytes_per_token(model, type));
-  if (engine.kv_capacity_tokens() < model.context_length) {
+  // A sequence on none of the pinned prefixes cannot count on their blocks.
+  const int64_t unpinned = engine.kv_capacity_tokens(std::span<const int32_t>{});
+  if (unpinned < engine.kv_capacity_tokens()) {
+    out += fmt::format("; the pinned prefixes keep up to {} of them", engine.kv_capacity_tokens() - unpinned);
+  }
+  if (unpinned < model.context_length) {
     // The cache, not the model, then bounds a sequence: said at start, not found out later.
     out += fmt::format("\nwarning: the KV cache holds fewer tokens than the model's context ({}): a sequence ends at "
-                       "{} tokens, prompt included (finish reason 'length'); give more --kv-cache-memory for the "
+                       "{} tokens, prompt included (finish reason 'length'){}; give more --kv-cache-memory for the "
                        "whole context",
-                       model.context_length, engine.max_sequence_tokens());
+                       model.context_length, engine.max_sequence_tokens(std::span<const int32_t>{}),
+                       unpinned < engine.kv_capacity_tokens() ? " unless it is on a pinned prefix" : "");
   }
   return out;
 }

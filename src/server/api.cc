@@ -147,11 +147,12 @@ Json Generation::prompt_logprobs_json(Choice& c) const {
     lp["text_offset"].push_back(offset);
     // The bytes the token adds to the echoed prompt. A text prompt comes back as sent, so a
     // special token written in it counts its text, and the BOS (EOS) the vocabulary adds in
-    // front (at the end) is not in it; token ids come back decoded (Tokenizer::decode: control tokens add none). The
-    // space an SPM vocabulary puts in front of the text is dropped either way.
+    // front (at the end) is not in it; token ids come back decoded (Tokenizer::decode: control
+    // tokens add none). The space an SPM vocabulary puts in front of the text is dropped either way.
     const bool from_text = echo_from_text_[c.prompt_index];
-    const bool framing = from_text && ((i == 0 && tokenizer_.add_bos() && prompt[i] == tokenizer_.bos_id()) ||
-                                       (i + 1 == prompt.size() && tokenizer_.add_eos() && prompt[i] == tokenizer_.eos_id()));
+    const bool added_bos = i == 0 && tokenizer_.add_bos() && prompt[i] == tokenizer_.bos_id();
+    const bool added_eos = i + 1 == prompt.size() && tokenizer_.add_eos() && prompt[i] == tokenizer_.eos_id();
+    const bool framing = from_text && (added_bos || added_eos);
     std::string piece = framing ? std::string() : tokenizer_.token_to_piece(prompt[i], /*render_special=*/from_text);
     const bool at_start = i == 0 || (i == 1 && prompt[0] == tokenizer_.bos_id());
     if (at_start && tokenizer_.strips_leading_space() && piece.starts_with(' ')) piece.erase(0, 1);
