@@ -19,7 +19,8 @@ void EngineOptions::add_to(CLI::App& cmd) {
                  "Most tokens in one forward pass, summed over sequences; long prompts are split into chunks")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
   cmd.add_option("--max-queued-requests", max_queued_requests,
-                 "Requests that may wait for their first step; more are refused as overloaded")
+                 "Requests that may wait to run (new ones, and preempted ones waiting to resume); more are refused as "
+                 "overloaded")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
   cmd.add_option("--block-size", block_size, "Tokens per KV cache block")
       ->capture_default_str()->check(CLI::Range(1, 1024));

@@ -338,6 +338,8 @@ void Engine::loop() {
     final.finish_reason = FinishReason::kCancelled;
     final.error = "engine shut down";
     c.stream->push({}, {}, &final);
+    MutexLock lock(metrics_mu_);
+    ++metrics_.num_requests_finished[static_cast<size_t>(FinishReason::kCancelled)];  // submitted, so finished
   }
   while (!computations_.empty()) finish(*computations_.begin()->second, FinishReason::kCancelled, "engine shut down");
   update_gauges();  // the blocks they held are free: metrics() says so after shutdown too

@@ -10,11 +10,12 @@
 // accepted request ends with exactly one finished output: stop, length, cancelled, or error.
 //
 // Coalescing: a request identical to one queued or running (same prompt tokens, sampling,
-// limits, stops; deterministic: greedy or an explicit seed) subscribes to that computation
+// limits, stops, priority; deterministic: greedy or an explicit seed) subscribes to that computation
 // and receives the whole output from its first token, as if it had run alone.
 //
-// Overload: submit() refuses a request at once (StatusCode::kOverloaded) when the requests
-// waiting for a first step (inbox plus scheduler queue) reach max_queued_requests.
+// Overload: submit() refuses a request at once (StatusCode::kOverloaded) when the computations
+// waiting to run (inbox plus scheduler queue: new ones, and preempted ones waiting to resume)
+// reach max_queued_requests.
 //
 // Thread-safety: submit(), metrics() and the handles may be used from any thread. Destroying
 // the engine finishes every outstanding request (kCancelled, "engine shut down").
@@ -66,7 +67,7 @@ struct SpecConfig {
 struct EngineConfig {
   int32_t max_num_seqs = 32;          // sequences in one step
   int32_t max_batch_tokens = 512;     // tokens in one step
-  int32_t max_queued_requests = 256;  // requests waiting for their first step
+  int32_t max_queued_requests = 256;  // computations waiting to run (new, or preempted)
   int32_t block_size = 16;            // tokens per KV block
   KvType kv_type = KvType::kF16;
   int64_t kv_cache_bytes = 0;         // KV pool size; 0: enough for max_num_seqs full contexts

@@ -333,6 +333,34 @@ TEST(Engine, ShutdownEndsEveryOutstandingRequest) {
   EXPECT_EQ(b.finish_reason, FinishReason::kCancelled);
 }
 
+// Requests still in the inbox when the engine shuts down are finished (cancelled) and counted
+// as such: every submitted request is counted once among the finished.
+TEST(Engine, ShutdownCountsEveryRequestItEnds) {
+  std::latch in_step(1), release(1);
+  EngineConfig config;
+  auto first = std::make_shared<bool>(true);
+  config.on_step = [&, first](const ScheduleOutput&) {
+    if (!std::exchange(*first, false)) return;
+    in_step.count_down();
+    release.wait();
+  };
+  Fixture f(config);
+  f.check_blocks_on_exit = false;
+  auto a = f.engine->submit(f.request("one", 50));
+  in_step.wait();  // the engine is in its first step: the next two wait in the inbox
+  auto b = f.engine->submit(f.request("two", 50)), c = f.engine->submit(f.request("three", 50));
+  std::thread stopper([&] { f.engine->shutdown(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // shutdown() has closed the inbox
+  release.count_down();
+  stopper.join();
+  for (auto* h : {&a, &b, &c}) EXPECT_EQ((*h)->wait().finish_reason, FinishReason::kCancelled);
+  const EngineMetrics m = f.engine->metrics();
+  int64_t finished = 0;
+  for (int64_t n : m.num_requests_finished) finished += n;
+  EXPECT_EQ(m.num_requests_submitted, 3);
+  EXPECT_EQ(finished, 3);
+}
+
 // Requests built from a few shared system prompts and chat histories, some sharing whole
 // prompts, greedy and seeded.
 TEST(Engine, ImpossibleConfigurationsAreRefused) {
