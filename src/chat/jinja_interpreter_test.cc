@@ -65,6 +65,15 @@ TEST(JinjaInterpreter, SubscriptsAndSlicesCountCodePoints) {
   EXPECT_EQ(render("{{ 'h\xC3\xA9llo'[1] }}{{ 'h\xC3\xA9llo'|length }}{{ 'h\xC3\xA9llo'[:-2] }}"), "\xC3\xA9" "5h\xC3\xA9l");
   EXPECT_EQ(render("{{ [1, 2, 3][1:] }}{{ (1, 2, 3)[:1] }}{{ [1, 2, 3][5:] }}"), "[2, 3](1,)[]");
   EXPECT_EQ(render("{{ s[::0] }}", kCtx), "ERROR: chat template error at line 1, column 5: slice step cannot be zero");
+  // Steps past the end stop there (i + step would overflow int64).
+  EXPECT_EQ(render("{{ [1, 2, 3][2::9223372036854775807] }}{{ 'abc'[1::9223372036854775807] }}"
+                   "{{ 'abc'[1::-9223372036854775807] }}"),
+            "[3]bb");
+}
+
+// Nothing repeated any number of times is nothing, at once (it once looped 2^63 times).
+TEST(JinjaInterpreter, RepeatingNothingIsImmediate) {
+  EXPECT_EQ(render("{{ ('' * 9223372036854775807)|length }}{{ ([] * 1000000000000000000)|length }}"), "00");
 }
 
 TEST(JinjaInterpreter, ForLoopVariables) {

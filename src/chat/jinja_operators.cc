@@ -19,6 +19,8 @@ std::unexpected<Status> type_error(std::string_view op, const Value& a, const Va
 
 Result<Value> repeat(const Value& seq, int64_t n, const SizeLimits& limits) {
   if (n < 0) n = 0;
+  // Nothing repeated is nothing, at once (not n empty steps: n may be 2^63 - 1).
+  if ((seq.is_string() && seq.as_string().empty()) || (!seq.is_string() && seq.as_list().items.empty())) n = 0;
   if (seq.is_string()) {
     const size_t len = seq.as_string().size();
     if (len > 0 && static_cast<uint64_t>(n) > limits.max_string_bytes / len) {

@@ -106,11 +106,18 @@ std::vector<size_t> slice_indices(size_t length, std::optional<int64_t> start, s
   if (step > 0) {
     const int64_t b = clamp(start, 0, 0, len);
     const int64_t e = clamp(stop, len, 0, len);
-    for (int64_t i = b; i < e; i += step) out.push_back(static_cast<size_t>(i));
+    // (Steps checked before they are taken: i + step may pass INT64_MAX.)
+    for (int64_t i = b; i < e; i += step) {
+      out.push_back(static_cast<size_t>(i));
+      if (step >= e - i) break;
+    }
   } else {
     const int64_t b = clamp(start, len - 1, -1, len - 1);
     const int64_t e = clamp(stop, -1, -1, len - 1);
-    for (int64_t i = b; i > e; i += step) out.push_back(static_cast<size_t>(i));
+    for (int64_t i = b; i > e; i += step) {
+      out.push_back(static_cast<size_t>(i));
+      if (step <= e - i) break;
+    }
   }
   return out;
 }

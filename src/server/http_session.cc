@@ -394,6 +394,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void start_generation(ApiResult<std::unique_ptr<Generation>> g) {
     if (!g) return respond_error(g.error());
     gen_ = std::move(*g);
+    // The engine holds only a weak reference, and the disconnect watch is not re-armed once
+    // the client has sent something (a pipelined request, a stray CRLF, an HTTP/1.0
+    // half-close): the session keeps itself until its answer is done.
+    generating_ = shared_from_this();
     ++epoch_;
     peer_eof_ = false;
     if (gen_->streaming()) {
@@ -470,6 +474,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void end_generation() {
     gen_.reset();
     probe_timer_.cancel();
+    // Released after the caller returns (it may still use the session).
+    if (generating_) net::post(stream_.get_executor(), [keep = std::move(generating_)] {});
   }
 
   // While a request runs, the client sends nothing; the socket turning readable means it
@@ -623,6 +629,7 @@ class Session : public std::enable_shared_from_this<Session> {
   size_t queued_bytes_ = 0;      // bytes in queue_ (counted in server_.buffered_bytes)
   bool writing_ = false;
   std::unique_ptr<Generation> gen_;
+  std::shared_ptr<Session> generating_;  // the session itself, while gen_ runs
   uint64_t epoch_ = 0;           // tells a stale disconnect watch or probe from the current one
   size_t lingered_ = 0;          // bytes dropped while closing
 };

@@ -238,6 +238,30 @@ TEST_F(ServerTest, PipelinedRequestsBeforeAHalfCloseAreAllAnswered) {
   EXPECT_NE(r.find("HTTP/1.1 200 OK", first + 1), std::string::npos) << r;
 }
 
+// Bytes that arrive while a request generates (the next pipelined request; an HTTP/1.0
+// client's half-close) leave its answer whole: the session once lost itself then, and the
+// client got a reset and the server an in-flight request forever.
+TEST_F(ServerTest, BytesSentDuringAGenerationLeaveItsAnswerWhole) {
+  const std::string body = R"({"prompt": "a b", "max_tokens": 200, "ignore_eos": true, "temperature": 0})";
+  {
+    Connection c(server_->port());
+    c.send(post("/v1/completions", body, /*keep_alive=*/true));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    c.send(post("/v1/completions", R"({"prompt": "a", "max_tokens": 2})", /*keep_alive=*/false));
+    const std::string r = c.read_all();
+    const size_t first = r.find("HTTP/1.1 200 OK");
+    ASSERT_NE(first, std::string::npos) << r;
+    EXPECT_NE(r.find("HTTP/1.1 200 OK", first + 1), std::string::npos) << r;
+  }
+  Connection old(server_->port());
+  old.send(fmt::format("POST /v1/completions HTTP/1.0\r\nContent-Length: {}\r\n\r\n{}", body.size(), body));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  old.half_close();
+  const std::string r = old.read_all();
+  EXPECT_TRUE(r.starts_with("HTTP/1.1 200")) << r;
+  EXPECT_NE(r.find("\"completion_tokens\":200"), std::string::npos) << r;
+}
+
 TEST_F(ServerTest, Http10StreamsAreUnframedAndEndWithTheConnection) {
   const std::string body = R"({"prompt": "a b", "max_tokens": 4, "temperature": 0, "stream": true})";
   const std::string r = exchange(fmt::format("POST /v1/completions HTTP/1.0\r\nContent-Length: {}\r\n\r\n{}",

@@ -80,8 +80,8 @@ std::optional<PreTokenizerSpec> find_spec(std::string_view pre) {
   static constexpr std::array<std::string_view, 5> kGpt2Names = {"default", "gpt2", "gpt-2", "olmo", "mpt"};
   static constexpr std::array<std::string_view, 3> kLlama3Names = {"llama-bpe", "llama3", "llama-v3"};
   static constexpr std::array<std::string_view, 2> kQwen2Names = {"qwen2", "deepseek-r1-qwen"};
-  static constexpr std::array<std::string_view, 7> kSmollmNames = {
-      "smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva"};
+  static constexpr std::array<std::string_view, 8> kSmollmNames = {
+      "smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva", "minerva-7b"};
   auto in = [pre](const auto& names) {
     for (std::string_view n : names) {
       if (n == pre) return true;
@@ -157,7 +157,7 @@ PreTokenizer::~PreTokenizer() = default;
 std::vector<std::string_view> supported_pretokenizer_names() {
   return {"default", "gpt2", "gpt-2", "olmo", "mpt", "llama-bpe", "llama3", "llama-v3", "qwen2",
           "deepseek-r1-qwen", "smollm", "starcoder", "refact", "command-r", "codeshell",
-          "exaone", "minerva", "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon", "gpt-4o",
+          "exaone", "minerva", "minerva-7b", "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon", "gpt-4o",
           "tekken", "chameleon"};
 }
 

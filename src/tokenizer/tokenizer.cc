@@ -88,7 +88,9 @@ Status Tokenizer::init(const gguf::File& file) {
     pretokenizer_.emplace(std::move(*pretokenizer));
     auto merges = file.get_array("tokenizer.ggml.merges", gguf::ValueType::kString);
     if (!merges) return merges.error();
-    const bool ignore_merges = pretokenizer_->name() == "llama3";
+    // A piece the vocabulary holds whole is one token, merges or not (tiktoken's rule, which
+    // llama.cpp applies to Llama 3 and Tekken).
+    const bool ignore_merges = pretokenizer_->name() == "llama3" || pretokenizer_->name() == "tekken";
     auto bpe = BpeModel::create(vocab_, (*merges)->strings, ignore_merges);
     if (!bpe) return bpe.error();
     bpe_.emplace(std::move(*bpe));

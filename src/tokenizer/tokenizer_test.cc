@@ -116,6 +116,20 @@ TEST(Tokenizer, BosFollowsTheVocabularyFlag) {
   EXPECT_EQ(*llama->encode("Hello", {.add_bos = false}), (std::vector<int32_t>{15043}));
 }
 
+// Tekken (tiktoken's rule, as llama.cpp applies it) takes a piece the vocabulary holds whole
+// as one token, where merges by rank would not reach it; and adds BOS by default.
+TEST(Tokenizer, TekkenTakesWholePiecesAndAddsBos) {
+  // "bc" merges first, so by rank "abc" is a + bc; the vocabulary holds "abc" whole.
+  const std::vector<std::pair<std::string, std::string>> merges = {{"b", "c"}, {"a", "b"}, {"ab", "c"}};
+  auto tekken = testing::tokenizer_from_writer(testing::tiny_bpe_writer(merges, "tekken"));
+  auto gpt2 = testing::tokenizer_from_writer(testing::tiny_bpe_writer(merges, "gpt2"));
+  ASSERT_TRUE(tekken && gpt2);
+  EXPECT_EQ(*(*tekken)->encode("abc", {.add_bos = false}), (std::vector<int32_t>{258}));
+  EXPECT_EQ(*(*gpt2)->encode("abc", {.add_bos = false}), (std::vector<int32_t>{'a', 256}));
+  EXPECT_TRUE((*tekken)->add_bos());
+  EXPECT_FALSE((*gpt2)->add_bos());
+}
+
 TEST(Tokenizer, ReportsKindPreAndSpecialIds) {
   SHARED_TOKENIZER_OR_SKIP(llama, "ggml-vocab-llama-spm");
   EXPECT_EQ(llama->kind(), "spm");

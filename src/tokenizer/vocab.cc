@@ -102,9 +102,9 @@ Status load_special_ids(const gguf::File& file, Vocab& vocab) {
 
 Status load_flags(const gguf::File& file, Vocab& vocab) {
   // Defaults follow llama.cpp: SentencePiece vocabularies add BOS, byte-level BPE ones do
-  // not, except Llama 3's.
+  // not, except Llama 3's and Tekken's.
   const bool is_llama3 = vocab.pre == "llama-bpe" || vocab.pre == "llama3" || vocab.pre == "llama-v3";
-  const bool default_add_bos = vocab.kind == VocabKind::kSpm || is_llama3;
+  const bool default_add_bos = vocab.kind == VocabKind::kSpm || is_llama3 || vocab.pre == "tekken";
   auto add_bos = file.get_bool_or("tokenizer.ggml.add_bos_token", default_add_bos);
   if (!add_bos) return add_bos.error();
   auto add_eos = file.get_bool_or("tokenizer.ggml.add_eos_token", false);
