@@ -211,8 +211,10 @@ Result<AssertionResult> check_assertion(const Assertion& a, const Reply& reply, 
       if (st.code() == StatusCode::kInvalid) return Error(st);
       pass = st.is_ok();
       if (!pass) r.reason = st.message();
+    } else if (value.is_null()) {
+      pass = true;  // no schema: any JSON
     } else {
-      pass = true;
+      return Error(StatusCode::kInvalid, "assertion '{}': the schema must be a JSON object (or true/false)", t);
     }
   } else if (t == "levenshtein") {
     SLUICE_RETURN_IF_ERROR(need_value());

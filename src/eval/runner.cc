@@ -78,6 +78,35 @@ Result<Plan> plan_run(const Suite& suite_in, const RunOptions& options) {
     if (options.api_key) suite.judge->api_key = *options.api_key, suite.judge->api_key_env.clear();
   }
   if (suite.providers.empty()) return Error(StatusCode::kInvalid, "the suite has no provider that can run");
+  // Items are known by these names (results are stored and compared by them): two alike would
+  // overwrite each other's results, or be merged into one item.
+  std::set<std::string> seen;
+  for (const Provider& p : suite.providers) {
+    if (!seen.insert(p.label).second) {
+      return Error(StatusCode::kInvalid, "two providers are labelled '{}': give each its own 'label'", p.label);
+    }
+  }
+  seen.clear();
+  for (const Prompt& prompt : suite.prompts) {
+    if (!seen.insert(prompt.label).second) {
+      return Error(StatusCode::kInvalid, "two prompts are labelled '{}': give each its own 'label'", prompt.label);
+    }
+  }
+  seen.clear();
+  for (const TestCase& test : suite.tests) {
+    if (!seen.insert(test.description + "\n" + test.vars.dump()).second) {
+      return Error(StatusCode::kInvalid, "two tests have the description '{}' and the same vars {}: give them "
+                   "different descriptions", test.description, test.vars.dump().substr(0, 200));
+    }
+  }
+  for (const LikelihoodTask& lt : suite.likelihood) {
+    seen.clear();
+    for (const LikelihoodItem& item : lt.items) {
+      if (!seen.insert(item.id).second) {
+        return Error(StatusCode::kInvalid, "likelihood task '{}' has two items with id '{}'", lt.name, item.id);
+      }
+    }
+  }
 
   // Probe each endpoint: is it there, and what is its system_fingerprint?
   for (const Provider& p : suite.providers) {

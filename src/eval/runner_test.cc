@@ -112,6 +112,29 @@ RunOptions fast_options() {
   return o;
 }
 
+// Items are stored and compared by their names: two alike are refused before any request
+// (they overwrote each other's results; two multiple-choice items with one id crashed).
+TEST(EvalRun, ItemsThatWouldShareANameAreRefused) {
+  const Suite base = suite_for("http://127.0.0.1:9/v1", 2);
+  auto refused = [](const Suite& s, const std::string& expected) {
+    auto plan = plan_run(s, fast_options());
+    ASSERT_FALSE(plan);
+    EXPECT_NE(plan.error().message().find(expected), std::string::npos) << plan.error().message();
+  };
+  Suite tests = base;
+  tests.tests[1].description = tests.tests[0].description;
+  tests.tests[1].vars = tests.tests[0].vars;
+  refused(tests, "two tests have the description 'test 1' and the same vars");
+  Suite providers = base;
+  providers.providers.push_back(providers.providers[0]);
+  refused(providers, "two providers are labelled 'openai:completion:m'");
+  Suite items = base;
+  items.likelihood.push_back({.name = "mc", .type = "multiple-choice"});
+  items.likelihood[0].items.resize(2);
+  items.likelihood[0].items[0].id = items.likelihood[0].items[1].id = "q";
+  refused(items, "likelihood task 'mc' has two items with id 'q'");
+}
+
 TEST(EvalRun, RunsGradesStoresAndAnswersTheSecondRunFromTheCache) {
   ScriptedServer server;
   TempDb db;

@@ -8,6 +8,7 @@
 #include "eval/dataset.h"
 #include "eval/json_schema.h"
 #include "eval/render.h"
+#include "eval/yaml_json.h"
 
 namespace sluice::eval {
 namespace {
@@ -133,6 +134,26 @@ struct Reader {
     if (spec.contains("threshold") && !spec["threshold"].is_null()) {
       if (!spec["threshold"].is_number()) return Error(StatusCode::kInvalid, "{}: 'threshold' must be a number", where);
       a.threshold = spec["threshold"].get<double>();
+    }
+    // A JSON schema given as text (inline JSON or YAML, or file://PATH, as promptfoo takes
+    // it) is read now; a schema that a template fills is not supported (it was once skipped,
+    // and any JSON passed).
+    const bool json_type = a.type == "is-json" || a.type == "contains-json" || a.type == "json-schema";
+    if (json_type && a.value.is_string()) {
+      std::string text = a.value.get<std::string>();
+      if (text.find("{{") != std::string::npos) {
+        return Error(StatusCode::kInvalid, "{}: a {} schema cannot be a template", where, a.type);
+      }
+      const bool from_file = text.starts_with("file://");
+      if (from_file) {
+        SLUICE_ASSIGN_OR_RETURN(text, file_text(text.substr(7)));
+      }
+      auto schema = parse_yaml(text);
+      if (!schema || !(schema->is_object() || schema->is_boolean())) {
+        return Error(StatusCode::kInvalid, "{}: the {} schema {} is not a JSON/YAML object", where, a.type,
+                     from_file ? a.value.get<std::string>() : "given");
+      }
+      a.value = std::move(*schema);
     }
     // A pattern with no template in it is compiled now: a bad one is the suite's error, found
     // before any request is sent.

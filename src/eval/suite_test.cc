@@ -196,6 +196,29 @@ TEST(Suite, BrokenSuitesAreClearErrors) {
   check("prompts: [x]\ntests: [{threshold: 5, assert: [{type: equals, value: 1}]}]\n", "'threshold' must be a number in [0, 1]");
   check("prompts: [x]\ndefaultTest: {threshold: -1}\ntests: [{vars: {a: 1}}]\n", "defaultTest: 'threshold' must be");
   check("prompts: [x]\ntests: [{assert: [{type: regex, value: \"([unclosed\"}]}]\n", "test 1, assertion 1: regex /([unclosed/");
+  check("prompts: [x]\ntests: [{assert: [{type: json-schema, value: '[1'}]}]\n", "schema given is not a JSON/YAML object");
+  check("prompts: [x]\ntests: [{assert: [{type: is-json, value: '{{s}}'}]}]\n", "schema cannot be a template");
+}
+
+// A JSON schema given as text, inline or file://, is read (it was skipped: any JSON passed).
+TEST(Suite, JsonSchemasGivenAsTextAreRead) {
+  TempDir d;
+  d.write("schema.json", R"({"type": "object", "required": ["name"]})");
+  const std::string path = d.write("suite.yaml", R"(
+prompts: [x]
+tests:
+  - assert:
+      - {type: is-json, value: "file://schema.json"}
+      - {type: json-schema, value: '{"type": "string"}'}
+      - {type: contains-json, value: "type: array"}
+)");
+  auto s = load_suite(path);
+  ASSERT_TRUE(s) << s.error().message();
+  const auto& a = s->tests[0].asserts;
+  ASSERT_EQ(a.size(), 3u);
+  EXPECT_EQ(a[0].value["required"][0], "name");
+  EXPECT_EQ(a[1].value["type"], "string");
+  EXPECT_EQ(a[2].value["type"], "array");
 }
 
 // What a test cannot run stays with the test (it fails), besides the suite's list.
