@@ -69,7 +69,8 @@ struct Generation::Choice {
 
 Generation::Generation(Kind kind, const Tokenizer& tokenizer, const ApiConfig& config)
     : kind_(kind), tokenizer_(tokenizer), config_(config),
-      id_(make_id(kind == Kind::kChat ? "chatcmpl" : "cmpl")) {}
+      id_(make_id(kind == Kind::kChat ? "chatcmpl" : "cmpl")),
+      created_(unix_seconds(config.now())) {}
 
 Generation::~Generation() = default;
 
@@ -175,7 +176,7 @@ void Generation::emit_echo(Choice& c, bool finished, std::string& events) {
 std::string Generation::chunk(Json choices) const {
   Json j = {{"id", id_},
             {"object", kind_ == Kind::kChat ? "chat.completion.chunk" : "text_completion"},
-            {"created", unix_seconds(config_.now())},
+            {"created", created_},
             {"model", model_},
             {"system_fingerprint", config_.system_fingerprint},
             {"choices", std::move(choices)}};
@@ -282,7 +283,7 @@ bool Generation::poll(std::string& events) {
     if (include_usage_) {
       Json j = {{"id", id_},
                 {"object", kind_ == Kind::kChat ? "chat.completion.chunk" : "text_completion"},
-                {"created", unix_seconds(config_.now())},
+                {"created", created_},
                 {"model", model_},
                 {"system_fingerprint", config_.system_fingerprint},
                 {"choices", Json::array()},
@@ -323,7 +324,7 @@ ApiResult<std::string> Generation::response() {
   }
   Json j = {{"id", id_},
             {"object", kind_ == Kind::kChat ? "chat.completion" : "text_completion"},
-            {"created", unix_seconds(config_.now())},
+            {"created", created_},
             {"model", model_},
             {"system_fingerprint", config_.system_fingerprint},
             {"choices", std::move(choices)},

@@ -90,6 +90,7 @@ class Generation {
   const Tokenizer& tokenizer_;
   const ApiConfig& config_;
   std::string id_;
+  int64_t created_ = 0;  // when the request came: the same in every chunk (OpenAI's rule)
   std::string model_;
   bool stream_ = false;
   bool include_usage_ = false;

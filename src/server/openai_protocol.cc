@@ -186,9 +186,18 @@ ApiResult<bool> refuse_unsupported(const Json& body) {
   if (auto v = field(body, "logit_bias"); v && !(v->is_object() && v->empty())) {
     return std::unexpected(ApiError::invalid("'logit_bias' is not supported", "logit_bias"));
   }
-  if (auto v = field(body, "best_of"); v && !(v->is_number_integer() && v->get<int64_t>() <= 1)) {
-    if (!(v->is_number_integer() && field(body, "n") && *field(body, "n") == *v)) {
-      return std::unexpected(ApiError::invalid("'best_of' other than 1 (or n) is not supported", "best_of"));
+  // best_of: at least n (OpenAI's rule); only best_of = n (every candidate returned) is done.
+  auto best_of = get_int(body, "best_of", 1, 1 << 20);
+  if (!best_of) return std::unexpected(best_of.error());
+  if (*best_of) {
+    auto n = get_int(body, "n", 1, 1 << 20);
+    const int64_t choices = n && *n ? **n : 1;
+    if (**best_of < choices) {
+      return std::unexpected(ApiError::invalid(
+          fmt::format("'best_of' ({}) must be at least n ({})", **best_of, choices), "best_of"));
+    }
+    if (**best_of != choices) {
+      return std::unexpected(ApiError::invalid("'best_of' other than n is not supported", "best_of"));
     }
   }
   if (auto v = field(body, "suffix"); v && !(v->is_string() && v->get<std::string>().empty())) {
