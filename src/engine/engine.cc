@@ -266,30 +266,46 @@ Status Engine::validate(const Request& r) const {
 }
 
 Result<RequestHandle> Engine::submit(Request request) {
-  if (Status s = validate(request); !s) {
-    MutexLock lock(metrics_mu_);
-    ++metrics_.num_requests_rejected;
-    return Error(s);
+  std::vector<Request> one;
+  one.push_back(std::move(request));
+  SLUICE_ASSIGN_OR_RETURN(std::vector<RequestHandle> handles, submit_all(std::move(one)));
+  return std::move(handles.front());
+}
+
+Result<std::vector<RequestHandle>> Engine::submit_all(std::vector<Request> requests) {
+  for (const Request& r : requests) {
+    if (Status s = validate(r); !s) {
+      MutexLock lock(metrics_mu_);
+      ++metrics_.num_requests_rejected;  // the API request, once
+      return Error(s);
+    }
   }
-  auto stream = std::make_shared<StreamState>(next_request_id_++);
+  std::vector<RequestHandle> handles;
   {
     MutexLock lock(inbox_->mu);
     if (inbox_->closed) return Error(StatusCode::kUnavailable, "the engine is shutting down");
-    if (inbox_->num_submits + inbox_->num_waiting >= config_.max_queued_requests) {
+    const int64_t waiting = inbox_->num_submits + inbox_->num_waiting;
+    if (waiting + static_cast<int64_t>(requests.size()) > config_.max_queued_requests) {
       MutexLock mlock(metrics_mu_);
       ++metrics_.num_requests_rejected;
       ++metrics_.num_requests_overloaded;
-      return Error(StatusCode::kOverloaded, "overloaded: {} requests are already waiting (--max-queued-requests {})",
-                   inbox_->num_submits + inbox_->num_waiting, config_.max_queued_requests);
+      return Error(StatusCode::kOverloaded, "overloaded: {} requests are already waiting (--max-queued-requests {}){}",
+                   waiting, config_.max_queued_requests,
+                   requests.size() > 1 ? fmt::format("; no room for these {}", requests.size()) : "");
     }
-    inbox_->commands.push_back({Command::kSubmit, stream, std::move(request), now(), 0});
-    ++inbox_->num_submits;
+    const double at = now();
+    for (Request& r : requests) {
+      auto stream = std::make_shared<StreamState>(next_request_id_++);
+      inbox_->commands.push_back({Command::kSubmit, stream, std::move(r), at, 0});
+      ++inbox_->num_submits;
+      handles.push_back(RequestHandle(std::move(stream), inbox_));
+    }
     MutexLock mlock(metrics_mu_);
-    ++metrics_.num_requests_submitted;
+    metrics_.num_requests_submitted += static_cast<int64_t>(requests.size());
     idle_ = false;
   }
   inbox_->cv.notify_all();
-  return RequestHandle(std::move(stream), inbox_);
+  return handles;
 }
 
 EngineMetrics Engine::metrics() const {

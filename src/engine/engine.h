@@ -128,6 +128,9 @@ class Engine {
   // over the context or the KV pool, bad sampling parameters), kOverloaded (queue full),
   // kUnavailable (shutting down).
   Result<RequestHandle> submit(Request request);
+  // Several requests (the choices of one API request), all or none: each is validated and the
+  // queue must have room for them all, else none is submitted and the error is the first.
+  Result<std::vector<RequestHandle>> submit_all(std::vector<Request> requests);
 
   // Refuses new requests (kUnavailable), finishes every outstanding one (kCancelled,
   // "engine shut down") and stops the engine thread. Idempotent; the destructor calls it.

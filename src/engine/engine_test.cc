@@ -236,6 +236,32 @@ TEST(Engine, OverloadIsRefusedAtOnceAndNothingHangs) {
   EXPECT_EQ(m.num_requests_overloaded, refused);
 }
 
+// The choices of one API request go in together or not at all.
+TEST(Engine, SubmitAllIsAllOrNothing) {
+  EngineConfig config{.max_queued_requests = 3};
+  std::latch release(1);
+  hold_first_step(config, release);
+  Fixture f(config);
+  std::vector<Request> four(4, f.request("choices", 3));
+  for (size_t i = 0; i < four.size(); ++i) four[i].seed = i, four[i].sampling.temperature = 1.0f;
+  auto refused = f.engine->submit_all(four);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), StatusCode::kOverloaded);
+  EXPECT_NE(refused.error().message().find("no room for these 4"), std::string::npos) << refused.error().message();
+  std::vector<Request> bad = {f.request("ok", 3), f.request("ok", 3)};
+  bad[1].max_tokens = -1;
+  EXPECT_FALSE(f.engine->submit_all(bad));
+  EngineMetrics m = f.engine->metrics();
+  EXPECT_EQ(m.num_requests_submitted, 0);
+  EXPECT_EQ(m.num_requests_rejected, 2);
+  four.pop_back();
+  auto three = f.engine->submit_all(four);
+  ASSERT_TRUE(three) << three.error().message();
+  release.count_down();
+  for (RequestHandle& h : *three) EXPECT_EQ(h.wait().tokens.size(), 3u);
+  EXPECT_EQ(f.engine->wait_until_idle().num_requests_submitted, 3);
+}
+
 TEST(Engine, IdenticalRequestsShareOneComputation) {
   std::latch release(1);
   EngineConfig config;

@@ -475,6 +475,8 @@ ApiResult<std::unique_ptr<Generation>> OpenAiApi::submit(Generation::Kind kind, 
   g->logprobs_ = params.logprobs;
   g->echo_ = params.echo;
   g->tokens_as_ids_ = params.tokens_as_ids;
+  std::vector<Request> requests;
+  std::vector<int32_t> prompt_of;
   for (size_t p = 0; p < prompts.size(); ++p) {
     if (params.echo) {
       g->echo_texts_.push_back(p < echo_texts.size() ? echo_texts[p] : tokenizer_.decode(prompts[p]));
@@ -502,15 +504,19 @@ ApiResult<std::unique_ptr<Generation>> OpenAiApi::submit(Generation::Kind kind, 
       r.prediction_tokens = prediction;
       r.speculative = params.speculative;
       r.response_format = params.response_format;
-      auto handle = engine_.submit(std::move(r));
-      // On failure the handles already made are dropped with `g`, which cancels them.
-      if (!handle) return std::unexpected(submit_error(handle.error()));
-      auto c = std::make_unique<Generation::Choice>();
-      c->index = static_cast<int32_t>(g->choices_.size());
-      c->prompt_index = static_cast<int32_t>(p);
-      c->handle.emplace(std::move(*handle));
-      g->choices_.push_back(std::move(c));
+      requests.push_back(std::move(r));
+      prompt_of.push_back(static_cast<int32_t>(p));
     }
+  }
+  // All choices or none: a refused one (the queue full, say) leaves nothing submitted.
+  auto handles = engine_.submit_all(std::move(requests));
+  if (!handles) return std::unexpected(submit_error(handles.error()));
+  for (size_t i = 0; i < handles->size(); ++i) {
+    auto c = std::make_unique<Generation::Choice>();
+    c->index = static_cast<int32_t>(i);
+    c->prompt_index = prompt_of[i];
+    c->handle.emplace(std::move((*handles)[i]));
+    g->choices_.push_back(std::move(c));
   }
   return g;
 }
