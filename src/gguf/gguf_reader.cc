@@ -18,6 +18,10 @@ namespace sluice::gguf {
 namespace {
 
 constexpr int kMaxArrayDepth = 8;
+// Arrays nested in arrays, over the whole file. Each takes 12 bytes of the file but a Value
+// (about ten times that) in memory, so without a cap a file of them would cost memory many times
+// its size. Real models have none or a handful.
+constexpr uint64_t kMaxNestedArrays = 1u << 18;
 constexpr uint32_t kMaxDims = 4;  // ggml's GGML_MAX_DIMS
 
 class Cursor {
@@ -58,10 +62,18 @@ class Cursor {
   const uint8_t* here() const { return base_ + pos_; }
   void skip(uint64_t n) { pos_ += n; }
 
+  // Takes n arrays from the file's nested-array budget; false when it is spent.
+  bool take_nested(uint64_t n) {
+    if (n > nested_left_) return false;
+    nested_left_ -= n;
+    return true;
+  }
+
  private:
   const uint8_t* base_;
   uint64_t size_;
   uint64_t pos_ = 0;
+  uint64_t nested_left_ = kMaxNestedArrays;
 };
 
 Status read_value(Cursor& c, ValueType type, Value& out, int depth, std::string_view key);
@@ -140,6 +152,10 @@ Status read_array(Cursor& c, Value& out, int depth, std::string_view key) {
       out.strings.push_back(*s);
     }
   } else if (out.elem_type == ValueType::kArray) {
+    if (!c.take_nested(out.count)) {
+      return Status::error(fmt::format("array '{}' at offset {}: the file's metadata nests more than {} arrays in "
+                                       "arrays, more than sluice reads", key, at, kMaxNestedArrays));
+    }
     out.arrays.resize(out.count);
     for (uint64_t i = 0; i < out.count; ++i) {
       Status s = read_value(c, ValueType::kArray, out.arrays[i], depth + 1, key);

@@ -146,6 +146,35 @@ TEST(GgufReader, ImpossibleCountsAreRejectedBeforeAllocating) {
   EXPECT_NE(parse_error(bytes).find("tensor count"), std::string::npos);
 }
 
+// A file of empty arrays nested in an array: 12 bytes each on disk, far more each in memory.
+TEST(GgufReader, NestedArraysPastTheCapAreRefusedBeforeAllocating) {
+  auto file_with = [](uint64_t n) {
+    std::vector<uint8_t> b;
+    auto put = [&b](const auto& v) {
+      const auto* p = reinterpret_cast<const uint8_t*>(&v);
+      b.insert(b.end(), p, p + sizeof(v));
+    };
+    put(uint32_t{0x46554747});  // "GGUF"
+    put(uint32_t{3});
+    put(uint64_t{0});  // tensors
+    put(uint64_t{1});  // metadata
+    put(uint64_t{4});
+    b.insert(b.end(), {'d', 'e', 'e', 'p'});
+    put(static_cast<uint32_t>(ValueType::kArray));
+    put(static_cast<uint32_t>(ValueType::kArray));
+    put(n);
+    for (uint64_t i = 0; i < n; ++i) {
+      put(static_cast<uint32_t>(ValueType::kU32));
+      put(uint64_t{0});
+    }
+    return b;
+  };
+  auto small = File::from_buffer(file_with(1000), "small.gguf");
+  ASSERT_TRUE(small) << small.error().message();
+  std::string err = parse_error(file_with(300000));
+  EXPECT_NE(err.find("nests more than 262144 arrays in arrays"), std::string::npos) << err;
+}
+
 TEST(GgufReader, TensorDataPastEndIsNamed) {
   Writer w;
   w.add_tensor("blk.3.attn_q.weight", TensorType::kF32, {64}, f32_bytes(std::vector<float>(64, 1.0f)));
