@@ -25,9 +25,10 @@ std::string make_id(std::string_view prefix) {
   return fmt::format("{}-{:016x}", prefix, x);
 }
 
-ApiError submit_error(const Status& s) {
+ApiError submit_error(const Status& s, std::string_view prompt_key, bool completion) {
   switch (s.code()) {
-    case StatusCode::kInvalid: return ApiError::invalid(s.message());
+    case StatusCode::kInvalid:
+      return ApiError::invalid(s.message(), engine_error_param(s.message(), prompt_key, completion));
     case StatusCode::kOverloaded: return ApiError::overloaded(s.message());
     case StatusCode::kUnavailable: return ApiError::unavailable(s.message());
     default: return ApiError::internal(s.message());
@@ -47,6 +48,21 @@ const char* finish_reason_json(FinishReason r) {
 std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
 }  // namespace
+
+std::string engine_error_param(std::string_view message, std::string_view prompt_key, bool completion) {
+  static constexpr std::pair<std::string_view, std::string_view> kFields[] = {
+      {"temperature ", "temperature"}, {"top_k ", "top_k"}, {"top_p ", "top_p"}, {"min_p ", "min_p"},
+      {"repetition_penalty ", "repetition_penalty"}, {"presence_penalty ", "presence_penalty"},
+      {"frequency_penalty ", "frequency_penalty"}, {"min_tokens", "min_tokens"}, {"max tokens ", "max_tokens"},
+      {"prediction ", "prediction"}, {"stop token id ", "stop_token_ids"}};
+  if (message.starts_with("the prompt") || message.starts_with("prompt token")) return std::string(prompt_key);
+  if (message.starts_with("top_logprobs ")) return completion ? "logprobs" : "top_logprobs";
+  for (auto [prefix, param] : kFields) {
+    if (message.starts_with(prefix)) return std::string(param);
+  }
+  return {};
+}
+
 
 // ---- Generation ----
 
@@ -510,7 +526,10 @@ ApiResult<std::unique_ptr<Generation>> OpenAiApi::submit(Generation::Kind kind, 
   }
   // All choices or none: a refused one (the queue full, say) leaves nothing submitted.
   auto handles = engine_.submit_all(std::move(requests));
-  if (!handles) return std::unexpected(submit_error(handles.error()));
+  if (!handles) {
+    const bool completion = kind == Generation::Kind::kCompletion;
+    return std::unexpected(submit_error(handles.error(), completion ? "prompt" : "messages", completion));
+  }
   for (size_t i = 0; i < handles->size(); ++i) {
     auto c = std::make_unique<Generation::Choice>();
     c->index = static_cast<int32_t>(i);

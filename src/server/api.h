@@ -28,6 +28,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "chat/chat_template.h"
@@ -142,5 +143,10 @@ class OpenAiApi {
   chat::ChatTemplate chat_template_;
   ApiConfig config_;
 };
+
+// The request field an engine refusal is about, from the field its message starts with (the
+// engine's checks name it first: Engine::validate, SamplingParams::validate), so a client gets
+// OpenAI's `param` rather than null. `prompt_key`: "prompt" or "messages"; "" when none matches.
+std::string engine_error_param(std::string_view message, std::string_view prompt_key, bool completion);
 
 }  // namespace sluice::server

@@ -9,6 +9,27 @@ using namespace server_testing;
 
 // Predicted outputs over HTTP: the same answer, streamed or not, with the prediction's use in
 // usage and /metrics.
+// An engine refusal names the request field in `param`: every sampling check's own message,
+// and the prompt's.
+TEST(EngineErrors, NameTheFieldTheyAreAbout) {
+  auto param_of = [](SamplingParams p, bool completion = false) {
+    const Status s = p.validate();
+    EXPECT_FALSE(s);
+    return engine_error_param(s.message(), "messages", completion);
+  };
+  EXPECT_EQ(param_of({.temperature = 3}), "temperature");
+  EXPECT_EQ(param_of({.top_k = -1}), "top_k");
+  EXPECT_EQ(param_of({.top_p = 0}), "top_p");
+  EXPECT_EQ(param_of({.min_p = 2}), "min_p");
+  EXPECT_EQ(param_of({.repetition_penalty = 0}), "repetition_penalty");
+  EXPECT_EQ(param_of({.presence_penalty = 3}), "presence_penalty");
+  EXPECT_EQ(param_of({.frequency_penalty = 3}), "frequency_penalty");
+  EXPECT_EQ(param_of({.top_logprobs = 30}), "top_logprobs");
+  EXPECT_EQ(param_of({.top_logprobs = 30}, /*completion=*/true), "logprobs");
+  EXPECT_EQ(engine_error_param("the prompt has 90 tokens; the KV cache holds only 64 tokens", "prompt", true), "prompt");
+  EXPECT_EQ(engine_error_param("something else", "prompt", true), "");
+}
+
 TEST_F(ServerTest, PredictedOutputsChangeNothingButTheUsage) {
   const std::string base = R"({"prompt": "the cat", "max_tokens": 24, "temperature": 0, "ignore_eos": true)";
   const Json plain = Json::parse(body_of(exchange(post("/v1/completions", base + "}"))));

@@ -133,6 +133,13 @@ class Session : public std::enable_shared_from_this<Session> {
   // Feeds what has arrived to the parser; reads more, writes 100 Continue, or handles the
   // request.
   void parse_buffered() {
+    // Empty lines before a request line are ignored (RFC 9112 section 2.2): some clients send a
+    // CRLF after a POST body.
+    while (!parser_->got_some() && buffer_.size() > 0) {
+      const char c = *static_cast<const char*>(buffer_.data().data());
+      if (c != '\r' && c != '\n') break;
+      buffer_.consume(1);
+    }
     while (buffer_.size() > 0 && !parser_->is_done()) {
       beast::error_code ec;
       const size_t used = parser_->put(buffer_.data(), ec);
@@ -142,14 +149,19 @@ class Session : public std::enable_shared_from_this<Session> {
       if (parser_->is_header_done() && !header_handled_) {
         header_handled_ = true;
         begin_request();
+        // A head this server cannot frame or decode is answered before any body is read.
+        if (auto refusal = framing_refusal()) {
+          keep_alive_ = false;
+          note_head();
+          return respond_error(*refusal);
+        }
         // curl and others wait for "100 Continue" before sending a large body.
         if (!parser_->is_done() && buffer_.size() == 0 && parser_->get().version() >= 11 &&
             beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
           // Refuse before the client uploads a body that would be refused anyway.
           if (auto refusal = refusal_before_body()) {
             keep_alive_ = false;
-            route_ = route_of(parser_->get().target());
-            head_only_ = parser_->get().method() == http::verb::head;
+            note_head();
             return respond_error(*refusal);
           }
           auto msg = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
@@ -188,8 +200,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (ec == http::error::body_limit) {
       begin_request();
       keep_alive_ = false;
-      route_ = route_of(parser_->get().target());
-      head_only_ = parser_->get().method() == http::verb::head;
+      note_head();
       return respond_error(ApiError::too_large(
           fmt::format("the request body is over the limit of {} bytes", server_.config.max_body_bytes)));
     }
@@ -206,8 +217,7 @@ class Session : public std::enable_shared_from_this<Session> {
       // still read the answer.
       begin_request();
       keep_alive_ = false;
-      route_ = route_of(parser_->get().target());
-      head_only_ = parser_->get().method() == http::verb::head;
+      note_head();
       return respond_error(ApiError::invalid("the request body ended before the length its header declared"));
     }
     if (ec.category() == http::make_error_code(http::error::end_of_stream).category() && ec != http::error::end_of_stream &&
@@ -226,13 +236,43 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // ---- routing ----
 
-  void handle() {
-    auto& req = parser_->get();
+  // What every response to this head needs: its route, HEAD or not, the version, and the CORS
+  // origin (an error answered before the body, a 413 say, is read by the browser too).
+  void note_head() {
+    const auto& req = parser_->get();
     route_ = route_of(req.target());
     http10_ = req.version() < 11;
     head_only_ = req.method() == http::verb::head;
     const std::string_view origin = req[http::field::origin];
     cors_origin_ = server_.origin_allowed(origin) ? std::string(origin) : std::string();
+  }
+
+  // RFC 9112: an HTTP/1.1 request without Host is a 400 (section 3.2); a transfer coding other
+  // than chunked alone is a 501 (section 6.1). A compressed body is a 415: it would otherwise
+  // reach the JSON reader as bytes.
+  std::optional<ApiError> framing_refusal() const {
+    const auto& req = parser_->get();
+    if (req.version() >= 11 && req.find(http::field::host) == req.end()) {
+      return ApiError::invalid("an HTTP/1.1 request needs a Host header");
+    }
+    if (auto te = req.find(http::field::transfer_encoding); te != req.end() && !beast::iequals(te->value(), "chunked")) {
+      ApiError e = ApiError::invalid(fmt::format("Transfer-Encoding '{}' is not supported: send the body with "
+                                                 "Content-Length or 'chunked' alone", std::string(te->value().substr(0, 100))));
+      e.status = 501;
+      return e;
+    }
+    if (auto ce = req.find(http::field::content_encoding); ce != req.end() && !beast::iequals(ce->value(), "identity")) {
+      ApiError e = ApiError::invalid(fmt::format("Content-Encoding '{}' is not supported: send the body uncompressed",
+                                                 std::string(ce->value().substr(0, 100))));
+      e.status = 415;
+      return e;
+    }
+    return std::nullopt;
+  }
+
+  void handle() {
+    auto& req = parser_->get();
+    note_head();
     if (req.method() == http::verb::options) return options();
     if (server_.draining) {
       keep_alive_ = false;

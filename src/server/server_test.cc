@@ -468,10 +468,45 @@ TEST_F(ServerTest, CorsPreflightForAllowedOriginsOnly) {
             std::string::npos);
   EXPECT_EQ(get("/health", srv->port(), "Origin: http://evil.example\r\n").find("Access-Control-Allow-Origin"),
             std::string::npos);
+  // An error answered before the body (a body over the limit) carries it too: the browser reads it.
+  const std::string big = exchange("POST /v1/completions HTTP/1.1\r\nHost: x\r\nOrigin: http://app.example\r\n"
+                                   "Authorization: Bearer k\r\nContent-Length: 99999999\r\n\r\n{",
+                                   srv->port());
+  EXPECT_TRUE(big.starts_with("HTTP/1.1 413")) << big;
+  EXPECT_NE(big.find("Access-Control-Allow-Origin: http://app.example"), std::string::npos) << big;
   srv->request_shutdown();
   srv->run_until_shutdown();
   // Without --allowed-origins no origin is allowed.
   EXPECT_EQ(get("/health", 0, "Origin: http://app.example\r\n").find("Access-Control-Allow-Origin"), std::string::npos);
+}
+
+// RFC 9112's framing rules: empty lines before the request line are skipped; no Host on
+// HTTP/1.1 is a 400, a transfer coding other than chunked a 501, a compressed body a 415 --
+// each answered before the body is read, with the connection closed.
+TEST_F(ServerTest, HeadsFollowHttp11FramingRules) {
+  const std::string after_blank = exchange("\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_TRUE(after_blank.starts_with("HTTP/1.1 200")) << after_blank;
+  const std::string body = R"({"prompt": "a", "max_tokens": 1})";
+  const std::string no_host = exchange(fmt::format("POST /v1/completions HTTP/1.1\r\nContent-Length: {}\r\n\r\n{}",
+                                                   body.size(), body));
+  EXPECT_TRUE(no_host.starts_with("HTTP/1.1 400")) << no_host;
+  EXPECT_NE(no_host.find("needs a Host header"), std::string::npos) << no_host;
+  const std::string gzip_chunked = exchange(
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nxxxxx\r\n0\r\n\r\n");
+  EXPECT_TRUE(gzip_chunked.starts_with("HTTP/1.1 501")) << gzip_chunked;
+  EXPECT_NE(gzip_chunked.find("Transfer-Encoding 'gzip, chunked' is not supported"), std::string::npos) << gzip_chunked;
+  const std::string compressed = exchange(fmt::format(
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: {}\r\n\r\n{}", body.size(), body));
+  EXPECT_TRUE(compressed.starts_with("HTTP/1.1 415")) << compressed;
+  // HTTP/1.0 has no Host requirement; chunked alone is read as before.
+  EXPECT_TRUE(exchange(fmt::format("POST /v1/completions HTTP/1.0\r\nContent-Length: {}\r\n\r\n{}", body.size(), body))
+                  .starts_with("HTTP/1.1 200"));
+  const std::string chunked = exchange(fmt::format(
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{:x}\r\n{}\r\n0\r\n\r\n",
+      body.size(), body));
+  EXPECT_TRUE(chunked.starts_with("HTTP/1.1 200")) << chunked;
+  expect_healthy();
+  wait_engine_idle();
 }
 
 // While draining, the listener stays open and /health says 503, so a load balancer stops
