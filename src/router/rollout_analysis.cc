@@ -42,7 +42,7 @@ void VersionWindow::add(const RequestOutcome& o) {
 }
 
 AnalysisVerdict analyze(const VersionWindow& stable, const VersionWindow& candidate, const AnalysisConfig& config,
-                        const ShadowWindow& shadow) {
+                        const ShadowWindow& shadow, bool shadow_required) {
   AnalysisVerdict v;
   auto rate = [](const VersionWindow& w) { return w.requests ? static_cast<double>(w.errors) / w.requests : 0.0; };
   v.metrics = {{"stable", {{"requests", stable.requests}, {"errors", stable.errors}, {"error_rate", rate(stable)}}},
@@ -105,6 +105,12 @@ AnalysisVerdict analyze(const VersionWindow& stable, const VersionWindow& candid
             100 * cand, shadow.pairs, 100 * noise, 100 * config.max_shadow_disagreement_increase));
       }
     }
+  }
+  if (shadow_required && failures.empty() && shadow.pairs < config.min_shadow_pairs) {
+    // Nothing failed, but quality is not judged yet: the window goes on.
+    v.conclusive = false;
+    v.reason = fmt::format("{} shadow pairs; {} needed to judge quality", shadow.pairs, config.min_shadow_pairs);
+    return v;
   }
   v.passed = failures.empty();
   const std::vector<std::string>& said = v.passed ? compared : failures;

@@ -62,7 +62,9 @@ struct AnalysisVerdict {
 inline constexpr int64_t kMinBandSamples = 5;
 // 0..3 by quarter of the hit fraction; 4 for unknown.
 int cache_band(double hit_fraction);
+// `shadow_required` (a rollout with a shadow): a verdict passes only once the shadow is judged
+// (minShadowPairs pairs); a failure of another check is conclusive at once.
 AnalysisVerdict analyze(const VersionWindow& stable, const VersionWindow& candidate, const AnalysisConfig& config,
-                        const ShadowWindow& shadow = {});
+                        const ShadowWindow& shadow = {}, bool shadow_required = false);
 
 }  // namespace sluice::router

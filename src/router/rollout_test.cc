@@ -328,6 +328,15 @@ TEST(RolloutAnalysis, ShadowDisagreementIsJudgedAgainstTheNoiseFloor) {
   const AnalysisVerdict few = analyze(w, w, c, {.pairs = 9, .disagreements = 9});
   EXPECT_TRUE(few.passed) << few.reason;
   EXPECT_EQ(few.metrics["shadow"]["judged"], false);
+  // A rollout with a shadow does not pass without a judged one: the window goes on...
+  const AnalysisVerdict waiting = analyze(w, w, c, {.pairs = 9, .disagreements = 9}, /*shadow_required=*/true);
+  EXPECT_FALSE(waiting.conclusive);
+  EXPECT_EQ(waiting.reason, "9 shadow pairs; 10 needed to judge quality");
+  // ...but another check that fails is conclusive at once.
+  const AnalysisVerdict broken = analyze(w, window(5, 5, {}), c, {.pairs = 2}, /*shadow_required=*/true);
+  EXPECT_TRUE(broken.conclusive);
+  EXPECT_FALSE(broken.passed);
+  EXPECT_TRUE(analyze(w, w, c, {.pairs = 10}, /*shadow_required=*/true).passed);
 }
 
 TEST(HotPrefixes, TheMostSharedPrefixComesFirstWithARequestThatCarriesIt) {

@@ -107,12 +107,15 @@ void Router::Impl::record_outcome(const std::string& version, const RequestOutco
 void Router::Impl::analyze_rollout(double now) {
   if (last_analysis == 0) last_analysis = now;
   if (now - last_analysis < rollout->spec().analysis.interval_seconds) return;
-  const AnalysisVerdict v = analyze(stable_window, candidate_window, rollout->spec().analysis, shadow_window);
+  const AnalysisConfig& config = rollout->spec().analysis;
+  const AnalysisVerdict v = analyze(stable_window, candidate_window, config, shadow_window,
+                                    rollout->spec().shadow.fraction > 0);
   last_analysis = now;
   if (!v.conclusive) return;
   stable_window = {};
   candidate_window = {};
-  shadow_window = {};
+  // Pairs come slower than requests: those too few to judge stay for the next window.
+  if (shadow_window.pairs >= config.min_shadow_pairs) shadow_window = {};
   const std::string reason = v.reason;
   if (Status s = rollout_store->record_analysis(rollout_id, {now, rollout->step(), v.passed, reason,
                                                              nlohmann::json::parse(v.metrics.dump())});
