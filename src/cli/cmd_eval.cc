@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -158,7 +159,10 @@ Result<Loaded> load_run(eval::Store& store, const std::string& ref) {
   if (ref.ends_with(".json") && std::filesystem::exists(ref)) return load_run_file(ref);
   std::optional<int64_t> id;
   SLUICE_ASSIGN_OR_RETURN(id, store.baseline(ref));
-  if (!id && !ref.empty() && ref.find_first_not_of("0123456789") == std::string::npos) id = std::stoll(ref);
+  if (!id && !ref.empty() && ref.find_first_not_of("0123456789") == std::string::npos) {
+    int64_t n = 0;  // a run id; digits past int64 fall through to the error below
+    if (std::from_chars(ref.data(), ref.data() + ref.size(), n).ec == std::errc()) id = n;
+  }
   if (!id) {
     return Error(StatusCode::kInvalid, "'{}' is neither a baseline name, a run id, nor an exported run (.json) in {}", ref,
                  store.path());
@@ -439,7 +443,9 @@ CommandFn add_eval_command(CLI::App& app) {
   run->add_flag("--if-changed", o->if_changed,
                 "Do nothing (exit 0) when the last finished run of this suite has the same fingerprint: the suite, "
                 "every rendered request and each endpoint's system_fingerprint");
-  run->add_option("--base-url", o->base_url, "Send every provider's requests here (e.g. http://127.0.0.1:8000/v1)");
+  run->add_option("--base-url", o->base_url,
+                  "Send every provider's requests here (e.g. http://127.0.0.1:8000/v1), and a judge's when the suite "
+                  "gives it no apiBaseUrl");
   run->add_option("--model", o->model, "Every provider's model");
   run->add_option("--set", o->set, "A request field over every provider's, FIELD=VALUE (JSON value or text); repeatable")
       ->take_all();

@@ -53,8 +53,11 @@ std::vector<std::string> value_list(const Json& v) {
 }
 
 // The first balanced {...} or [...] in `text` that parses as JSON.
-std::optional<Json> find_json(const std::string& text) {
-  for (size_t i = 0; i < text.size(); ++i) {
+// The JSON objects and arrays in free text, in order: each `{` or `[` up to its balanced close
+// that parses as JSON (a match's insides are not searched again).
+std::vector<Json> find_all_json(const std::string& text, size_t most = SIZE_MAX) {
+  std::vector<Json> found;
+  for (size_t i = 0; i < text.size() && found.size() < most; ++i) {
     if (text[i] != '{' && text[i] != '[') continue;
     int depth = 0;
     bool in_string = false;
@@ -69,12 +72,21 @@ std::optional<Json> find_json(const std::string& text) {
       else if (c == '{' || c == '[') ++depth;
       else if ((c == '}' || c == ']') && --depth == 0) {
         Json j2 = Json::parse(text.substr(i, j - i + 1), nullptr, false);
-        if (!j2.is_discarded()) return j2;
+        if (!j2.is_discarded()) {
+          found.push_back(std::move(j2));
+          i = j;
+        }
         break;
       }
     }
   }
-  return std::nullopt;
+  return found;
+}
+
+std::optional<Json> find_json(const std::string& text) {
+  std::vector<Json> first = find_all_json(text, 1);
+  if (first.empty()) return std::nullopt;
+  return std::move(first[0]);
 }
 
 std::optional<double> first_number(const std::string& text) {
@@ -195,22 +207,28 @@ Result<AssertionResult> check_assertion(const Assertion& a, const Reply& reply, 
     SLUICE_ASSIGN_OR_RETURN(pass, regex_search(value_text(value), out));
     if (!pass) r.reason = fmt::format("no match for /{}/", value_text(value));
   } else if (t == "is-json" || t == "contains-json" || t == "json-schema") {
-    std::optional<Json> parsed;
+    // contains-json: any JSON in the output will do, the first that meets the schema.
+    std::vector<Json> parsed;
     if (t == "contains-json") {
-      parsed = find_json(out);
+      parsed = find_all_json(out);
     } else {
       Json j = Json::parse(out, nullptr, false);
-      if (!j.is_discarded()) parsed = std::move(j);
+      if (!j.is_discarded()) parsed.push_back(std::move(j));
     }
     if (t == "json-schema") SLUICE_RETURN_IF_ERROR(need_value());
-    if (!parsed) {
+    if (parsed.empty()) {
       r.reason = t == "contains-json" ? "no JSON found in the output" : "the output is not JSON";
     } else if (value.is_object() || value.is_boolean()) {
       const Json schema = value;
-      Status st = validate_json(*parsed, schema);
-      if (st.code() == StatusCode::kInvalid) return Error(st);
-      pass = st.is_ok();
-      if (!pass) r.reason = st.message();
+      for (const Json& candidate : parsed) {
+        Status st = validate_json(candidate, schema);
+        if (st.code() == StatusCode::kInvalid) return Error(st);
+        pass = st.is_ok();
+        if (pass) break;
+        if (r.reason.empty()) r.reason = st.message();
+      }
+      if (pass) r.reason.clear();
+      else if (parsed.size() > 1) r.reason = fmt::format("none of the {} JSON values meets the schema; the first: {}", parsed.size(), r.reason);
     } else if (value.is_null()) {
       pass = true;  // no schema: any JSON
     } else {
@@ -285,8 +303,8 @@ Result<AssertionResult> check_assertion(const Assertion& a, const Reply& reply, 
     SLUICE_RETURN_IF_ERROR(need_value());
     const std::optional<Provider>& judge = a.judge ? a.judge : default_judge;
     if (!judge) {
-      return Error(StatusCode::kInvalid, "llm-rubric needs a judge: a 'judge' provider in the suite, 'provider' on the "
-                   "assertion, or --judge URL");
+      return Error(StatusCode::kInvalid, "llm-rubric needs a judge: a 'judge' provider in the suite, "
+                   "defaultTest.options.provider, or 'provider' on the assertion");
     }
     SLUICE_ASSIGN_OR_RETURN(const Reply jr, ask_judge(*judge, rubric_prompt(value_text(value), out)));
     r.judge = {{"text", jr.text}, {"system_fingerprint", jr.system_fingerprint}};
@@ -323,9 +341,11 @@ Result<Grade> grade(const TestCase& test, const Reply& reply, const Json& vars, 
   bool all_pass = true;
   for (const Assertion& a : test.asserts) {
     SLUICE_ASSIGN_OR_RETURN(AssertionResult r, check_assertion(a, reply, vars, judge, ask_judge));
-    weighted += r.score * r.weight;
-    weights += r.weight;
-    all_pass = all_pass && (r.pass || r.weight == 0);
+    if (!a.metric_only) {
+      weighted += r.score * r.weight;
+      weights += r.weight;
+      all_pass = all_pass && r.pass;  // weight 0 too: it scales the score, not the check
+    }
     g.results.push_back(std::move(r));
   }
   g.score = weights > 0 ? weighted / weights : 1.0;

@@ -65,6 +65,10 @@ TEST(Assertions, JsonAndSchema) {
   EXPECT_FALSE(passes("is-json", schema, R"({"name": "Ann"})"));
   EXPECT_TRUE(passes("contains-json", schema, R"(Here you go: {"name": "Bo", "age": 40} -- done)"));
   EXPECT_FALSE(passes("contains-json", nullptr, "no braces"));
+  // Any JSON in the output may meet the schema, not only the first.
+  EXPECT_TRUE(passes("contains-json", schema, R"(First {"name": ""}, then {"name": "Bo", "age": 40}.)"));
+  EXPECT_FALSE(passes("contains-json", schema, R"(First {"name": ""}, then {"age": -4}.)"));
+  EXPECT_TRUE(passes("contains-json", nullptr, R"(a list: [1, {"x": 2}] )"));
   Status st = validate_json(Json::parse(R"({"items": [1, "x"]})"),
                             Json{{"properties", {{"items", {{"type", "array"}, {"items", {{"type", "number"}}}}}}}});
   EXPECT_EQ(st.message(), "/items/1: expected number, got string");
@@ -141,7 +145,21 @@ TEST(Assertions, WeightsThresholdsAndNegatedScores) {
   auto g = grade(t, answer("abc"), Json::object(), std::nullopt, nullptr);
   ASSERT_TRUE(g);
   EXPECT_DOUBLE_EQ(g->score, 0.75);
-  EXPECT_FALSE(g->pass);  // without a threshold every weighted assertion must pass
+  EXPECT_FALSE(g->pass);  // without a threshold every assertion must pass
+  // A weight-0 assertion that fails still fails the test (promptfoo's rule); a metric-only one
+  // neither fails it nor counts in its score.
+  TestCase zero;
+  zero.asserts = {Assertion{.type = "contains", .value = "a"}, Assertion{.type = "contains", .value = "q", .weight = 0}};
+  auto z = grade(zero, answer("abc"), Json::object(), std::nullopt, nullptr);
+  ASSERT_TRUE(z);
+  EXPECT_FALSE(z->pass);
+  EXPECT_DOUBLE_EQ(z->score, 1.0);
+  zero.asserts[1].metric_only = true;
+  zero.asserts[1].weight = 1;
+  z = grade(zero, answer("abc"), Json::object(), std::nullopt, nullptr);
+  ASSERT_TRUE(z);
+  EXPECT_TRUE(z->pass);
+  EXPECT_DOUBLE_EQ(z->score, 1.0);
   t.threshold = 0.7;
   EXPECT_TRUE(grade(t, answer("abc"), Json::object(), std::nullopt, nullptr)->pass);
   // Under its threshold, a test says by how much.

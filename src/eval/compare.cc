@@ -150,7 +150,11 @@ Comparison compare_runs(int64_t base_run, const std::vector<ResultRow>& base_row
       }
       m.p = mcnemar_exact_p(m.pass_to_fail, m.fail_to_pass);
       m.ci_lo = m.ci_hi = m.diff;
-      m.mde = static_cast<double>(mcnemar_min_discordant(options.alpha)) / n;
+      // The fewest one-way flips that could be significant at all, and no less than the spread
+      // of the paired differences allows: many flips both ways hide a real drop as well as a
+      // small suite does.
+      m.mde = std::max(static_cast<double>(mcnemar_min_discordant(options.alpha)) / n,
+                       score_mde(sd(diffs), m.n, options.alpha));
     } else {
       m.test = "bootstrap";
       const BootstrapResult br = paired_bootstrap(diffs, options.resamples, 1 - options.alpha, options.seed);

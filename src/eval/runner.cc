@@ -73,9 +73,17 @@ Result<Plan> plan_run(const Suite& suite_in, const RunOptions& options) {
     if (!options.model.empty()) p.model = options.model;
     for (auto it = options.params.begin(); it != options.params.end(); ++it) p.params[it.key()] = it.value();
   }
-  if (suite.judge && !options.base_url.empty() && suite.judge->base_url.empty()) {
-    suite.judge->base_url = options.base_url;
-    if (options.api_key) suite.judge->api_key = *options.api_key, suite.judge->api_key_env.clear();
+  // A judge whose endpoint the suite left to the default goes where --base-url sends the
+  // providers; one the suite points somewhere stays there.
+  auto redirect_judge = [&options](std::optional<Provider>& judge) {
+    if (!judge || options.base_url.empty() || !judge->base_url_default) return;
+    judge->base_url = options.base_url;
+    judge->base_url_default = false;
+    if (options.api_key) judge->api_key = *options.api_key, judge->api_key_env.clear();
+  };
+  redirect_judge(suite.judge);
+  for (TestCase& t : suite.tests) {
+    for (Assertion& a : t.asserts) redirect_judge(a.judge);
   }
   if (suite.providers.empty()) return Error(StatusCode::kInvalid, "the suite has no provider that can run");
   // Items are known by these names (results are stored and compared by them): two alike would

@@ -233,6 +233,35 @@ TEST(EvalRun, AnUnreachableEndpointIsAnInfrastructureError) {
   EXPECT_NE(plan.error().message().find("cannot be reached"), std::string::npos);
 }
 
+// --base-url moves the providers, and a judge the suite left on OpenAI's default endpoint; a
+// judge the suite points somewhere keeps its endpoint (it was never moved).
+TEST(EvalRun, BaseUrlMovesAJudgeOnlyWhenTheSuiteNamedNoEndpoint) {
+  ScriptedServer server;
+  unsetenv("OPENAI_BASE_URL");
+  unsetenv("OPENAI_API_BASE_URL");
+  Json rubric = {{"type", "llm-rubric"}, {"value", "kind"}};
+  Json pinned = rubric;
+  pinned["provider"] = {{"id", "openai:chat:grader"}, {"config", {{"apiBaseUrl", "http://judge.example/v1"}}}};
+  Json doc = {{"providers", Json::array({"openai:chat:m"})},
+              {"prompts", Json::array({"{{q}}"})},
+              {"judge", "openai:chat:gpt-4o"},
+              {"tests", Json::array({{{"vars", {{"q", "hi"}}}, {"assert", Json::array({rubric, pinned})}}})}};
+  auto suite = parse_suite(doc, "");
+  ASSERT_TRUE(suite) << suite.error().message();
+  RunOptions o = fast_options();
+  o.base_url = server.url();
+  auto plan = plan_run(*suite, o);
+  ASSERT_TRUE(plan) << plan.error().message();
+  EXPECT_EQ(plan->suite.providers[0].base_url, server.url());
+  ASSERT_TRUE(plan->suite.judge);
+  EXPECT_EQ(plan->suite.judge->base_url, server.url());
+  ASSERT_TRUE(plan->suite.tests[0].asserts[1].judge);
+  EXPECT_EQ(plan->suite.tests[0].asserts[1].judge->base_url, "http://judge.example/v1");
+  // As read, before --base-url, the default judge is on OpenAI's endpoint.
+  EXPECT_EQ(suite->judge->base_url, "https://api.openai.com/v1");
+  EXPECT_TRUE(suite->judge->base_url_default);
+}
+
 TEST(EvalRun, RepeatsGetTheirOwnSeedsAndChatPromptsRender) {
   ScriptedServer server;
   TempDb db;

@@ -127,6 +127,27 @@ TEST(Compare, IdenticalRunsAreNoChangeAndSmallDifferencesInconclusive) {
   EXPECT_NEAR(n.noise_floor, 0.05, 1e-12);
 }
 
+// Many flips both ways with a small net difference: the spread hides a drop of max_drop, so the
+// verdict is inconclusive, not "no change" (the one-way bound alone, 6/1000, said it could see it).
+TEST(Compare, ManyFlipsBothWaysAreInconclusive) {
+  std::vector<ResultRow> base, cand;
+  for (int i = 0; i < 1000; ++i) {
+    const std::string k = fmt::format("k{}", i);
+    // Items 0..59 pass -> fail, 60..117 fail -> pass, the rest the same in both.
+    const bool same = i % 2 == 0;
+    base.push_back(row(k, i < 60 ? true : i < 118 ? false : same, 0));
+    cand.push_back(row(k, i < 60 ? false : i < 118 ? true : same, 0));
+  }
+  const Comparison c = compare_runs(1, base, 2, cand, {});
+  ASSERT_FALSE(c.metrics.empty());
+  EXPECT_EQ(c.metrics[0].pass_to_fail, 60);
+  EXPECT_EQ(c.metrics[0].fail_to_pass, 58);
+  EXPECT_NEAR(c.metrics[0].diff, -0.002, 1e-12);
+  EXPECT_GT(c.metrics[0].mde, 0.02);
+  EXPECT_EQ(c.metrics[0].verdict, "inconclusive");
+  EXPECT_EQ(c.verdict, "inconclusive");
+}
+
 // Runs with no item in common (another suite; a baseline that stopped before any answer):
 // nothing was compared, which is not "no change".
 TEST(Compare, RunsWithNoItemInCommonCompareNothing) {

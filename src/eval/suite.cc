@@ -1,5 +1,6 @@
 #include "eval/suite.h"
 
+#include <charconv>
 #include <cstdlib>
 #include <filesystem>
 
@@ -163,12 +164,17 @@ struct Reader {
       }
     }
     if (spec.contains("metric") && spec["metric"].is_string()) a.metric = spec["metric"];
+    if (spec.contains("metricOnly")) {
+      if (!spec["metricOnly"].is_boolean()) return Error(StatusCode::kInvalid, "{}: 'metricOnly' must be true or false", where);
+      a.metric_only = spec["metricOnly"];
+    }
     if (spec.contains("provider") && !spec["provider"].is_null()) {
       SLUICE_ASSIGN_OR_RETURN(Provider judge, parse_provider(spec["provider"]));
       a.judge = std::move(judge);
     }
     for (auto it = spec.begin(); it != spec.end(); ++it) {
-      static constexpr std::string_view kKeys[] = {"type", "value", "weight", "threshold", "metric", "provider"};
+      static constexpr std::string_view kKeys[] = {"type", "value", "weight", "threshold", "metric", "metricOnly",
+                                                    "provider"};
       if (std::find(std::begin(kKeys), std::end(kKeys), it.key()) == std::end(kKeys)) {
         return Error(StatusCode::kInvalid, "{}: assertion field '{}' is not supported", where, it.key());
       }
@@ -223,19 +229,19 @@ struct Reader {
       }
       t.pass_fraction = spec["passFraction"];
     }
-    // promptfoo's CSV column __expected: one assertion, "type: value" or a plain value (equals).
-    if (spec.contains("vars") && spec["vars"].is_object() && spec["vars"].contains("__expected")) {
-      const std::string e = spec["vars"]["__expected"].is_string() ? spec["vars"]["__expected"].get<std::string>() : "";
-      t.vars.erase("__expected");
-      Json a = {{"type", "equals"}, {"value", e}};
-      if (const auto colon = e.find(':'); colon != std::string::npos) {
-        const std::string type = e.substr(0, colon);
-        if (is_known_assertion(type.starts_with("not-") ? type.substr(4) : type)) {
-          const auto start = e.find_first_not_of(' ', colon + 1);
-          a = {{"type", type}, {"value", start == std::string::npos ? std::string() : e.substr(start)}};
-        }
+    // promptfoo's reserved CSV columns: __expected, __expected1.. (an assertion each), and the rest.
+    if (spec.contains("vars") && spec["vars"].is_object()) {
+      ReservedColumns cols = take_reserved_columns(t.vars, is_known_assertion);
+      if (!cols.errors.empty()) return invalid(where + ": " + cols.errors.front());
+      if (!cols.description.empty() && !spec.contains("description")) t.description = cols.description;
+      if (cols.threshold) {
+        if (*cols.threshold < 0 || *cols.threshold > 1) return invalid(where + ": '__threshold' must be a number in [0, 1]");
+        t.threshold = cols.threshold;
       }
-      RETURN_IF_FAILED(assertions(Json::array({a}), where, t.asserts));
+      for (const std::string& why : cols.not_supported) {
+        suite.not_run.push_back(fmt::format("{}: {} (the test fails)", where, why));
+      }
+      RETURN_IF_FAILED(assertions(Json(cols.asserts), where, t.asserts));
     }
     for (auto it = spec.begin(); it != spec.end(); ++it) {
       // metadata: labels for people, no effect on the result.
@@ -323,10 +329,11 @@ struct Reader {
           item.choices.push_back(c);
         }
         const Json gold = row.contains("gold") ? row["gold"] : Json();
-        const int64_t g = gold.is_number_integer() ? gold.get<int64_t>()
-                          : gold.is_string() && !gold.get<std::string>().empty() && std::isdigit(static_cast<unsigned char>(gold.get<std::string>()[0]))
-                              ? std::stoll(gold.get<std::string>())
-                              : -1;
+        int64_t g = gold.is_number_integer() ? gold.get<int64_t>() : -1;
+        if (gold.is_string()) {  // "2" as datasets write it; "2x" or a number past int64 is not an index
+          const std::string& t = gold.get_ref<const std::string&>();
+          if (auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), g); ec != std::errc() || p != t.data() + t.size()) g = -1;
+        }
         if (g < 0 || g >= static_cast<int64_t>(item.choices.size())) {
           return invalid(where + ": 'gold' must be the index of the right choice");
         }
@@ -376,6 +383,7 @@ Result<Provider> parse_provider(const Json& spec) {
   const char* env_base = std::getenv("OPENAI_BASE_URL");
   if (!env_base) env_base = std::getenv("OPENAI_API_BASE_URL");
   p.base_url = env_base ? env_base : "https://api.openai.com/v1";
+  p.base_url_default = !env_base;
   p.api_key_env = "OPENAI_API_KEY";
   if (config) {
     for (auto it = config->begin(); it != config->end(); ++it) {
@@ -383,6 +391,7 @@ Result<Provider> parse_provider(const Json& spec) {
       if (k == "apiBaseUrl" || k == "apiHost") {
         if (!it->is_string()) return Error(StatusCode::kInvalid, "provider '{}': '{}' must be a string", id, k);
         p.base_url = it->get<std::string>();
+        p.base_url_default = false;
         if (k == "apiHost") p.base_url = "https://" + p.base_url + "/v1";
       } else if (k == "apiKeyEnvar") {
         p.api_key_env = it->is_string() ? it->get<std::string>() : "";

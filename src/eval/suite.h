@@ -53,6 +53,7 @@ struct Provider {
   std::string label;          // the suite's label, else its id
   std::string api = "chat";   // "chat" (/chat/completions) or "completion" (/completions)
   std::string base_url;       // ends before /chat/completions, e.g. http://127.0.0.1:8000/v1
+  bool base_url_default = false;  // no apiBaseUrl, apiHost or OPENAI_BASE_URL named one: OpenAI's
   std::string model;
   std::string api_key_env;    // environment variable holding the key; "" none
   std::string api_key;        // the key itself, when the caller gives one (never from a suite)
@@ -69,7 +70,8 @@ struct Assertion {
   std::string type;           // without the "not-" prefix
   bool negate = false;
   Json value;                 // strings are templates over the test's vars
-  double weight = 1.0;        // 0: reported, not scored
+  double weight = 1.0;        // the share of the test's score; 0: must still pass (promptfoo's rule)
+  bool metric_only = false;   // only feeds `metric`: neither the test's pass nor its score
   std::optional<double> threshold;
   std::string metric;         // a named metric this assertion's score is averaged into
   std::optional<Provider> judge;  // llm-rubric's grader, when the assertion names one

@@ -2,6 +2,7 @@
 // cannot run listed rather than skipped.
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include <gtest/gtest.h>
 
@@ -40,6 +41,21 @@ TEST(Yaml, PlainScalarsAreTypedAndQuotedOnesStayStrings) {
   EXPECT_EQ((*j)["h"], "text");
   EXPECT_EQ((*j)["i"], Json::array({"x", 2}));
   EXPECT_EQ((*j)["j"], "two\nlines\n");
+}
+
+// Numbers past double's or int64's range are values, never an exception (1e400 ended the run).
+TEST(Yaml, NumbersOutOfRangeBecomeTheNearestValue) {
+  auto j = parse_yaml("a: 1e400\nb: -1e400\nc: 1e-400\nd: 99999999999999999999999\ne: 0xffffffffffffffff\n"
+                      "f: 0x1ffffffffffffffff\ng: 18446744073709551615\nh: 0o17\n");
+  ASSERT_TRUE(j) << j.error().message();
+  EXPECT_EQ((*j)["a"], std::numeric_limits<double>::infinity());
+  EXPECT_EQ((*j)["b"], -std::numeric_limits<double>::infinity());
+  EXPECT_EQ((*j)["c"], 0.0);
+  EXPECT_EQ((*j)["d"], 1e23);
+  EXPECT_EQ((*j)["e"].get<uint64_t>(), 18446744073709551615ull);
+  EXPECT_EQ((*j)["f"], 36893488147419103231.0);
+  EXPECT_EQ((*j)["g"].get<uint64_t>(), 18446744073709551615ull);
+  EXPECT_EQ((*j)["h"], 15);
 }
 
 TEST(Yaml, ErrorsNameTheLine) {
@@ -178,6 +194,49 @@ scenarios: []
   EXPECT_NE(listed.find("'scenarios'"), std::string::npos) << listed;
 }
 
+// promptfoo's reserved CSV columns: several __expected columns, written assertions with a
+// threshold, list values and bare types, a description, a metric, thresholds; the rest listed.
+TEST(Suite, PromptfooCsvColumnsBecomeAssertionsAndTestFields) {
+  TempDir d;
+  d.write("tests.csv",
+          "q,__expected,__expected1,__expected2,__expected3,__description,__metric,__threshold,"
+          "__config:__expected1:threshold,__metadata:topic,__prefix\n"
+          "hi,is-json,\"contains-any: a, b ,c\",levenshtein(3):hello,,greeting,polite,0.5,2,chat,>\n"
+          "yo,not-starts-with:Sorry,grade:is it kind?,similar(0.9):hey,bonjour,,,,,,\n");
+  const std::string path = d.write("suite.yaml", "prompts: ['{{q}}']\nproviders: [openai:chat:m]\ntests: file://tests.csv\n");
+  auto s = load_suite(path);
+  ASSERT_TRUE(s) << s.error().message();
+  ASSERT_EQ(s->tests.size(), 2u);
+  const TestCase& t0 = s->tests[0];
+  EXPECT_EQ(t0.description, "greeting");
+  EXPECT_EQ(t0.vars, Json({{"q", "hi"}}));
+  ASSERT_EQ(t0.asserts.size(), 3u);  // the empty __expected3 cell is skipped
+  EXPECT_EQ(t0.asserts[0].type, "is-json");
+  EXPECT_TRUE(t0.asserts[0].value.is_null());
+  EXPECT_EQ(t0.asserts[1].type, "contains-any");
+  EXPECT_EQ(t0.asserts[1].value, Json::array({"a", "b", "c"}));
+  EXPECT_EQ(t0.asserts[1].threshold, 2.0);  // __config:__expected1:threshold
+  EXPECT_EQ(t0.asserts[2].type, "levenshtein");
+  EXPECT_EQ(t0.asserts[2].value, "hello");
+  EXPECT_EQ(t0.asserts[2].threshold, 3.0);
+  for (const Assertion& a : t0.asserts) EXPECT_EQ(a.metric, "polite");
+  EXPECT_EQ(t0.threshold, 0.5);
+  ASSERT_EQ(t0.not_run.size(), 1u);
+  EXPECT_NE(t0.not_run[0].find("CSV column '__prefix' is not supported"), std::string::npos) << t0.not_run[0];
+  const TestCase& t1 = s->tests[1];
+  ASSERT_EQ(t1.asserts.size(), 3u);
+  EXPECT_EQ(t1.asserts[0].type, "starts-with");
+  EXPECT_TRUE(t1.asserts[0].negate);
+  EXPECT_EQ(t1.asserts[0].value, "Sorry");
+  EXPECT_EQ(t1.asserts[1].type, "llm-rubric");
+  EXPECT_EQ(t1.asserts[1].value, "is it kind?");
+  EXPECT_EQ(t1.asserts[2].type, "equals");  // text that names no type is the expected output
+  EXPECT_EQ(t1.asserts[2].value, "bonjour");
+  // similar is promptfoo's, not sluice's: listed, and the test fails, never compared as text.
+  ASSERT_FALSE(t1.not_run.empty());
+  EXPECT_NE(t1.not_run[0].find("'similar' is not implemented"), std::string::npos) << t1.not_run[0];
+}
+
 TEST(Suite, BrokenSuitesAreClearErrors) {
   auto check = [](const std::string& yaml, const std::string& expected) {
     auto doc = parse_yaml(yaml);
@@ -191,6 +250,7 @@ TEST(Suite, BrokenSuitesAreClearErrors) {
   check("prompts: [x]\ntests: [{assert: [{value: 1}]}]\n", "needs a 'type'");
   check("prompts: [x]\ntests: [{assert: [{type: equals, value: 1, weight: -1}]}]\n", "'weight' must be a number >= 0");
   check("prompts: [x]\ntests: [{assert: [{type: equals, value: 1, transform: x}]}]\n", "'transform' is not supported");
+  check("prompts: [x]\ntests: [{assert: [{type: equals, value: 1, metricOnly: 1}]}]\n", "'metricOnly' must be true or false");
   check("likelihood: [{name: x, type: multiple-choice, items: [{context: a, choices: [b, c], gold: 2}]}]\n",
         "'gold' must be the index");
   check("prompts: [x]\ntests: [{threshold: 5, assert: [{type: equals, value: 1}]}]\n", "'threshold' must be a number in [0, 1]");

@@ -1,6 +1,7 @@
 #include "eval/yaml_json.h"
 
 #include <charconv>
+#include <cstdlib>
 #include <cmath>
 #include <limits>
 
@@ -47,6 +48,23 @@ bool is_float(std::string_view s) {
   return i == s.size();
 }
 
+// A decimal that is_int or is_float accepted. Out of double's range it is +-inf or 0, as Python's
+// float() and YAML readers give, never an exception.
+double to_double(const std::string& s) { return std::strtod(s.c_str(), nullptr); }
+
+// Hex or octal digits; past 64 bits a float, like a decimal past 64 bits.
+Json radix_int(const std::string& digits, int base) {
+  uint64_t v = 0;
+  auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v, base);
+  if (ec == std::errc() && p == digits.data() + digits.size()) {
+    if (v <= static_cast<uint64_t>(INT64_MAX)) return static_cast<int64_t>(v);
+    return v;
+  }
+  double d = 0;
+  for (char ch : digits) d = d * base + (is_digit(ch) ? ch - '0' : ch - 'a' + 10);
+  return d;
+}
+
 Json plain_scalar(const std::string& s) {
   const std::string l = lower(s);
   if (s.empty() || s == "~" || l == "null") return nullptr;
@@ -56,15 +74,17 @@ Json plain_scalar(const std::string& s) {
     int64_t v = 0;
     const char* b = s.data() + (s[0] == '+');
     if (auto [p, ec] = std::from_chars(b, s.data() + s.size(), v); ec == std::errc() && p == s.data() + s.size()) return v;
-    return std::stod(s);  // beyond 64 bits: a float, as YAML readers do
+    uint64_t u = 0;
+    if (auto [p, ec] = std::from_chars(b, s.data() + s.size(), u); ec == std::errc() && p == s.data() + s.size()) return u;
+    return to_double(s);  // beyond 64 bits: a float, as YAML readers do
   }
   if (l.starts_with("0x") && l.size() > 2 && l.find_first_not_of("0123456789abcdef", 2) == std::string::npos) {
-    return static_cast<int64_t>(std::stoull(l.substr(2), nullptr, 16));
+    return radix_int(l.substr(2), 16);
   }
   if (l.starts_with("0o") && l.size() > 2 && l.find_first_not_of("01234567", 2) == std::string::npos) {
-    return static_cast<int64_t>(std::stoull(l.substr(2), nullptr, 8));
+    return radix_int(l.substr(2), 8);
   }
-  if (is_float(s)) return std::stod(s);
+  if (is_float(s)) return to_double(s);
   if (l == ".inf" || l == "+.inf") return std::numeric_limits<double>::infinity();
   if (l == "-.inf") return -std::numeric_limits<double>::infinity();
   if (l == ".nan") return std::numeric_limits<double>::quiet_NaN();
