@@ -265,6 +265,9 @@ Router::~Router() {
   if (impl_->drainer.joinable()) impl_->drainer.join();
   if (impl_->shadow_thread.joinable()) impl_->shadow_thread.join();
   if (impl_->eval_thread.joinable()) impl_->eval_thread.join();  // its requests have their own timeouts
+  // What is left of the requests (frames on `ioc`) is destroyed with the members, shadow_ioc
+  // before ioc: from here on no copy is told its primary's answer.
+  impl_->torn_down = true;
 }
 
 uint16_t Router::port() const { return impl_->port; }

@@ -57,11 +57,17 @@ Status Router::Impl::set_weight(std::string_view name, double weight) {
 }
 
 std::string Router::Impl::usage_group(std::string_view header_value, bool has_session) {
-  if (header_value.empty()) return has_session ? "session" : "none";
-  std::string group(header_value.substr(0, 128));
   MutexLock lock(metrics_mu);
-  if (metrics.group_usage.contains(group) || metrics.group_usage.size() < config.max_usage_groups) return group;
-  return "other";
+  if (header_value.empty()) {
+    std::string group = has_session ? "session" : "none";  // always its own group, counted in the cap
+    metrics.usage_groups.insert(group);
+    return group;
+  }
+  std::string group(header_value.substr(0, 128));
+  if (metrics.usage_groups.contains(group)) return group;
+  if (metrics.usage_groups.size() >= config.max_usage_groups) return "other";
+  metrics.usage_groups.insert(group);
+  return group;
 }
 
 namespace {

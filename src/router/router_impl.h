@@ -82,6 +82,9 @@ struct Metrics {
   };
   std::map<std::string, Usage> usage;  // per backend
   std::map<std::string, Usage> group_usage;  // per usage group (router.h)
+  // The group names taken, each when its first request arrives (its usage comes with its answer),
+  // so concurrent requests with new names cannot take more than max_usage_groups between them.
+  std::set<std::string> usage_groups;
   std::map<std::string, std::pair<int64_t, int64_t>> resolutions;  // per discovered name: (ok, failed)
   // Shadow traffic: compared pairs per (arm, "agree"|"disagree"|"shadow_error"), copies dropped
   // per reason ("overflow", "no_replica", "primary_failed").
@@ -157,13 +160,16 @@ struct Router::Impl {
   RouterConfig config;
   BackendPool pool;
   std::unique_ptr<Policy> policy;
+  // Declared before the io_contexts, so they outlive them: the request frames ~Router leaves
+  // on `ioc` are destroyed with it, and their guards count down and report to the shadow.
+  std::atomic<int64_t> in_flight{0}, retries_in_flight{0};
+  std::atomic<bool> torn_down{false};  // ~Router has joined every thread: nothing runs the io_contexts
   net::io_context ioc;
   tcp::acceptor acceptor{ioc};
   net::signal_set signals{ioc, SIGINT, SIGTERM};
   std::vector<std::thread> threads;
   std::thread drainer;  // request_shutdown(): stops the io_context once in-flight requests are done
   std::atomic<bool> stopping{false};
-  std::atomic<int64_t> in_flight{0}, retries_in_flight{0};
   uint16_t port = 0;
 
   // Idle keep-alive connections to each slot's replica, reused by later requests.

@@ -164,6 +164,10 @@ void Router::Impl::start_shadows(Exchange& x, int backend) {
 
 void Router::Impl::finish_primary(Exchange& x, int status, const std::string& body) {
   if (x.shadows.empty()) return;
+  if (torn_down.load()) {  // a frame destroyed with the router: shadow_ioc may be gone, nothing compares now
+    x.shadows.clear();
+    return;
+  }
   ShadowAnswer answer;
   if (x.capture_overflow) {
     answer.status = status;

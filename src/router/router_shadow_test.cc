@@ -243,6 +243,34 @@ TEST(RouterShadow, TheAdminApiSetsTheShadowAndRefusesAVersionNoReplicaHas) {
   ASSERT_TRUE(g.post("/v1/completions", R"({"prompt":"p"})"));
 }
 
+// A router destroyed while a primary still waits (past the drain) after its copy has answered:
+// the abandoned request is destroyed with the router without telling a shadow thread that is
+// gone (under ASan this was a use after free of shadow_ioc's scheduler).
+TEST(RouterShadow, ARouterDestroyedWithAPrimaryPendingAfterItsCopyAnswered) {
+  Scripted stable_text("slow", /*gated=*/true), candidate_text("quick");
+  TestHttpServer a(stable_text.handler()), b(candidate_text.handler());
+  auto f = std::make_unique<Fixture>(std::vector<TestHttpServer*>{}, "round_robin", std::vector<http::Url>{},
+                                     [&](RouterConfig& rc) {
+                                       with_versions(rc, {{&a, "v1"}, {&b, "v2"}});
+                                       rc.shadow = {.version = "v2", .fraction = 1};
+                                     });
+  std::thread client([url = f->url] {
+    http::HttpRequest r{.method = "POST", .target = "/v1/completions", .body = R"({"prompt":"p","stream":true})"};
+    (void)http::fetch(url, r);  // answered, or cut off when the router goes
+  });
+  for (int i = 0; i < 500 && candidate_text.received().empty(); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(candidate_text.received().size(), 1u);
+  for (int i = 0; i < 500; ++i) {
+    auto status = admin(*f, "GET", "/admin/shadow");
+    if (status && (*parse_json(status->body))["in_flight"] == 0) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  std::this_thread::sleep_for(50ms);  // the copy's answer is recorded just after in_flight drops
+  f.reset();  // drains for 1 s, then abandons the primary
+  stable_text.open = true;
+  client.join();
+}
+
 // A rollout with a shadow judges the candidate's quality by the comparisons: one whose answers
 // differ is rolled back with that reason; an identical one is promoted.
 TEST(RouterShadow, ARolloutIsRolledBackWhenItsShadowAnswersDiffer) {

@@ -437,6 +437,34 @@ TEST(Router, CountsUsagePerGroup) {
   }
 }
 
+// Requests in flight at once with new group names take no more than the cap between them: a
+// name is taken when its request arrives, not when its answer's usage is counted.
+TEST(Router, ConcurrentNewGroupsStayWithinTheCap) {
+  std::atomic<bool> open{false};
+  std::atomic<int> arrived{0};
+  TestHttpServer replica([&](const ReceivedRequest& r, TestExchange& ex) -> net::awaitable<void> {
+    if (r.target == "/health") {
+      co_await ex.respond(200, "{}");
+      co_return;
+    }
+    ++arrived;
+    for (int i = 0; i < 1000 && !open.load(); ++i) co_await ex.sleep(10ms);
+    co_await ex.respond(200, R"({"usage":{"prompt_tokens":10}})");
+  });
+  Fixture f({&replica}, "round_robin", {}, [](RouterConfig& rc) { rc.max_usage_groups = 1; });
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 6; ++i) {
+    clients.emplace_back([&f, i] { ASSERT_TRUE(f.post("/v1/completions", R"({"prompt":"x"})", {{"X-Session-Group", fmt::format("g{}", i)}})); });
+  }
+  for (int i = 0; i < 500 && arrived.load() < 6; ++i) std::this_thread::sleep_for(10ms);
+  open = true;
+  for (std::thread& t : clients) t.join();
+  const std::string m = metrics_with(f, "sluice_router_group_prompt_tokens_total{group=\"other\"} 50");
+  int groups = 0;
+  for (size_t at = 0; (at = m.find("sluice_router_group_prompt_tokens_total{group=", at)) != std::string::npos; ++at) ++groups;
+  EXPECT_EQ(groups, 2) << m;  // one named group and "other"
+}
+
 // An HTTP/1.0 client knows no chunked encoding: its stream comes as plain bytes, ended by close.
 TEST(Router, StreamsToAnHttp10ClientWithoutChunks) {
   TestHttpServer a(named("a"));
