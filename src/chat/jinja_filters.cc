@@ -75,8 +75,53 @@ Result<Value> tojson(Interpreter& interp, const Value& v, const CallArgs& args) 
   return Value::string(std::move(json));
 }
 
+// Python's int(s, base) on a stripped string: a sign, the base's prefix (0x, 0o, 0b; any with
+// base 0), digits with single underscores between them. nullopt if it is not one, or past int64.
+std::optional<int64_t> parse_py_int(std::string_view s, int64_t base) {
+  bool negative = false;
+  if (!s.empty() && (s[0] == '+' || s[0] == '-')) negative = s[0] == '-', s.remove_prefix(1);
+  auto prefix_base = [](std::string_view t) -> int64_t {
+    if (t.size() < 2 || t[0] != '0') return 0;
+    const char p = static_cast<char>(std::tolower(static_cast<unsigned char>(t[1])));
+    return p == 'x' ? 16 : p == 'o' ? 8 : p == 'b' ? 2 : 0;
+  };
+  bool after_prefix = false;
+  if (const int64_t p = prefix_base(s); p != 0 && (base == 0 || base == p)) {
+    base = p;
+    s.remove_prefix(2);
+    after_prefix = true;  // int('0x_1a', 16) is allowed
+  } else if (base == 0) {
+    base = 10;
+    if (s.size() > 1 && s[0] == '0' && s.find_first_not_of("0_") != std::string_view::npos) return std::nullopt;
+  }
+  if (base < 2 || base > 36 || s.empty()) return std::nullopt;
+  unsigned __int128 value = 0;
+  bool last_digit = after_prefix;  // an underscore needs a digit (or the prefix) before it
+  size_t digits = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = static_cast<char>(std::tolower(static_cast<unsigned char>(s[i])));
+    if (c == '_') {
+      if (!last_digit || i + 1 == s.size()) return std::nullopt;
+      last_digit = false;
+      continue;
+    }
+    const int64_t d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'z' ? c - 'a' + 10 : 99;
+    if (d >= base) return std::nullopt;
+    value = value * static_cast<unsigned>(base) + static_cast<unsigned>(d);
+    if (value > static_cast<unsigned __int128>(INT64_MAX) + 1) return std::nullopt;
+    last_digit = true;
+    ++digits;
+  }
+  if (digits == 0) return std::nullopt;
+  if (!negative && value > static_cast<unsigned __int128>(INT64_MAX)) return std::nullopt;
+  return negative ? static_cast<int64_t>(-static_cast<__int128>(value)) : static_cast<int64_t>(value);
+}
+
+// Jinja2's |int(default=0, base=10): int(value, base) for a string, else int(value); failing
+// that int(float(value)) ("42.23"|int is 42); failing that the default.
 Result<Value> to_int(const Value& v, const CallArgs& args) {
   const Value fallback = arg_or(args, 0, "default", Value::integer(0));
+  SLUICE_ASSIGN_OR_RETURN(int64_t base, int_arg(args, 1, "base", 10));
   if (v.is_number()) {
     if (!v.is_float()) return Value::integer(v.as_int());
     const double d = v.as_float();
@@ -85,14 +130,12 @@ Result<Value> to_int(const Value& v, const CallArgs& args) {
   }
   if (!v.is_string()) return fallback;
   const std::string s = py_strip(v.as_string(), std::nullopt, true, true);
+  if (auto i = parse_py_int(s, base)) return Value::integer(*i);
+  // float(): decimal digits, a point, an exponent; never hex (strtod would take 0x1A).
+  if (s.empty() || s.find_first_of("xXpP") != std::string::npos) return fallback;
   char* end = nullptr;
-  errno = 0;
-  const long long i = std::strtoll(s.c_str(), &end, 10);
-  if (!s.empty() && end == s.c_str() + s.size() && errno == 0) return Value::integer(i);
   const double d = std::strtod(s.c_str(), &end);
-  if (!s.empty() && end == s.c_str() + s.size() && std::isfinite(d) && std::fabs(d) < 9.2e18) {
-    return Value::integer(static_cast<int64_t>(d));
-  }
+  if (end == s.c_str() + s.size() && std::isfinite(d) && std::fabs(d) < 9.2e18) return Value::integer(static_cast<int64_t>(d));
   return fallback;
 }
 
@@ -250,10 +293,10 @@ Result<Value> indent(const Value& v, const CallArgs& args, size_t max_bytes) {
   }
   const bool first = arg_or(args, 1, "first", Value::boolean(false)).truthy();
   const bool blank = arg_or(args, 2, "blank", Value::boolean(false)).truthy();
-  const std::vector<std::string> lines = py_split(to_str(v) + "\n", std::string("\n"), -1);
+  // Jinja2's do_indent: (s + "\n").splitlines(), joined again with "\n" (so "\r\n" becomes "\n").
+  const std::vector<std::string> lines = py_splitlines(to_str(v) + "\n");
   std::string out;
-  // The split leaves one empty string after the final "\n", which splitlines() would not.
-  for (size_t i = 0; i + 1 < lines.size(); ++i) {
+  for (size_t i = 0; i < lines.size(); ++i) {
     if (i > 0) {
       out += "\n";
       if (blank || !lines[i].empty()) out += pad;
@@ -343,6 +386,22 @@ Result<Value> apply_filter(Interpreter& interp, std::string_view name, const Val
     SLUICE_ASSIGN_OR_RETURN(int64_t precision, int_arg(args, 0, "precision", 0));
     const std::string method = to_str(arg_or(args, 1, "method", Value::string("common")));
     const double scale = std::pow(10.0, static_cast<double>(std::clamp<int64_t>(precision, -300, 300)));
+    if (method == "common" && !v.is_float()) {
+      // Python's round(int, n): an int; n < 0 rounds half to even at 10^-n.
+      const int64_t x = v.as_int();
+      if (precision >= 0) return Value::integer(x);
+      if (precision < -18) return Value::integer(0);
+      int64_t unit = 1;
+      for (int64_t k = 0; k < -precision; ++k) unit *= 10;
+      const __int128 q = x / unit, r = x % unit;
+      __int128 down = q * unit;
+      if (r < 0) down -= unit;  // floor
+      const __int128 rem = static_cast<__int128>(x) - down;
+      __int128 out = down;
+      if (2 * rem > unit || (2 * rem == unit && ((down / unit) % 2 != 0))) out += unit;
+      if (out > INT64_MAX || out < INT64_MIN) return Error("round: result out of range");
+      return Value::integer(static_cast<int64_t>(out));
+    }
     const double x = v.as_float();
     if (method == "ceil") return Value::floating(std::ceil(x * scale) / scale);
     if (method == "floor") return Value::floating(std::floor(x * scale) / scale);

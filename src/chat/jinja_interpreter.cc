@@ -133,13 +133,21 @@ Result<Interpreter::Flow> Interpreter::exec(const Stmt& stmt) {
     }
     case StmtKind::kIf: return exec_if(stmt);
     case StmtKind::kFor: return exec_for(stmt);
-    case StmtKind::kSet: SLUICE_RETURN_IF_ERROR(exec_set(stmt)); return Flow::kNormal;
+    case StmtKind::kSet: {
+      Flow flow = Flow::kNormal;
+      SLUICE_RETURN_IF_ERROR(exec_set(stmt, &flow));
+      return flow;
+    }
     case StmtKind::kMacro: SLUICE_RETURN_IF_ERROR(exec_macro_definition(stmt)); return Flow::kNormal;
     case StmtKind::kBreak: return Flow::kBreak;
     case StmtKind::kContinue: return Flow::kContinue;
     case StmtKind::kGeneration: return exec_body(stmt.bodies[0]);
     case StmtKind::kFilterBlock: {
-      SLUICE_ASSIGN_OR_RETURN(std::string text, capture(stmt.bodies[0]));
+      // A break or continue inside leaves at once, as in Jinja2: the text captured so far is
+      // neither filtered nor written.
+      Flow flow = Flow::kNormal;
+      SLUICE_ASSIGN_OR_RETURN(std::string text, capture(stmt.bodies[0], &flow));
+      if (flow != Flow::kNormal) return flow;
       SLUICE_ASSIGN_OR_RETURN(Value v, apply_filter_chain(*stmt.expr, Value::string(std::move(text))));
       Status s = emit(to_str(v));
       if (!s.is_ok()) return std::unexpected(positioned(s, stmt.pos));
@@ -224,12 +232,14 @@ Value Interpreter::make_loop(size_t index, const std::vector<Value>& items) {
   return Value::dict(std::move(fields), /*keys_unique=*/true);
 }
 
-Status Interpreter::exec_set(const Stmt& stmt) {
+Status Interpreter::exec_set(const Stmt& stmt, Flow* flow) {
   Value value;
   if (stmt.expr) {
     SLUICE_CHAT_ASSIGN_OR_RETURN(value, eval(*stmt.expr));
   } else {
-    SLUICE_CHAT_ASSIGN_OR_RETURN(std::string text, capture(stmt.bodies[0]));
+    // A break or continue inside a block set leaves before the assignment, as in Jinja2.
+    SLUICE_CHAT_ASSIGN_OR_RETURN(std::string text, capture(stmt.bodies[0], flow));
+    if (*flow != Flow::kNormal) return Status::ok();
     value = Value::string(std::move(text));
     if (stmt.filter) {
       SLUICE_CHAT_ASSIGN_OR_RETURN(value, apply_filter_chain(*stmt.filter, value));
@@ -296,13 +306,14 @@ Result<Value> Interpreter::call_macro(const Stmt& macro, const CallArgs& args) {
   return Value::string(std::move(*text));
 }
 
-Result<std::string> Interpreter::capture(const Body& body) {
+Result<std::string> Interpreter::capture(const Body& body, Flow* flow_out) {
   std::string buffer;
   std::string* saved = out_;
   out_ = &buffer;
   auto flow = exec_body(body);
   out_ = saved;
   if (!flow) return std::unexpected(flow.error());
+  if (flow_out) *flow_out = *flow;
   return buffer;
 }
 

@@ -74,10 +74,10 @@ class Interpreter {
   Result<Flow> exec(const Stmt& stmt);
   Result<Flow> exec_if(const Stmt& stmt);
   Result<Flow> exec_for(const Stmt& stmt);
-  Status exec_set(const Stmt& stmt);
+  Status exec_set(const Stmt& stmt, Flow* flow);  // *flow: a break or continue met inside a block set
   Status exec_macro_definition(const Stmt& stmt);
   Status bind_targets(const std::vector<std::string>& targets, const Value& value, size_t pos);
-  Result<std::string> capture(const Body& body);
+  Result<std::string> capture(const Body& body, Flow* flow = nullptr);
   Status emit(std::string_view text);
 
   Result<Value> eval(const Expr& expr);

@@ -95,6 +95,17 @@ TEST(JinjaInterpreter, ForLoopFilterElseBreakContinueAndUnpacking) {
   EXPECT_EQ(render("{% for x in none_value %}{% endfor %}", kCtx),
             "ERROR: chat template error at line 1, column 13: 'NoneType' object is not iterable");
   EXPECT_EQ(render("{% break %}"), "ERROR: chat template syntax error at line 1, column 4: 'break' outside loop");
+  // Inside a filter block or a block set, break and continue leave the loop (or iteration) at
+  // once, as Jinja2's compiled loop does: the captured text is neither written nor assigned.
+  EXPECT_EQ(render("{% for x in 'abc' %}{% filter upper %}{{ x }}{% if x == 'b' %}{% break %}{% endif %}"
+                   "!{% endfilter %}{% endfor %}."),
+            "A!.");
+  EXPECT_EQ(render("{% for x in 'abc' %}{% filter upper %}{{ x }}{% if x == 'b' %}{% continue %}{% endif %}"
+                   "!{% endfilter %}{% endfor %}."),
+            "A!C!.");
+  EXPECT_EQ(render("{% set ns = namespace(v='') %}{% for x in 'abc' %}{% set t %}{{ x }}{% if x == 'c' %}{% break %}"
+                   "{% endif %}{% endset %}{% set ns.v = ns.v + t %}{% endfor %}{{ ns.v }}"),
+            "ab");
 }
 
 TEST(JinjaInterpreter, SetInsideALoopIsLocalToTheIterationButNamespacesPersist) {
@@ -144,6 +155,53 @@ TEST(JinjaInterpreter, DefaultIntFloatAndTojsonFilters) {
             "43 3 0 5 2.5 3.0 2");
   EXPECT_EQ(render("{{ d|tojson }}|{{ '<a&b>'|tojson }}|{{ [1]|tojson(indent=2) }}|{{ d|tojson(sort_keys=true) }}", kCtx),
             "{\"b\": 1, \"a\": 2}|\"<a&b>\"|[\n  1\n]|{\"a\": 2, \"b\": 1}");
+}
+
+// Edge cases of filters and methods, each expected value printed by Jinja2 3.1.2 (Python 3.11).
+TEST(JinjaInterpreter, FiltersAndMethodsMatchJinja2OnEdgeCases) {
+  EXPECT_EQ(render("{{ '0x1A'|int }}"), "0");
+  EXPECT_EQ(render("{{ '0x1A'|int(base=16) }}"), "26");
+  EXPECT_EQ(render("{{ '0b11'|int(base=2) }}"), "3");
+  EXPECT_EQ(render("{{ '  7 '|int }}"), "7");
+  EXPECT_EQ(render("{{ '1_000'|int }}"), "1000");
+  EXPECT_EQ(render("{{ 3|round }}"), "3");
+  EXPECT_EQ(render("{{ 2.5|round }}"), "2.0");
+  EXPECT_EQ(render("{{ 3.5|round }}"), "4.0");
+  EXPECT_EQ(render("{{ 2.5|round(0, 'floor') }}"), "2.0");
+  EXPECT_EQ(render("{{ 7|round(-1) }}"), "10");
+  EXPECT_EQ(render("{{ 'ÀÉ'|lower }}"), "àé");
+  EXPECT_EQ(render("{{ ''.islower() }}"), "False");
+  EXPECT_EQ(render("{{ ''.isupper() }}"), "False");
+  EXPECT_EQ(render("{{ 'A1'.isupper() }}"), "True");
+  // Python's json escapes DEL only when ASCII-only; transformers' tojson is not (ensure_ascii=False).
+  EXPECT_EQ(render("{{ '\x7f'|tojson(ensure_ascii=True) }}"), "\"\\u007f\"");
+  EXPECT_EQ(render("{{ '\x7f'|tojson }}"), "\"\x7f\"");
+  EXPECT_EQ(render("{{ 'a\r\nb'|indent(2, true) }}"), "  a\n  b");
+  EXPECT_EQ(render("{{ 'a\r\nb\rc'.splitlines() }}"), "['a', 'b', 'c']");
+  EXPECT_EQ(render("{{ 10|round(1) }}"), "10");
+  EXPECT_EQ(render("{{ 'ΣΑΣ'|lower }}"), "σας");
+  EXPECT_EQ(render("{{ 'ǆß'|upper }}"), "ǄSS");
+  EXPECT_EQ(render("{{ 'привет'|upper }}"), "ПРИВЕТ");
+  EXPECT_EQ(render("{{ 'ΣΑΣ ΣΑ Σ'|lower }}"), "σας σα σ");
+  EXPECT_EQ(render("{{ 'ΌΣΟΣ.'|lower }}"), "όσος.");
+  EXPECT_EQ(render("{{ 'ǆx'.capitalize() }}"), "ǅx");
+  EXPECT_EQ(render("{{ 'ab ǆx ßa'.title() }}"), "Ab ǅx Ssa");
+  EXPECT_EQ(render("{{ 'ǆx-ǆx'|title }}"), "Ǆx-Ǆx");
+  EXPECT_EQ(render("{{ 'İ'|lower|length }}"), "2");
+  EXPECT_EQ(render("{{ 'ﬁ'|upper }}"), "FI");
+  EXPECT_EQ(render("{{ 'Straße'.upper() }}"), "STRASSE");
+  EXPECT_EQ(render("{{ 'ⓐ'.upper() }}"), "Ⓐ");
+  EXPECT_EQ(render("{{ '𐐨'|upper }}"), "𐐀");
+  EXPECT_EQ(render("{{ 'a\u2028b\xc2\x85" "c\x0b" "d'.splitlines()|length }}"), "4");
+  EXPECT_EQ(render("{{ '7'|int(base=8) }}"), "7");
+  EXPECT_EQ(render("{{ '-0x_1f'|int(base=16) }}"), "-31");
+  EXPECT_EQ(render("{{ '1__0'|int(5) }}"), "5");
+  EXPECT_EQ(render("{{ '09'|int(base=0) }}"), "9");
+  EXPECT_EQ(render("{{ '0o17'|int(base=0) }}"), "15");
+  EXPECT_EQ(render("{{ 15|round(-1) }}"), "20");
+  EXPECT_EQ(render("{{ 25|round(-1) }}"), "20");
+  EXPECT_EQ(render("{{ -25|round(-1) }}"), "-20");
+  EXPECT_EQ(render("{{ true|round }}"), "1");
 }
 
 TEST(JinjaInterpreter, Tests) {

@@ -30,7 +30,7 @@ void append_json_string(std::string_view s, bool ensure_ascii, std::string& out)
         case '\b': out += "\\b"; break;
         case '\f': out += "\\f"; break;
         default:
-          if (c < 0x20) {
+          if (c < 0x20 || (c == 0x7F && ensure_ascii)) {  // Python's json escapes DEL only when ASCII-only
             append_hex_escape(out, "\\u", c, 4);
           } else {
             out.push_back(c);

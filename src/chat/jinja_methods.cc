@@ -155,12 +155,7 @@ Result<Value> str_method(Interpreter& interp, std::string_view name, const Value
   }
   if (name == "splitlines") {
     std::vector<Value> out;
-    std::vector<std::string> lines = py_split(s, std::string("\n"), -1);
-    if (!lines.empty() && lines.back().empty()) lines.pop_back();
-    for (std::string& line : lines) {
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      out.push_back(Value::string(std::move(line)));
-    }
+    for (std::string& line : py_splitlines(s)) out.push_back(Value::string(std::move(line)));
     return Value::list(std::move(out));
   }
   if (name == "removeprefix" || name == "removesuffix") {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "chat/unicode_case.h"
 #include "common/utf8.h"
 
 namespace sluice::chat {
@@ -37,34 +38,58 @@ std::vector<CodePoint> decode_all(std::string_view s) {
   return out;
 }
 
-char32_t upper_cp(char32_t cp) {
-  if (cp >= 'a' && cp <= 'z') return cp - 32;
-  if (cp >= 0xE0 && cp <= 0xFE && cp != 0xF7) return cp - 32;
-  return cp;
-}
-char32_t lower_cp(char32_t cp) {
-  if (cp >= 'A' && cp <= 'Z') return cp + 32;
-  if (cp >= 0xC0 && cp <= 0xDE && cp != 0xD7) return cp + 32;
-  return cp;
-}
-bool is_cased_letter(char32_t cp) { return upper_cp(cp) != cp || lower_cp(cp) != cp; }
+enum class Case { kUpper, kLower, kTitle, kKeep };
 
+char ascii_case(char c, Case to) {
+  if (to == Case::kLower) return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c;
+  if (to == Case::kUpper || to == Case::kTitle) return c >= 'a' && c <= 'z' ? static_cast<char>(c - 32) : c;
+  return c;
+}
+
+// Characters a word's case passes over (Unicode's Case_Ignorable, in the part that text meets:
+// apostrophes, the word-internal points, soft hyphen, combining marks), for the final sigma.
+bool is_case_ignorable(char32_t cp) {
+  return cp == '\'' || cp == '.' || cp == ':' || cp == '^' || cp == '`' || cp == 0xAD || cp == 0xB7 ||
+         cp == 0x2018 || cp == 0x2019 || cp == 0x2024 || cp == 0x2027 || (cp >= 0x300 && cp <= 0x36F) ||
+         (cp >= 0x483 && cp <= 0x489) || (cp >= 0x1AB0 && cp <= 0x1AFF) || (cp >= 0x1DC0 && cp <= 0x1DFF) ||
+         (cp >= 0x200B && cp <= 0x200F) || (cp >= 0x20D0 && cp <= 0x20FF) || (cp >= 0xFE00 && cp <= 0xFE0F) ||
+         (cp >= 0xFE20 && cp <= 0xFE2F);
+}
+
+// Σ lowers to ς at the end of a word: after a cased letter and before none (Python's rule,
+// skipping case-ignorable characters both ways).
+bool final_sigma(const std::vector<CodePoint>& cps, size_t i) {
+  size_t j = i;
+  while (j > 0 && is_case_ignorable(cps[j - 1].cp)) --j;
+  if (j == 0 || !is_cased(cps[j - 1].cp)) return false;
+  size_t k = i + 1;
+  while (k < cps.size() && is_case_ignorable(cps[k].cp)) ++k;
+  return k == cps.size() || !is_cased(cps[k].cp);
+}
+
+// Maps each code point to the case `to_case(index, code point)` says.
 template <typename Fn>
-std::string map_code_points(std::string_view s, Fn fn) {
+std::string map_case(std::string_view s, Fn to_case) {
   if (is_ascii(s)) {
     std::string out(s);
-    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<char>(fn(static_cast<char32_t>(out[i]), i));
+    for (size_t i = 0; i < out.size(); ++i) out[i] = ascii_case(out[i], to_case(i, static_cast<char32_t>(out[i])));
     return out;
   }
   std::string out;
   out.reserve(s.size());
-  size_t idx = 0;
-  for (const CodePoint& c : decode_all(s)) {
-    const char32_t mapped = fn(c.cp, idx++);
-    if (mapped == c.cp) {
-      out.append(s.substr(c.begin, c.end - c.begin));
+  const std::vector<CodePoint> cps = decode_all(s);
+  for (size_t i = 0; i < cps.size(); ++i) {
+    const char32_t cp = cps[i].cp;
+    const Case to = to_case(i, cp);
+    CaseMapping m;
+    m.cp[0] = cp;
+    if (to == Case::kUpper) m = upper_case(cp);
+    if (to == Case::kTitle) m = title_case(cp);
+    if (to == Case::kLower) m = cp == 0x3A3 && final_sigma(cps, i) ? CaseMapping{{0x3C2, 0, 0}, 1} : lower_case(cp);
+    if (m.n == 1 && m.cp[0] == cp) {
+      out.append(s.substr(cps[i].begin, cps[i].end - cps[i].begin));
     } else {
-      utf8_append(mapped, out);
+      for (int k = 0; k < m.n; ++k) utf8_append(m.cp[k], out);
     }
   }
   return out;
@@ -174,33 +199,62 @@ std::vector<std::string> py_split(std::string_view s, const std::optional<std::s
   return out;
 }
 
+std::vector<std::string> py_splitlines(std::string_view s) {
+  std::vector<std::string> out;
+  size_t start = 0, i = 0;
+  while (i < s.size()) {
+    const unsigned char c = s[i];
+    size_t len = 0;  // the line boundary's bytes at i
+    if (c == '\r') {
+      len = i + 1 < s.size() && s[i + 1] == '\n' ? 2 : 1;
+    } else if (c == '\n' || c == 0x0B || c == 0x0C || (c >= 0x1C && c <= 0x1E)) {
+      len = 1;
+    } else if (c == 0xC2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x85) {
+      len = 2;
+    } else if (c == 0xE2 && i + 2 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x80 &&
+               (static_cast<unsigned char>(s[i + 2]) == 0xA8 || static_cast<unsigned char>(s[i + 2]) == 0xA9)) {
+      len = 3;
+    }
+    if (len == 0) {
+      ++i;
+      continue;
+    }
+    out.emplace_back(s.substr(start, i - start));
+    i += len;
+    start = i;
+  }
+  if (start < s.size()) out.emplace_back(s.substr(start));
+  return out;
+}
+
 std::string py_upper(std::string_view s) {
-  return map_code_points(s, [](char32_t cp, size_t) { return upper_cp(cp); });
+  return map_case(s, [](size_t, char32_t) { return Case::kUpper; });
 }
 std::string py_lower(std::string_view s) {
-  return map_code_points(s, [](char32_t cp, size_t) { return lower_cp(cp); });
+  return map_case(s, [](size_t, char32_t) { return Case::kLower; });
 }
 std::string py_capitalize(std::string_view s) {
-  return map_code_points(s, [](char32_t cp, size_t i) { return i == 0 ? upper_cp(cp) : lower_cp(cp); });
+  // Python 3.8 and later: the first character in title case ("ǆx" -> "ǅx"), the rest lower.
+  return map_case(s, [](size_t i, char32_t) { return i == 0 ? Case::kTitle : Case::kLower; });
 }
 
 std::string py_title(std::string_view s) {
   bool prev_cased = false;
-  return map_code_points(s, [&](char32_t cp, size_t) {
-    const char32_t out = prev_cased ? lower_cp(cp) : upper_cp(cp);
-    prev_cased = is_cased_letter(cp);
-    return out;
+  return map_case(s, [&](size_t, char32_t cp) {
+    const Case to = prev_cased ? Case::kLower : Case::kTitle;
+    prev_cased = is_cased(cp);
+    return to;
   });
 }
 
 std::string jinja_title(std::string_view s) {
   // jinja2's do_title: split on runs of [-\s({[<], then item[0].upper() + item[1:].lower().
   bool word_start = true;
-  return map_code_points(s, [&](char32_t cp, size_t) {
+  return map_case(s, [&](size_t, char32_t cp) {
     const bool boundary = is_py_space(cp) || cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<';
-    char32_t out = boundary ? cp : (word_start ? upper_cp(cp) : lower_cp(cp));
+    const Case to = boundary ? Case::kKeep : (word_start ? Case::kUpper : Case::kLower);
     word_start = boundary;
-    return out;
+    return to;
   });
 }
 

@@ -27,6 +27,8 @@ std::vector<size_t> slice_indices(size_t length, std::optional<int64_t> start, s
 std::string py_strip(std::string_view s, const std::optional<std::string>& chars, bool left, bool right);
 // str.split(sep, maxsplit); sep absent: runs of whitespace, no empty strings. REQUIRES: sep != "".
 std::vector<std::string> py_split(std::string_view s, const std::optional<std::string>& sep, int64_t maxsplit);
+// str.splitlines(): split at \n, \r, \r\n, \v, \f, \x1c-\x1e, U+0085, U+2028, U+2029; no ends kept.
+std::vector<std::string> py_splitlines(std::string_view s);
 std::string py_upper(std::string_view s);
 std::string py_lower(std::string_view s);
 std::string py_capitalize(std::string_view s);  // first upper, rest lower
