@@ -57,29 +57,36 @@ int Value::nesting_depth() const {
   if (kind_ == ValueKind::kDict) return dict_->depth;
   return 0;
 }
+// Dicts with more entries than this get a hash index; a scan is quicker below it.
+constexpr size_t kIndexFrom = 8;
+
 Value Value::dict(std::vector<std::pair<std::string, Value>> entries, bool keys_unique) {
   Value v;
   v.kind_ = ValueKind::kDict;
   int depth = 1;
   for (const auto& entry : entries) depth = std::max(depth, entry.second.nesting_depth() + 1);
+  auto d = std::make_shared<DictObject>();
+  d->depth = depth;
   if (keys_unique) {
-    v.dict_ = std::make_shared<const DictObject>(DictObject{std::move(entries), depth});
-    return v;
-  }
-  // Later duplicates replace earlier ones in place, as a Python dict literal does.
-  DictObject d;
-  d.entries.reserve(entries.size());
-  for (auto& [key, value] : entries) {
-    auto it = std::find_if(d.entries.begin(), d.entries.end(),
-                           [&](const auto& e) { return e.first == key; });
-    if (it != d.entries.end()) {
-      it->second = std::move(value);
-    } else {
-      d.entries.emplace_back(std::move(key), std::move(value));
+    d->entries = std::move(entries);
+  } else {
+    // Later duplicates replace earlier ones in place, as a Python dict literal does.
+    std::unordered_map<std::string, size_t> seen;
+    d->entries.reserve(entries.size());
+    for (auto& [key, value] : entries) {
+      if (auto it = seen.find(key); it != seen.end()) {
+        d->entries[it->second].second = std::move(value);
+      } else {
+        seen.emplace(key, d->entries.size());
+        d->entries.emplace_back(std::move(key), std::move(value));
+      }
     }
   }
-  d.depth = depth;
-  v.dict_ = std::make_shared<const DictObject>(std::move(d));
+  if (d->entries.size() > kIndexFrom) {
+    d->index.reserve(d->entries.size());
+    for (size_t i = 0; i < d->entries.size(); ++i) d->index.emplace(d->entries[i].first, i);
+  }
+  v.dict_ = std::move(d);
   return v;
 }
 Value Value::ns(NamespacePtr ns) {
@@ -96,6 +103,10 @@ Value Value::callable(CallablePtr fn) {
 }
 
 const Value* DictObject::find(std::string_view key) const {
+  if (!index.empty()) {
+    auto it = index.find(key);
+    return it == index.end() ? nullptr : &entries[it->second].second;
+  }
   for (const auto& [k, v] : entries) {
     if (k == key) return &v;
   }

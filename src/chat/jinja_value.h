@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -113,6 +114,13 @@ struct ListObject {
 struct DictObject {
   std::vector<std::pair<std::string, Value>> entries;
   int depth = 1;
+  // Key -> entry, for dicts past a few entries (a request's kwargs or tools can hold thousands:
+  // a scan per lookup made a template over them quadratic). Views into `entries`, which never
+  // change once the dict is made.
+  std::unordered_map<std::string_view, size_t> index;
+  DictObject() = default;
+  DictObject(const DictObject&) = delete;  // a copy's index would point into the original
+  DictObject& operator=(const DictObject&) = delete;
   // nullptr when absent.
   const Value* find(std::string_view key) const;
 };

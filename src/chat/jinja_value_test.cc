@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 namespace sluice::chat {
@@ -62,6 +63,23 @@ TEST(JinjaValue, EqualityAndOrderingArePythons) {
   EXPECT_EQ(*compare_values(Value::string("a"), Value::string("b")), -1);
   EXPECT_EQ(*compare_values(Value::list({Value::integer(1), Value::integer(3)}), Value::list({Value::integer(1)})), 1);
   EXPECT_FALSE(compare_values(Value::string("a"), Value::integer(1)).has_value());
+}
+
+// Large dicts are found through their index; small ones by a scan: the same answers, and a
+// later duplicate key replaces the earlier one in place (a dict literal's rule) either way.
+TEST(JinjaValue, DictLookupsAreTheSameIndexedOrNot) {
+  for (int n : {3, 8, 9, 2000}) {
+    std::vector<std::pair<std::string, Value>> entries;
+    for (int i = 0; i < n; ++i) entries.emplace_back(fmt::format("k{}", i), Value::integer(i));
+    entries.emplace_back("k0", Value::integer(-1));
+    const Value d = Value::dict(std::move(entries));
+    ASSERT_EQ(d.as_dict().entries.size(), static_cast<size_t>(n)) << n;
+    EXPECT_EQ(d.as_dict().entries[0].second.as_int(), -1) << n;  // replaced where it stood
+    EXPECT_EQ(d.as_dict().find("k0")->as_int(), -1) << n;
+    for (int i = 1; i < n; ++i) ASSERT_EQ(d.as_dict().find(fmt::format("k{}", i))->as_int(), i) << n;
+    EXPECT_EQ(d.as_dict().find(fmt::format("k{}", n)), nullptr) << n;
+    EXPECT_EQ(d.as_dict().find(""), nullptr) << n;
+  }
 }
 
 TEST(JinjaValue, FromJsonKeepsOrderAndRefusesDeepNesting) {
