@@ -238,6 +238,11 @@ Status File::parse() {
   auto version = c.read<uint32_t>("version");
   if (!version) return version.error();
   if (*version != 2 && *version != 3) {
+    if (const uint32_t swapped = std::byteswap(*version); swapped >= 1 && swapped <= 3) {
+      return Status::error(fmt::format("a big-endian GGUF file (version {} with its bytes swapped); sluice reads "
+                                       "little-endian GGUF only: convert the model on a little-endian machine",
+                                       swapped));
+    }
     return Status::error(fmt::format("unsupported GGUF version {} (supported: 2, 3)", *version));
   }
   version_ = *version;
@@ -364,6 +369,9 @@ Result<int64_t> File::get_int(std::string_view key) const {
   const Value* v = find(key);
   if (!v) return Error("missing metadata key '{}'", key);
   auto i = v->as_int();
+  if (!i && v->type == ValueType::kU64) {
+    return Error("metadata '{}' is {}, past the largest integer sluice reads ({})", key, v->u64, INT64_MAX);
+  }
   if (!i) return Error("metadata '{}' is {} ({}), expected an integer", key, value_type_name(v->type), v->to_string());
   return *i;
 }

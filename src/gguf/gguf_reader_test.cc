@@ -136,6 +136,22 @@ TEST(GgufReader, EveryTruncationIsAnErrorNeverACrash) {
   }
 }
 
+TEST(GgufReader, BigEndianFilesAndHugeIntegersAreNamed) {
+  auto bytes = sample_file();
+  const uint32_t swapped = 0x03000000;  // version 3 written big-endian
+  std::memcpy(bytes.data() + 4, &swapped, 4);
+  const std::string err = parse_error(bytes);
+  EXPECT_NE(err.find("a big-endian GGUF file (version 3 with its bytes swapped)"), std::string::npos) << err;
+  Writer w;
+  w.set("big", OwnedValue::u64v(18446744073709551615ull));
+  auto file = File::from_buffer(w.to_bytes(), "big.gguf");
+  ASSERT_TRUE(file) << file.error().message();
+  auto v = (*file)->get_int("big");
+  ASSERT_FALSE(v);
+  EXPECT_EQ(v.error().message(), "metadata 'big' is 18446744073709551615, past the largest integer sluice reads "
+                                 "(9223372036854775807)");
+}
+
 TEST(GgufReader, ImpossibleCountsAreRejectedBeforeAllocating) {
   auto bytes = sample_file();
   uint64_t huge = 1ull << 62;
