@@ -33,6 +33,37 @@ Result<Json> build_body(const Provider& provider, const std::string& text, const
   return body;
 }
 
+namespace {
+
+// text_offset counts bytes on sluice and llama.cpp, characters (code points) on OpenAI and vLLM.
+// On a text that is not all ASCII the two differ: the unit under which more tokens' texts sit at
+// their offsets is taken, and code point offsets are turned into bytes (ties: bytes).
+void offsets_to_bytes(Reply& r) {
+  const std::string& text = r.text;
+  if (std::all_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; })) return;
+  std::vector<int64_t> byte_of{0};  // byte_of[k]: the byte where code point k starts
+  for (size_t i = 0; i < text.size(); ++i) {
+    if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80 && i > 0) byte_of.push_back(static_cast<int64_t>(i));
+  }
+  byte_of.push_back(static_cast<int64_t>(text.size()));
+  auto matches = [&](auto to_byte) {
+    int64_t n = 0;
+    for (size_t i = 0; i < r.tokens.size(); ++i) {
+      const int64_t at = to_byte(r.text_offsets[i]);
+      if (at < 0 || r.tokens[i].empty()) continue;
+      n += text.compare(static_cast<size_t>(at), r.tokens[i].size(), r.tokens[i]) == 0;
+    }
+    return n;
+  };
+  auto bytes = [&](int64_t o) { return o >= 0 && o <= static_cast<int64_t>(text.size()) ? o : -1; };
+  auto chars = [&](int64_t o) { return o >= 0 && o < static_cast<int64_t>(byte_of.size()) ? byte_of[o] : -1; };
+  if (matches(chars) > matches(bytes)) {
+    for (int64_t& o : r.text_offsets) o = chars(o);
+  }
+}
+
+}  // namespace
+
 Result<Reply> parse_reply(const Json& body, const std::string& api) {
   Reply r;
   r.body = body;
@@ -69,6 +100,7 @@ Result<Reply> parse_reply(const Json& body, const std::string& api) {
       r.tokens.push_back(i < toks.size() && toks[i].is_string() ? toks[i].get<std::string>() : "");
       r.text_offsets.push_back(i < offs.size() && offs[i].is_number_integer() ? offs[i].get<int64_t>() : -1);
     }
+    offsets_to_bytes(r);
   } else if (lp.is_object() && lp.contains("content") && lp["content"].is_array()) {
     int64_t offset = 0;
     for (const Json& t : lp["content"]) {

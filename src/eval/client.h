@@ -39,7 +39,8 @@ struct Reply {
   int64_t completion_tokens = -1;
   int32_t attempts = 1;
   // logprobs, when returned: per token (legacy completions arrays, or chat content), with the
-  // byte offset of each token in the returned text (legacy text_offset; chat: summed bytes).
+  // byte offset of each token in the returned text (legacy text_offset, which servers give in
+  // bytes or in code points: turned into bytes; chat: summed bytes).
   std::vector<std::string> tokens;
   std::vector<std::optional<double>> token_logprobs;  // null for an echoed first prompt token
   std::vector<int64_t> text_offsets;

@@ -114,6 +114,19 @@ RunOptions fast_options() {
 
 // Items are stored and compared by their names: two alike are refused before any request
 // (they overwrote each other's results; two multiple-choice items with one id crashed).
+// text_offset in bytes (sluice, llama.cpp) or in characters (OpenAI, vLLM): both read as bytes.
+TEST(EvalReply, TextOffsetsInBytesOrCharactersAreReadAsBytes) {
+  for (const Json& offsets : {Json::array({0, 3, 5, 8}), Json::array({0, 3, 4, 7})}) {
+    const Json body = {{"choices", Json::array({{{"text", "caf\u00e9 au lait"},
+                                                   {"logprobs", {{"tokens", {"caf", "\u00e9", " au", " lait"}},
+                                                                 {"token_logprobs", {nullptr, -1.0, -2.0, -3.0}},
+                                                                 {"text_offset", offsets}}}}})}};
+    auto r = parse_reply(body, "completion");
+    ASSERT_TRUE(r) << r.error().message();
+    EXPECT_EQ(r->text_offsets, (std::vector<int64_t>{0, 3, 5, 8})) << offsets.dump();
+  }
+}
+
 TEST(EvalRun, ItemsThatWouldShareANameAreRefused) {
   const Suite base = suite_for("http://127.0.0.1:9/v1", 2);
   auto refused = [](const Suite& s, const std::string& expected) {
