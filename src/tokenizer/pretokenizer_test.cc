@@ -38,6 +38,20 @@ TEST(PreTokenizer, SmollmSplitsDigitsFirstThenAppliesGpt2) {
   EXPECT_EQ(split("smollm", "ab12 cd"), (Fragments{"ab", "1", "2", " cd"}));
 }
 
+// Every name sluice lists is accepted, and an alias splits as the family it names does.
+TEST(PreTokenizer, EveryListedNameLoadsAndAliasesSplitAsTheirFamily) {
+  for (std::string_view name : supported_pretokenizer_names()) {
+    EXPECT_TRUE(PreTokenizer::create(name)) << name;
+  }
+  const std::string text = "I'LL pay 12345 for 'it'";
+  for (const char* alias : {"starcoder", "refact", "command-r", "codeshell", "exaone", "minerva", "minerva-7b"}) {
+    EXPECT_EQ(split(alias, text), split("smollm", text)) << alias;
+  }
+  for (const char* alias : {"llama3", "llama-v3"}) EXPECT_EQ(split(alias, text), split("llama-bpe", text)) << alias;
+  EXPECT_EQ(split("deepseek-r1-qwen", text), split("qwen2", text));
+  EXPECT_FALSE(PreTokenizer::create("minerva-8b"));
+}
+
 // The other families' rules, on text that tells them apart (digits, capitals, contractions,
 // punctuation, CJK, special-token shapes).
 TEST(PreTokenizer, DeepseekFamiliesSplitDigitsLettersAndCjkTheirOwnWay) {
