@@ -253,6 +253,19 @@ TEST_F(ServerTest, BytesSentDuringAGenerationLeaveItsAnswerWhole) {
     ASSERT_NE(first, std::string::npos) << r;
     EXPECT_NE(r.find("HTTP/1.1 200 OK", first + 1), std::string::npos) << r;
   }
+  {
+    // A stray CRLF after the body (some clients send one), then the next request.
+    Connection c(server_->port());
+    c.send(post("/v1/completions", body, /*keep_alive=*/true));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    c.send("\r\n");
+    c.send(post("/v1/completions", R"({"prompt": "a", "max_tokens": 2})", /*keep_alive=*/false));
+    const std::string r = c.read_all();
+    const size_t first = r.find("HTTP/1.1 200 OK");
+    ASSERT_NE(first, std::string::npos) << r;
+    EXPECT_NE(r.find("HTTP/1.1 200 OK", first + 1), std::string::npos) << r;
+    EXPECT_NE(r.find("\"completion_tokens\":200"), std::string::npos) << r;
+  }
   Connection old(server_->port());
   old.send(fmt::format("POST /v1/completions HTTP/1.0\r\nContent-Length: {}\r\n\r\n{}", body.size(), body));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
