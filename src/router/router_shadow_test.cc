@@ -213,9 +213,15 @@ TEST(RouterShadow, TheAdminApiSetsTheShadowAndRefusesAVersionNoReplicaHas) {
   ASSERT_TRUE(f.post("/v1/completions", R"({"prompt":"p","temperature":0})"));
   metrics_with(f, R"(sluice_router_shadow_pairs_total{arm="candidate",result="disagree"} 1)");
   EXPECT_EQ(two.received().size(), 1u);
-  auto report = admin(f, "GET", "/admin/shadow/report?worst=-1");
-  ASSERT_FALSE(report);
-  EXPECT_EQ(report.error().status, 400);
+  // Each query value is read whole or refused, never taken as 0.
+  for (const char* query : {"worst=-1", "since=abc&worst=5", "worst=5x", "worst=2.5", "bucket=0", "bucket=nan",
+                            "since=inf"}) {
+    auto report = admin(f, "GET", fmt::format("/admin/shadow/report?{}", query));
+    ASSERT_FALSE(report) << query;
+    EXPECT_EQ(report.error().status, 400) << query;
+  }
+  auto good = admin(f, "GET", "/admin/shadow/report?since=0&worst=3&bucket=60&version=v2");
+  ASSERT_TRUE(good) << good.error().message;
   auto unauthorized = admin(f, "GET", "/admin/shadow/report", "", "wrong");
   ASSERT_FALSE(unauthorized);
   EXPECT_EQ(unauthorized.error().status, 401);
