@@ -306,6 +306,73 @@ class EvalTest(unittest.TestCase):
             server.shutdown()
             server.server_close()
 
+    def test_ctrl_c_while_a_judge_grades_stores_the_run_as_interrupted(self):
+        # The answers come at once; the judge (a chat endpoint giving a JSON verdict) is slow, so
+        # the signal lands while grading: the run is stored as interrupted, and a re-run grades
+        # from the cache without asking the provider again.
+        import http.server
+        judged, lock = [], threading.Lock()
+
+        class Judge(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if body.get("max_tokens") != 1:  # not the endpoint probe
+                    with lock:
+                        judged.append(body["messages"][-1]["content"])
+                    time.sleep(0.3)
+                verdict = json.dumps({"pass": True, "score": 1, "reason": "fine"})
+                reply = json.dumps({"id": "j", "object": "chat.completion", "model": "judge", "system_fingerprint": "fp-j",
+                                    "choices": [{"index": 0, "message": {"role": "assistant", "content": verdict},
+                                                 "finish_reason": "stop"}]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                try:
+                    self.wfile.write(reply)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def log_message(self, *args):
+                pass
+
+        judge = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Judge)
+        threading.Thread(target=judge.serve_forever, daemon=True).start()
+        server, received, _ = scripted_endpoint()
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        suite = os.path.join(self.dir, "judged.yaml")
+        with open(suite, "w") as f:
+            f.write(f"providers: [openai:completion:m]\nprompts: ['{{{{ q }}}}']\n"
+                    f"judge: {{id: 'openai:chat:judge', config: {{apiBaseUrl: 'http://127.0.0.1:{judge.server_address[1]}/v1'}}}}\n"
+                    "tests:\n")
+            for i in range(10):
+                # Rubrics of their own: the judge's answers are cached by their prompt.
+                f.write(f"  - vars: {{q: question {i}}}\n    assert: [{{type: llm-rubric, value: kind {i}}}]\n")
+        cmd = [BIN, "eval", "--db", self.db, "run", suite, "--base-url", url, "--no-progress", "-j", "1"]
+        try:
+            run = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            deadline = time.time() + 60
+            while time.time() < deadline and len(judged) < 2:
+                time.sleep(0.01)
+            self.assertEqual(len(received), 10)  # every answer came before grading began
+            run.send_signal(signal.SIGINT)
+            out, err = run.communicate(timeout=60)
+            self.assertEqual(run.returncode, 130, out + err)
+            self.assertIn("is stored as interrupted", err)
+            with lock:
+                self.assertLess(len(judged), 10)
+            rc, out = self.eval("history", suite)
+            self.assertIn("interrupted", out)
+            rc, out = self.eval("run", suite, url=url)
+            self.assertEqual(rc, 0, out)
+            self.assertIn("pass rate 100.0%", out)
+            self.assertEqual(len(received), 10)  # the answers came from the cache
+        finally:
+            server.shutdown()
+            server.server_close()
+            judge.shutdown()
+            judge.server_close()
+
     def test_an_https_endpoint_is_reached_with_its_certificate_verified(self):
         import ssl
         cert, key = os.path.join(self.dir, "cert.pem"), os.path.join(self.dir, "key.pem")
