@@ -5,9 +5,12 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
+
+#include "common/utf8.h"
 
 namespace sluice::eval {
 
@@ -17,7 +20,17 @@ Result<std::string> read_file(const std::string& path) {
   std::ostringstream ss;
   ss << in.rdbuf();
   if (in.bad()) return Error(StatusCode::kInvalid, "cannot read '{}'", path);
-  return ss.str();
+  std::string text = ss.str();
+  if (text.starts_with("\xEF\xBB\xBF")) text.erase(0, 3);  // a byte order mark (Excel writes one)
+  if (const size_t valid = utf8_valid_prefix_length(text); valid < text.size()) {
+    const std::string_view before = std::string_view(text).substr(0, valid);
+    const size_t line = 1 + static_cast<size_t>(std::count(before.begin(), before.end(), '\n'));
+    const size_t newline = before.rfind('\n');
+    const size_t column = valid - (newline == std::string_view::npos ? 0 : newline + 1) + 1;
+    return Error(StatusCode::kInvalid, "'{}' line {}, byte {} of the line: not valid UTF-8 (0x{:02x})", path, line,
+                 column, static_cast<unsigned char>(text[valid]));
+  }
+  return text;
 }
 
 Result<std::vector<Json>> parse_jsonl(std::string_view text, const std::string& name) {
@@ -90,6 +103,12 @@ Result<std::vector<Json>> parse_csv(std::string_view text, const std::string& na
   if (!field.empty() || !record.empty()) end_record();
   if (records.empty()) return Error(StatusCode::kInvalid, "{}: no header row", name);
   const std::vector<std::string>& header = records[0];
+  std::set<std::string_view> seen;
+  for (const std::string& column : header) {
+    if (!seen.insert(column).second) {
+      return Error(StatusCode::kInvalid, "{}: column '{}' appears twice in the header", name, column);
+    }
+  }
   std::vector<Json> rows;
   for (size_t r = 1; r < records.size(); ++r) {
     if (records[r].size() != header.size()) {

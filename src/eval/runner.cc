@@ -83,7 +83,14 @@ Result<Plan> plan_run(const Suite& suite_in, const RunOptions& options) {
   };
   redirect_judge(suite.judge);
   for (TestCase& t : suite.tests) {
-    for (Assertion& a : t.asserts) redirect_judge(a.judge);
+    for (Assertion& a : t.asserts) {
+      redirect_judge(a.judge);
+      // Found before any request, not after every answer is in.
+      if (a.type == "llm-rubric" && !a.judge && !suite.judge) {
+        return Error(StatusCode::kInvalid, "{}: llm-rubric needs a judge: a 'judge' provider in the suite, "
+                     "defaultTest.options.provider, or 'provider' on the assertion", t.description);
+      }
+    }
   }
   if (suite.providers.empty()) return Error(StatusCode::kInvalid, "the suite has no provider that can run");
   // Items are known by these names (results are stored and compared by them): two alike would

@@ -275,6 +275,22 @@ TEST(EvalRun, BaseUrlMovesAJudgeOnlyWhenTheSuiteNamedNoEndpoint) {
   EXPECT_TRUE(suite->judge->base_url_default);
 }
 
+// llm-rubric with no judge anywhere is the suite's error, found before any request.
+TEST(EvalRun, ARubricWithoutAJudgeIsRefusedBeforeAnyRequest) {
+  ScriptedServer server;
+  Json doc = {{"providers", Json::array({{{"id", "openai:completion:m"}, {"config", {{"apiBaseUrl", server.url()}}}}})},
+              {"prompts", Json::array({"{{q}}"})},
+              {"tests", Json::array({{{"description", "polite"}, {"vars", {{"q", "hi"}}},
+                                      {"assert", Json::array({{{"type", "llm-rubric"}, {"value", "kind"}}})}}})}};
+  auto suite = parse_suite(doc, "");
+  ASSERT_TRUE(suite) << suite.error().message();
+  auto plan = plan_run(*suite, fast_options());
+  ASSERT_FALSE(plan);
+  EXPECT_EQ(plan.error().code(), StatusCode::kInvalid);
+  EXPECT_NE(plan.error().message().find("polite: llm-rubric needs a judge"), std::string::npos) << plan.error().message();
+  EXPECT_EQ(server.requests(), 0);
+}
+
 TEST(EvalRun, RepeatsGetTheirOwnSeedsAndChatPromptsRender) {
   ScriptedServer server;
   TempDb db;

@@ -58,6 +58,16 @@ TEST(Yaml, NumbersOutOfRangeBecomeTheNearestValue) {
   EXPECT_EQ((*j)["h"], 15);
 }
 
+// Merge keys merge (the mapping's own keys first); a key twice in one mapping is an error.
+TEST(Yaml, MergeKeysMergeAndDuplicateKeysAreRefused) {
+  auto j = parse_yaml("base: &b {x: 1, y: 2}\nmore: &m {z: 3}\nt: {<<: [*b, *m], y: 9}\n");
+  ASSERT_TRUE(j) << j.error().message();
+  EXPECT_EQ((*j)["t"], Json({{"y", 9}, {"x", 1}, {"z", 3}}));
+  auto dup = parse_yaml("vars:\n  out: a\n  out: b\n");
+  ASSERT_FALSE(dup);
+  EXPECT_EQ(dup.error().message(), "line 3: key 'out' appears twice in one mapping");
+}
+
 TEST(Yaml, ErrorsNameTheLine) {
   auto j = parse_yaml("a: 1\nb: [unclosed\n");
   ASSERT_FALSE(j);
@@ -237,6 +247,36 @@ TEST(Suite, PromptfooCsvColumnsBecomeAssertionsAndTestFields) {
   EXPECT_NE(t1.not_run[0].find("'similar' is not implemented"), std::string::npos) << t1.not_run[0];
 }
 
+// Text files: a byte order mark is dropped; bytes that are not UTF-8 are named by line; a
+// CSV column twice in the header is refused.
+TEST(Suite, FilesAreUtf8WithoutABomAndCsvColumnsAreUnique) {
+  TempDir d;
+  d.write("bom.csv", "\xEF\xBB\xBFq,__expected\nhi,ok\n");
+  auto rows = read_rows((d.path / "bom.csv").string());
+  ASSERT_TRUE(rows) << rows.error().message();
+  EXPECT_EQ((*rows)[0], Json({{"q", "hi"}, {"__expected", "ok"}}));
+  const std::string bad = d.write("bad.csv", "q\nfine\nab\xFF\n");
+  auto r = read_rows(bad);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message(), fmt::format("'{}' line 3, byte 3 of the line: not valid UTF-8 (0xff)", bad));
+  auto twice = parse_csv("q,a,q\n1,2,3\n", "t.csv");
+  ASSERT_FALSE(twice);
+  EXPECT_EQ(twice.error().message(), "t.csv: column 'q' appears twice in the header");
+}
+
+// What cannot run is listed and fails its test; the suite still loads: an assertion field or a
+// type sluice lacks (promptfoo's assert-set among them).
+TEST(Suite, AssertionFieldsAndTypesItLacksAreListed) {
+  auto doc = parse_yaml("prompts: [x]\ntests:\n  - assert: [{type: equals, value: 1, transform: x},\n"
+                        "              {type: assert-set, assert: [{type: contains, value: a}]}]\n");
+  ASSERT_TRUE(doc);
+  auto s = parse_suite(*doc, "");
+  ASSERT_TRUE(s) << s.error().message();
+  ASSERT_EQ(s->tests[0].not_run.size(), 2u);
+  EXPECT_NE(s->tests[0].not_run[0].find("assertion field 'transform' is not supported"), std::string::npos);
+  EXPECT_NE(s->tests[0].not_run[1].find("assertion type 'assert-set' is not implemented"), std::string::npos);
+}
+
 TEST(Suite, BrokenSuitesAreClearErrors) {
   auto check = [](const std::string& yaml, const std::string& expected) {
     auto doc = parse_yaml(yaml);
@@ -249,7 +289,11 @@ TEST(Suite, BrokenSuitesAreClearErrors) {
   check("providers: [openai:chat:m]\ntests: [{vars: {a: 1}}]\n", "no prompts");
   check("prompts: [x]\ntests: [{assert: [{value: 1}]}]\n", "needs a 'type'");
   check("prompts: [x]\ntests: [{assert: [{type: equals, value: 1, weight: -1}]}]\n", "'weight' must be a number >= 0");
-  check("prompts: [x]\ntests: [{assert: [{type: equals, value: 1, transform: x}]}]\n", "'transform' is not supported");
+  check("prompts: [x]\ntests: [{assert: [{type: equals, value: 1, weight: 1e400}]}]\n",
+        "'tests[0].assert[0].weight' is infinite or NaN");
+  check("prompts: [x]\ntests: [{threshold: .nan, assert: [{type: equals, value: 1}]}]\n", "'tests[0].threshold' is infinite");
+  check("providers: [{id: 'openai:chat:m', config: {max_tokens: .inf}}]\nprompts: [x]\ntests: [{vars: {a: 1}}]\n",
+        "'providers[0].config.max_tokens' is infinite");
   check("prompts: [x]\ntests: [{assert: [{type: equals, value: 1, metricOnly: 1}]}]\n", "'metricOnly' must be true or false");
   check("likelihood: [{name: x, type: multiple-choice, items: [{context: a, choices: [b, c], gold: 2}]}]\n",
         "'gold' must be the index");

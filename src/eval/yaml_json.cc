@@ -110,12 +110,33 @@ Result<Json> convert(const YAML::Node& node, int depth) {
     }
     case YAML::NodeType::Map: {
       Json o = Json::object();
+      Json merged = Json::object();  // from merge keys: explicit keys win, then earlier merges
       for (const auto& kv : node) {
         if (!kv.first.IsScalar()) {
           return Error(StatusCode::kInvalid, "line {}: a mapping key must be a scalar", kv.first.Mark().line + 1);
         }
+        const std::string& key = kv.first.Scalar();
         SLUICE_ASSIGN_OR_RETURN(Json v, convert(kv.second, depth + 1));
-        o[kv.first.Scalar()] = std::move(v);
+        if (key == "<<" && kv.first.Tag() != "!") {  // a merge key (<<: *defaults), as YAML 1.1 has it
+          const Json maps = v.is_array() ? v : Json::array({v});
+          for (const Json& m : maps) {
+            if (!m.is_object()) {
+              return Error(StatusCode::kInvalid, "line {}: a merge key (<<) takes a mapping or a list of them",
+                           kv.first.Mark().line + 1);
+            }
+            for (auto it = m.begin(); it != m.end(); ++it) {
+              if (!merged.contains(it.key())) merged[it.key()] = it.value();
+            }
+          }
+          continue;
+        }
+        if (o.contains(key)) {
+          return Error(StatusCode::kInvalid, "line {}: key '{}' appears twice in one mapping", kv.first.Mark().line + 1, key);
+        }
+        o[key] = std::move(v);
+      }
+      for (auto it = merged.begin(); it != merged.end(); ++it) {
+        if (!o.contains(it.key())) o[it.key()] = it.value();
       }
       return o;
     }

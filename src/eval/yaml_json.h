@@ -4,8 +4,9 @@
 // Scalars follow the YAML 1.2 core schema: a plain (unquoted) scalar is null (`~`, `null`, empty),
 // a boolean (`true`, `false`, any case), an integer (decimal, 0x, 0o), a float (`1.5`, `1e3`,
 // `.inf`, `.nan`) or else a string; a quoted or block scalar is always a string. Anchors and
-// aliases are expanded (yaml-cpp does that); mapping keys are strings. Errors name the line and
-// column (from 1).
+// aliases are expanded (yaml-cpp does that), and merge keys (`<<: *defaults`) merged, the
+// mapping's own keys first; mapping keys are strings, each at most once in a mapping. Errors name
+// the line and column (from 1).
 #pragma once
 
 #include <string>
