@@ -9,6 +9,7 @@
 
 #include "eval/dataset.h"
 #include "eval/json_schema.h"
+#include "eval/promptfoo.h"
 #include "eval/render.h"
 #include "eval/yaml_json.h"
 
@@ -46,6 +47,9 @@ Status invalid(std::string message) { return Status::error(std::move(message), S
   if (!tmp) return tmp.error();              \
   lhs = std::move(*tmp)
 
+// The most tests one test's list vars may expand into.
+constexpr size_t kMaxCombinations = 10000;
+
 struct Reader {
   std::string dir;
   Suite suite;
@@ -71,7 +75,8 @@ struct Reader {
     return Error(StatusCode::kInvalid, "'{}': expected .jsonl, .csv, .yaml or .json", path);
   }
 
-  Result<Prompt> prompt(const Json& spec, size_t index) {
+  // One prompt, or several when it names a text file that holds several ("---" lines between).
+  Result<std::vector<Prompt>> prompts(const Json& spec, size_t index) {
     Prompt p;
     p.label = fmt::format("prompt {}", index + 1);
     std::string raw;
@@ -90,30 +95,41 @@ struct Reader {
           }
         }
         p.messages = spec["messages"];
-        return p;
+        return std::vector<Prompt>{std::move(p)};
       }
       const Json* r = spec.contains("raw") ? &spec["raw"] : spec.contains("content") ? &spec["content"] : nullptr;
+      // {id: file://PATH, label: L}: promptfoo's prompt object naming a file.
+      if (!r && spec.contains("id") && spec["id"].is_string() && spec["id"].get<std::string>().starts_with("file://")) {
+        r = &spec["id"];
+      }
       if (!r || !r->is_string()) return Error(StatusCode::kInvalid, "prompt '{}': needs 'raw' text or 'messages'", p.label);
       raw = r->get<std::string>();
     } else {
       return Error(StatusCode::kInvalid, "prompt {} must be a string or an object", index + 1);
     }
+    std::vector<std::string> texts = {raw};
     if (raw.starts_with("file://")) {
       const std::string path = raw.substr(7);
-      if (!spec.is_object()) p.label = path;
+      if (!spec.is_object() || !spec.contains("label")) p.label = path;
       SLUICE_ASSIGN_OR_RETURN(raw, file_text(path));
+      texts = path.ends_with(".json") ? std::vector<std::string>{raw} : split_prompts(raw);
     }
-    // A prompt that is a JSON list of messages is a chat prompt (promptfoo's convention).
-    const auto first = raw.find_first_not_of(" \t\r\n");
-    if (first != std::string::npos && raw[first] == '[') {
-      Json m = Json::parse(raw, nullptr, false);
+    std::vector<Prompt> out;
+    for (size_t k = 0; k < texts.size(); ++k) {
+      Prompt one = p;
+      if (texts.size() > 1) one.label = fmt::format("{} [{}]", p.label, k + 1);
+      // A prompt that is a JSON list of messages is a chat prompt (promptfoo's convention).
+      const std::string& text = texts[k];
+      const auto first = text.find_first_not_of(" \t\r\n");
+      Json m = first != std::string::npos && text[first] == '[' ? Json::parse(text, nullptr, false) : Json();
       if (!m.is_discarded() && m.is_array() && !m.empty() && m[0].is_object() && m[0].contains("role")) {
-        p.messages = std::move(m);
-        return p;
+        one.messages = std::move(m);
+      } else {
+        one.text = text;
       }
+      out.push_back(std::move(one));
     }
-    p.text = std::move(raw);
-    return p;
+    return out;
   }
 
   Result<Assertion> assertion(const Json& spec, const std::string& where) {
@@ -206,6 +222,25 @@ struct Reader {
     return Status::ok();
   }
 
+  // `v` as a var: "file://PATH" is replaced by the file (parsed when .json, .yaml or .yml).
+  Status var_file(Json& v, const std::string& where) {
+    if (!v.is_string() || !v.get<std::string>().starts_with("file://")) return Status::ok();
+    const std::string path = v.get<std::string>().substr(7);
+    for (std::string_view script : {".js", ".mjs", ".cjs", ".ts", ".py"}) {
+      if (path.ends_with(script)) return invalid(fmt::format("{} is a script ({}), which sluice does not run", where, path));
+    }
+    if (path.find_first_of("*?[") != std::string::npos) return invalid(fmt::format("{}: globs are not supported ({})", where, path));
+    ASSIGN_OR_FAIL(std::string text, file_text(path));
+    if (path.ends_with(".json") || path.ends_with(".yaml") || path.ends_with(".yml")) {
+      auto parsed = parse_yaml(text);
+      if (!parsed) return invalid(fmt::format("{}: {}: {}", where, path, parsed.error().message()));
+      v = std::move(*parsed);
+    } else {
+      v = std::move(text);
+    }
+    return Status::ok();
+  }
+
   // A test's threshold (or defaultTest's): a score in [0, 1].
   Status threshold(const Json& spec, const std::string& where, TestCase& t) {
     if (!spec.contains("threshold") || spec["threshold"].is_null()) return Status::ok();
@@ -257,9 +292,27 @@ struct Reader {
         suite.not_run.push_back(fmt::format("{}: test field '{}' is not supported (the test fails)", where, it.key()));
       }
     }
+    // A var "file://PATH" holds the file: parsed when it is .json/.yaml, as text otherwise.
+    for (auto it = t.vars.begin(); it != t.vars.end(); ++it) {
+      const std::string what = fmt::format("{}: var '{}'", where, it.key());
+      if (it.value().is_array()) {
+        for (Json& e : it.value()) RETURN_IF_FAILED(var_file(e, what));
+      } else {
+        RETURN_IF_FAILED(var_file(it.value(), what));
+      }
+    }
     t.not_run.insert(t.not_run.end(), suite.not_run.begin() + static_cast<std::ptrdiff_t>(not_run_before),
                      suite.not_run.end());
-    suite.tests.push_back(std::move(t));
+    // A var that is a list runs the test once per value (every combination), as promptfoo does.
+    std::optional<std::vector<Json>> combinations = expand_list_vars(t.vars, kMaxCombinations);
+    if (!combinations) {
+      return invalid(fmt::format("{}: its list vars make more than {} combinations", where, kMaxCombinations));
+    }
+    for (Json& vars : *combinations) {
+      TestCase one = t;
+      one.vars = std::move(vars);
+      suite.tests.push_back(std::move(one));
+    }
     return Status::ok();
   }
 
@@ -368,6 +421,13 @@ Result<Provider> parse_provider(const Json& spec) {
     id = spec["id"];
     if (spec.contains("label") && spec["label"].is_string()) p.label = spec["label"];
     if (spec.contains("config") && spec["config"].is_object()) config = &spec["config"];
+    for (auto it = spec.begin(); it != spec.end(); ++it) {
+      // delay spaces requests out: no answer changes. transform, prompts and the rest would.
+      static constexpr std::string_view kKeys[] = {"id", "label", "config", "delay"};
+      if (std::find(std::begin(kKeys), std::end(kKeys), it.key()) == std::end(kKeys)) {
+        return Error(StatusCode::kInvalid, "provider '{}': '{}' is not supported", id, it.key());
+      }
+    }
   } else {
     return Error(StatusCode::kInvalid, "a provider must be a string id or an object with an 'id'");
   }
@@ -460,8 +520,8 @@ Result<Suite> parse_suite(const Json& doc, const std::string& dir) {
   }
   const Json prompts = doc.value("prompts", Json::array());
   for (const Json& spec : prompts.is_array() ? prompts : Json::array({prompts})) {
-    SLUICE_ASSIGN_OR_RETURN(Prompt p, r.prompt(spec, r.suite.prompts.size()));
-    r.suite.prompts.push_back(std::move(p));
+    SLUICE_ASSIGN_OR_RETURN(std::vector<Prompt> some, r.prompts(spec, r.suite.prompts.size()));
+    for (Prompt& p : some) r.suite.prompts.push_back(std::move(p));
   }
   TestCase defaults;
   if (doc.contains("defaultTest")) {
@@ -477,6 +537,25 @@ Result<Suite> parse_suite(const Json& doc, const std::string& dir) {
       SLUICE_ASSIGN_OR_RETURN(Provider judge, parse_provider(d["options"]["provider"]));
       r.suite.judge = std::move(judge);
     }
+    // What else defaultTest holds would change every test (options.transform, prefix, suffix,
+    // postprocess): listed, and every test fails.
+    const size_t listed = defaults.not_run.size();
+    for (auto it = d.begin(); it != d.end(); ++it) {
+      static constexpr std::string_view kKeys[] = {"vars", "assert", "threshold", "passFraction", "options", "metadata",
+                                                   "description"};
+      if (std::find(std::begin(kKeys), std::end(kKeys), it.key()) == std::end(kKeys)) {
+        defaults.not_run.push_back(fmt::format("defaultTest field '{}' is not supported (every test fails)", it.key()));
+      }
+    }
+    if (d.contains("options") && d["options"].is_object()) {
+      for (auto it = d["options"].begin(); it != d["options"].end(); ++it) {
+        if (it.key() != "provider") {
+          defaults.not_run.push_back(fmt::format("defaultTest option '{}' is not supported (every test fails)", it.key()));
+        }
+      }
+    }
+    r.suite.not_run.insert(r.suite.not_run.end(), defaults.not_run.begin() + static_cast<std::ptrdiff_t>(listed),
+                           defaults.not_run.end());
   }
   if (doc.contains("tests")) {
     std::vector<Json> tests;

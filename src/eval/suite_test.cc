@@ -277,6 +277,55 @@ TEST(Suite, AssertionFieldsAndTypesItLacksAreListed) {
   EXPECT_NE(s->tests[0].not_run[1].find("assertion type 'assert-set' is not implemented"), std::string::npos);
 }
 
+// promptfoo's forms: list vars run every combination, file:// vars hold their file, a text file
+// of prompts separated by "---" lines is several prompts, {id: file://, label} names one; what
+// would change the answers unseen (a provider's transform, defaultTest options) is listed.
+TEST(Suite, PromptfooListVarsVarFilesAndPromptFiles) {
+  TempDir d;
+  d.write("prompts.txt", "Say {{word}} in {{lang}}.\n---\nTranslate {{word}} to {{lang}}:\n");
+  d.write("one.txt", "Just {{word}}");
+  d.write("article.txt", "A long article.\n");
+  d.write("person.json", R"({"name": "Bo"})");
+  const std::string path = d.write("suite.yaml", R"(
+providers:
+  - openai:chat:m
+  - {id: 'openai:chat:t', transform: 'output.toUpperCase()'}
+prompts:
+  - file://prompts.txt
+  - {id: file://one.txt, label: plain}
+defaultTest:
+  options: {transform: 'output.trim()'}
+tests:
+  - vars: {word: [hello, goodbye], lang: [French, German, Italian], text: file://article.txt, who: file://person.json}
+)");
+  auto s = load_suite(path);
+  ASSERT_TRUE(s) << s.error().message();
+  ASSERT_EQ(s->prompts.size(), 3u);
+  EXPECT_EQ(s->prompts[0].label, "prompts.txt [1]");
+  EXPECT_EQ(s->prompts[0].text, "Say {{word}} in {{lang}}.");
+  EXPECT_EQ(s->prompts[1].text, "Translate {{word}} to {{lang}}:");
+  EXPECT_EQ(s->prompts[2].label, "plain");
+  EXPECT_EQ(s->prompts[2].text, "Just {{word}}");
+  ASSERT_EQ(s->tests.size(), 6u);
+  EXPECT_EQ(s->tests[0].vars["word"], "hello");
+  EXPECT_EQ(s->tests[0].vars["lang"], "French");
+  EXPECT_EQ(s->tests[5].vars["word"], "goodbye");
+  EXPECT_EQ(s->tests[5].vars["lang"], "Italian");
+  EXPECT_EQ(s->tests[3].vars["text"], "A long article.\n");
+  EXPECT_EQ(s->tests[3].vars["who"], Json({{"name", "Bo"}}));
+  ASSERT_EQ(s->providers.size(), 1u);  // the transformed one cannot run
+  std::string listed;
+  for (const std::string& n : s->not_run) listed += n + "\n";
+  EXPECT_NE(listed.find("provider 'openai:chat:t': 'transform' is not supported"), std::string::npos) << listed;
+  EXPECT_NE(listed.find("defaultTest option 'transform' is not supported"), std::string::npos) << listed;
+  EXPECT_FALSE(s->tests[0].not_run.empty());  // and so every test fails, saying why
+  auto many = parse_yaml("prompts: [x]\ntests: [{vars: {a: [1,2,3,4,5,6,7,8,9,10], b: [1,2,3,4,5,6,7,8,9,10], "
+                         "c: [1,2,3,4,5,6,7,8,9,10], d: [1,2,3,4,5,6,7,8,9,10,11]}}]\n");
+  auto refused = parse_suite(*many, "");
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("more than 10000 combinations"), std::string::npos);
+}
+
 TEST(Suite, BrokenSuitesAreClearErrors) {
   auto check = [](const std::string& yaml, const std::string& expected) {
     auto doc = parse_yaml(yaml);
