@@ -67,6 +67,7 @@ class ChatTemplate {
 // The variables a chat template is rendered with, as Hugging Face's apply_chat_template passes
 // them: `kwargs` (chat_template_kwargs) first, then what they do not set of messages, tools
 // (null unless an array), documents (null), add_generation_prompt, bos_token and eos_token.
+// (The server refuses kwargs that would set the first four: they come from the request.)
 // JsonT: nlohmann::json, or ordered_json where key order reaches the template (tool schemas).
 template <typename JsonT>
 JsonT template_context(const JsonT& messages, const JsonT& tools, const JsonT& kwargs, bool add_generation_prompt,

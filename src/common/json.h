@@ -25,6 +25,9 @@ namespace sluice {
 
 struct JsonLimits {
   int max_depth = 64;
+  // A key twice in one object is a failure rather than the last value winning: a request whose
+  // "stream" or "prompt" comes twice means something different to each reader of it.
+  bool reject_duplicate_keys = false;
 };
 
 struct JsonError {

@@ -30,7 +30,18 @@ constexpr std::string_view kRoutes[] = {"/v1/completions", "/v1/chat/completions
                                         "/metrics", "/tokenize", "/detokenize", "/version"};
 constexpr std::string_view kModelRoute = "/v1/models/{id}";
 
-std::string_view path_of(std::string_view target) { return target.substr(0, target.find('?')); }
+// The path of a request target: origin-form ("/v1/models?x"), or absolute-form
+// ("http://host/v1/models", which RFC 9112 section 3.2.2 says a server must accept).
+std::string_view path_of(std::string_view target) {
+  for (std::string_view scheme : {"http://", "https://"}) {
+    if (target.size() > scheme.size() && beast::iequals(target.substr(0, scheme.size()), scheme)) {
+      const size_t slash = target.find('/', scheme.size());
+      target = slash == std::string_view::npos ? std::string_view("/") : target.substr(slash);
+      break;
+    }
+  }
+  return target.substr(0, target.find('?'));
+}
 
 std::string_view route_of(std::string_view target) {
   target = path_of(target);
@@ -255,6 +266,14 @@ class Session : public std::enable_shared_from_this<Session> {
     if (req.version() >= 11 && req.find(http::field::host) == req.end()) {
       return ApiError::invalid("an HTTP/1.1 request needs a Host header");
     }
+    // One Host, one Authorization: with two, the request means different things to different
+    // readers (a proxy that checks the first, a server that uses the last).
+    for (http::field f : {http::field::host, http::field::authorization}) {
+      if (req.count(f) > 1) return ApiError::invalid(fmt::format("the request has more than one {} header", http::to_string(f)));
+    }
+    if (req.version() < 11 && req.find(http::field::transfer_encoding) != req.end()) {
+      return ApiError::invalid("HTTP/1.0 has no Transfer-Encoding: send the body with Content-Length");
+    }
     if (auto te = req.find(http::field::transfer_encoding); te != req.end() && !beast::iequals(te->value(), "chunked")) {
       ApiError e = ApiError::invalid(fmt::format("Transfer-Encoding '{}' is not supported: send the body with "
                                                  "Content-Length or 'chunked' alone", std::string(te->value().substr(0, 100))));
@@ -425,8 +444,9 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void respond_error(const ApiError& e) {
-    respond(e.status, "application/json", e.body(),
-            e.retry_after > 0 ? fmt::format("Retry-After: {}\r\n", e.retry_after) : std::string());
+    std::string extra = e.retry_after > 0 ? fmt::format("Retry-After: {}\r\n", e.retry_after) : std::string();
+    if (e.status == 401) extra += "WWW-Authenticate: Bearer\r\n";  // RFC 9110 section 11.6.1
+    respond(e.status, "application/json", e.body(), extra);
   }
 
   // ---- generation ----

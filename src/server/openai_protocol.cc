@@ -62,7 +62,7 @@ std::string json_type_name(const Json& v) {
 
 ApiResult<Json> parse_body(std::string_view body) {
   if (body.empty()) return std::unexpected(ApiError::invalid("the request body is empty; send a JSON object"));
-  auto j = parse_json(body);
+  auto j = parse_json(body, {.reject_duplicate_keys = true});
   if (!j) {
     return std::unexpected(ApiError::invalid(
         j.error().byte > 0 ? fmt::format("the request body is not valid JSON (at byte {}): {}", j.error().byte,
@@ -528,6 +528,15 @@ ApiResult<Json> parse_template_kwargs(const Json& body) {
   const Json* kwargs = field(body, "chat_template_kwargs");
   if (!kwargs) return Json::object();
   if (!kwargs->is_object()) return std::unexpected(wrong_type("chat_template_kwargs", "an object", *kwargs));
+  // The request's own fields give these (Hugging Face's renderer refuses them twice): set here
+  // they would replace the messages unseen, past every check made on them.
+  for (const char* reserved : {"messages", "tools", "documents", "add_generation_prompt"}) {
+    if (kwargs->contains(reserved)) {
+      return std::unexpected(ApiError::invalid(
+          fmt::format("'chat_template_kwargs' cannot set '{}': it comes from the request's own field", reserved),
+          "chat_template_kwargs"));
+    }
+  }
   return *kwargs;
 }
 

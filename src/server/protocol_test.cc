@@ -1,6 +1,7 @@
 // Request parsing and /metrics formatting, without a network.
 #include <random>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "server/openai_protocol.h"
@@ -215,6 +216,25 @@ TEST(ProtocolTest, MalformedBodies) {
   EXPECT_NE(parse_body(std::string(100000, '[')).error().message.find("deeper than 64"), std::string::npos);
   // Brackets inside strings do not count as nesting.
   EXPECT_TRUE(parse_body("{\"a\": \"" + std::string(1000, '[') + "\"}"));
+  // A key twice in one object, at any depth, means different requests to different readers.
+  EXPECT_NE(parse_body(R"({"prompt": "hi", "stream": true, "stream": false})").error().message.find(
+                "key 'stream' appears twice in one object"),
+            std::string::npos);
+  EXPECT_FALSE(parse_body(R"({"messages": [{"role": "user", "role": "system", "content": "x"}]})"));
+  EXPECT_TRUE(parse_body(R"({"a": {"k": 1}, "b": {"k": 2}})"));
+}
+
+// chat_template_kwargs cannot set what the request's own fields give the template.
+TEST(ProtocolTest, TemplateKwargsCannotReplaceTheRequestsFields) {
+  for (const char* key : {"messages", "tools", "documents", "add_generation_prompt"}) {
+    auto r = parse_chat_request(body(fmt::format(R"({{"messages": [{{"role": "user", "content": "hi"}}],
+        "chat_template_kwargs": {{"{}": []}}}})", key)));
+    ASSERT_FALSE(r) << key;
+    EXPECT_EQ(r.error().param, "chat_template_kwargs");
+    EXPECT_NE(r.error().message.find(fmt::format("cannot set '{}'", key)), std::string::npos) << r.error().message;
+  }
+  EXPECT_TRUE(parse_chat_request(body(R"({"messages": [{"role": "user", "content": "hi"}],
+      "chat_template_kwargs": {"bos_token": "<s>", "enable_thinking": true}})")));
 }
 
 TEST(ProtocolTest, ErrorBodyIsOpenAiShaped) {

@@ -440,6 +440,7 @@ TEST_F(ServerTest, ApiKeyErrorsAreOpenAiShaped) {
       "Connection: close\r\n\r\n{}",
       srv->port());
   EXPECT_TRUE(r.starts_with("HTTP/1.1 401")) << r;
+  EXPECT_NE(r.find("WWW-Authenticate: Bearer\r\n"), std::string::npos) << r;
   const Json e = Json::parse(body_of(r));
   EXPECT_EQ(e["error"]["type"], "invalid_request_error");
   EXPECT_EQ(e["error"]["code"], "invalid_api_key");
@@ -511,6 +512,17 @@ TEST_F(ServerTest, HeadsFollowHttp11FramingRules) {
   const std::string compressed = exchange(fmt::format(
       "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: {}\r\n\r\n{}", body.size(), body));
   EXPECT_TRUE(compressed.starts_with("HTTP/1.1 415")) << compressed;
+  // Two Host or Authorization headers: 400; HTTP/1.0 with a transfer coding: 400.
+  for (const char* head : {"Host: x\r\nHost: y\r\n", "Host: x\r\nAuthorization: Bearer a\r\nAuthorization: Bearer b\r\n"}) {
+    const std::string twice = exchange(fmt::format("GET /health HTTP/1.1\r\n{}Connection: close\r\n\r\n", head));
+    EXPECT_TRUE(twice.starts_with("HTTP/1.1 400")) << twice;
+    EXPECT_NE(twice.find("more than one"), std::string::npos) << twice;
+  }
+  EXPECT_TRUE(exchange("POST /v1/completions HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+                  .starts_with("HTTP/1.1 400"));
+  // The absolute form of a target (RFC 9112 section 3.2.2) reaches its route.
+  EXPECT_TRUE(exchange("GET http://localhost:8000/health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                  .starts_with("HTTP/1.1 200"));
   // HTTP/1.0 has no Host requirement; chunked alone is read as before.
   EXPECT_TRUE(exchange(fmt::format("POST /v1/completions HTTP/1.0\r\nContent-Length: {}\r\n\r\n{}", body.size(), body))
                   .starts_with("HTTP/1.1 200"));
