@@ -230,15 +230,18 @@ Status Engine::validate(const Request& r) const {
                                  i, c.vocab_size - 1));
     }
   }
-  if (num_prompt >= c.context_length) {
-    return invalid(fmt::format("the prompt has {} tokens; it must be shorter than the model's context of {} tokens",
-                               num_prompt, c.context_length));
+  // A prompt only scored (max_tokens 0) may fill the context; one that generates needs a place
+  // for its first new token.
+  const int64_t spare = r.max_tokens == 0 ? 0 : 1;
+  if (num_prompt + spare > c.context_length) {
+    return invalid(fmt::format("the prompt has {} tokens; it must be {} the model's context of {} tokens", num_prompt,
+                               spare ? "shorter than" : "at most", c.context_length));
   }
-  if (num_prompt >= kv_capacity_tokens()) {
+  if (num_prompt + spare > kv_capacity_tokens()) {
     return invalid(fmt::format("the prompt has {} tokens; the KV cache holds only {} tokens (raise --kv-cache-memory)",
                                num_prompt, kv_capacity_tokens()));
   }
-  if (const int64_t room = kv_capacity_tokens(r.prompt_tokens); num_prompt >= room) {
+  if (const int64_t room = kv_capacity_tokens(r.prompt_tokens); num_prompt + spare > room) {
     return invalid(fmt::format("the prompt has {} tokens; the KV cache holds only {} tokens beside the pinned "
                                "prefixes' {} blocks (raise --kv-cache-memory, or pin less)",
                                num_prompt, room, cache_.pinned_reserve()));

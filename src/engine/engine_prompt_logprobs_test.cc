@@ -61,6 +61,32 @@ TEST(EnginePromptLogprobs, ScoresEqualWhatGenerationReportedForTheSameTokens) {
   }
 }
 
+// Scoring alone may fill the context (and the KV cache) to the last token; generating needs a
+// place for its first new token.
+TEST(EnginePromptLogprobs, APromptThatFillsTheContextIsScored) {
+  EngineConfig config{.max_batch_tokens = 64, .block_size = 4};
+  Fixture probe(config);
+  const int32_t context = probe.m.model->config().context_length;
+  config.kv_cache_bytes = (context / 4) * probe.block_bytes(config);  // the context's tokens exactly
+  Fixture f(config);
+  std::vector<int32_t> prompt;
+  for (int32_t t = 0; t < context; ++t) prompt.push_back(1 + (t * 7) % 250);
+  const StreamOutput s = f.run(scoring(prompt, 1));
+  EXPECT_EQ(s.finish_reason, FinishReason::kLength);
+  ASSERT_EQ(s.prompt_logprobs.size(), static_cast<size_t>(context - 1));
+  for (int32_t i = 1; i < context; ++i) EXPECT_EQ(s.prompt_logprobs[i - 1].token_id, prompt[i]) << i;
+  Request generate = scoring(prompt, 1);
+  generate.max_tokens = 1;
+  auto refused = f.engine->submit(generate);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("must be shorter than the model's context"), std::string::npos)
+      << refused.error().message();
+  prompt.push_back(1);
+  auto over = f.engine->submit(scoring(prompt, 1));
+  ASSERT_FALSE(over);
+  EXPECT_NE(over.error().message().find("must be at most the model's context"), std::string::npos) << over.error().message();
+}
+
 TEST(EnginePromptLogprobs, ChunkingTheCacheAndCoalescingChangeNothing) {
   Fixture whole(EngineConfig{.max_batch_tokens = 512});
   Fixture chunked(EngineConfig{.max_num_seqs = 4, .max_batch_tokens = 7, .block_size = 4});

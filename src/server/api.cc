@@ -465,9 +465,12 @@ ApiResult<std::unique_ptr<Generation>> OpenAiApi::submit(Generation::Kind kind, 
   for (size_t i = 0; i < prompts.size(); ++i) {
     const auto n = static_cast<int64_t>(prompts[i].size());
     const std::string which = prompts.size() > 1 ? fmt::format("prompt {} has", i) : "the prompt has";
-    if (n >= limit) {
+    // Scoring alone (max_tokens 0) may fill the context; generating needs room for a token.
+    if (n > limit || (n == limit && params.max_tokens != 0)) {
       return std::unexpected(ApiError::invalid(
-          fmt::format("This model's maximum context length is {} tokens, but {} {} tokens", limit, which, n),
+          n > limit ? fmt::format("This model's maximum context length is {} tokens, but {} {} tokens", limit, which, n)
+                    : fmt::format("This model's maximum context length is {} tokens, and {} {}: no room is left for "
+                                  "the completion (max_tokens 0 scores it)", limit, which, n),
           kind == Generation::Kind::kChat ? "messages" : "prompt"));
     }
     if (params.max_tokens && n + *params.max_tokens > limit) {
