@@ -1,5 +1,8 @@
 // Running suites against a scripted OpenAI server: the requests sent, the cache, resuming a run
 // whose answers stopped coming, retries, and an unreachable endpoint.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <filesystem>
 #include <set>
@@ -125,6 +128,30 @@ TEST(EvalReply, TextOffsetsInBytesOrCharactersAreReadAsBytes) {
     ASSERT_TRUE(r) << r.error().message();
     EXPECT_EQ(r->text_offsets, (std::vector<int64_t>{0, 3, 5, 8})) << offsets.dump();
   }
+}
+
+// A run left "running" by a process that is gone (a second Ctrl-C quits at once) is stored as
+// interrupted by the next process to open the store; one this process owns stays running.
+TEST(EvalStore, RunsOfAProcessThatIsGoneAreClosedAsInterrupted) {
+  TempDb db;
+  auto mine = Store::open(db.path);
+  ASSERT_TRUE(mine);
+  const int64_t own = *(*mine)->begin_run({.suite = "s", .fingerprint = "f"});
+  const pid_t child = ::fork();
+  if (child == 0) {  // opens the store, starts a run and quits without finishing it
+    auto s = Store::open(db.path);
+    ::_exit(s && (*s)->begin_run({.suite = "s", .fingerprint = "f"}) ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  auto later = Store::open(db.path);
+  ASSERT_TRUE(later);
+  EXPECT_EQ((*(*later)->run(own))->status, "running");
+  const auto abandoned = (*later)->run(own + 1);
+  ASSERT_TRUE(abandoned && *abandoned);
+  EXPECT_EQ((*abandoned)->status, "interrupted");
+  EXPECT_EQ((*abandoned)->summary["abandoned"], true);
 }
 
 TEST(EvalRun, ItemsThatWouldShareANameAreRefused) {

@@ -1,5 +1,9 @@
 #include "eval/store.h"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <ctime>
 #include <type_traits>
 
@@ -71,7 +75,44 @@ std::string utc_now() {
 
 Result<std::unique_ptr<Store>> Store::open(const std::string& path) {
   SLUICE_ASSIGN_OR_RETURN(sqlite3* db, sqlite::open(path, kSchema, kStore));
-  return std::unique_ptr<Store>(new Store(db, path));
+  std::unique_ptr<Store> store(new Store(db, path));
+  SLUICE_RETURN_IF_ERROR(store->close_abandoned_runs());
+  return store;
+}
+
+namespace {
+
+// This process on this machine: a run's owner, so a later process can tell a run left
+// "running" by a process that is gone (a second Ctrl-C, a kill) from one still going.
+Json this_process() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return {{"host", host}, {"pid", static_cast<int64_t>(::getpid())}};
+}
+
+}  // namespace
+
+Status Store::close_abandoned_runs() {
+  std::vector<int64_t> gone;
+  {
+    MutexLock lock(mu_);
+    Stmt s(db_, "SELECT id, options FROM runs WHERE status = 'running'");
+    const Json me = this_process();
+    while (s.step() == SQLITE_ROW) {
+      const Json options = col_json(s, 1);
+      if (!options.is_object() || !options.contains("owner") || !options["owner"].is_object()) continue;
+      const Json& owner = options["owner"];
+      if (owner.value("host", std::string()) != me["host"] || !owner.contains("pid") || !owner["pid"].is_number_integer()) {
+        continue;  // another machine's (a shared file): it cannot be checked from here
+      }
+      const auto pid = static_cast<pid_t>(owner["pid"].get<int64_t>());
+      if (pid != ::getpid() && ::kill(pid, 0) != 0 && errno == ESRCH) gone.push_back(s.col_int(0));
+    }
+  }
+  for (int64_t id : gone) {
+    if (Status s = finish_run(id, "interrupted", {{"interrupted", true}, {"abandoned", true}}); !s) return s;
+  }
+  return Status::ok();
 }
 
 Store::~Store() {
@@ -87,7 +128,9 @@ Result<int64_t> Store::begin_run(const RunRow& run) {
   MutexLock lock(mu_);
   Stmt s(db_, "INSERT INTO runs (suite, suite_path, fingerprint, started, status, options) VALUES (?, ?, ?, ?, 'running', ?)");
   if (!s.ok()) return Error(error("begin run"));
-  s.text(1, run.suite).text(2, run.suite_path).text(3, run.fingerprint).text(4, utc_now()).text(5, dump(run.options));
+  Json options = run.options.is_object() ? run.options : Json::object();
+  options["owner"] = this_process();
+  s.text(1, run.suite).text(2, run.suite_path).text(3, run.fingerprint).text(4, utc_now()).text(5, dump(options));
   if (s.step() != SQLITE_DONE) return Error(error("begin run"));
   return sqlite3_last_insert_rowid(db_);
 }

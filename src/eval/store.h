@@ -35,7 +35,7 @@ struct RunRow {
   std::string suite_path;
   std::string fingerprint;
   std::string started, finished;
-  std::string status;         // running, done, failed
+  std::string status;         // running, done, failed, interrupted
   Json options;               // providers, overrides
   Json summary;               // scores per metric
 };
@@ -66,7 +66,11 @@ class Store {
   static Result<std::unique_ptr<Store>> open(const std::string& path);
   ~Store();
 
+  // Its options get an "owner" (host and pid), for close_abandoned_runs.
   Result<int64_t> begin_run(const RunRow& run);
+  // Runs left "running" by a process of this machine that is gone (a second Ctrl-C, a kill) are
+  // stored as interrupted. open() does this.
+  Status close_abandoned_runs();
   Status add_result(int64_t run_id, const ResultRow& row);
   Status finish_run(int64_t run_id, const std::string& status, const Json& summary);
 
