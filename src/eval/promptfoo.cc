@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <map>
-#include <regex>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -37,6 +37,40 @@ std::optional<double> number(const Json& v) {
   return d;
 }
 
+struct Form {
+  bool negate = false;
+  std::string type;
+  std::optional<double> threshold;
+  std::optional<std::string> value;
+};
+
+// "[not-]TYPE[(DIGITS[.DIGITS])][:VALUE]" with TYPE [a-z][a-z0-9-]*; nullopt for other text.
+std::optional<Form> written_form(std::string_view e) {
+  Form f;
+  if (e.starts_with("not-")) f.negate = true, e.remove_prefix(4);
+  size_t i = 0;
+  while (i < e.size() && ((e[i] >= 'a' && e[i] <= 'z') || (i > 0 && ((e[i] >= '0' && e[i] <= '9') || e[i] == '-')))) ++i;
+  if (i == 0) return std::nullopt;
+  f.type = std::string(e.substr(0, i));
+  if (i < e.size() && e[i] == '(') {
+    const size_t close = e.find(')', i);
+    if (close == std::string_view::npos) return std::nullopt;
+    const std::string_view number = e.substr(i + 1, close - i - 1);
+    const size_t point = number.find('.');
+    auto digits = [](std::string_view d) { return !d.empty() && d.find_first_not_of("0123456789") == std::string_view::npos; };
+    if (!(point == std::string_view::npos ? digits(number) : digits(number.substr(0, point)) && digits(number.substr(point + 1)))) {
+      return std::nullopt;
+    }
+    f.threshold = std::strtod(std::string(number).c_str(), nullptr);
+    i = close + 1;
+  }
+  if (i < e.size()) {
+    if (e[i] != ':') return std::nullopt;
+    f.value = std::string(e.substr(i + 1));
+  }
+  return f;
+}
+
 }  // namespace
 
 Json assertion_from_string(std::string_view text, bool (*known)(std::string_view type)) {
@@ -48,18 +82,19 @@ Json assertion_from_string(std::string_view text, bool (*known)(std::string_view
                               {"python:", "python"}}) {
     if (e.starts_with(prefix)) return {{"type", type}, {"value", trim(std::string_view(e).substr(std::string_view(prefix).size()))}};
   }
-  static const std::regex kForm(R"(^(not-)?([a-z][a-z0-9-]*?)(?:\((\d+(?:\.\d+)?)\))?(?::([\s\S]*))?$)");
-  std::smatch m;
-  if (std::regex_match(e, m, kForm)) {
-    const std::string type = m[2].str();
+  // [not-]TYPE[(THRESHOLD)][:VALUE], read by hand: std::regex recurses per character, and a
+  // cell can be long.
+  std::optional<Form> form = written_form(e);
+  if (form) {
+    const std::string& type = form->type;
     const bool named = (known && known(type)) ||
                        std::find(std::begin(kOtherPromptfooTypes), std::end(kOtherPromptfooTypes), type) !=
                            std::end(kOtherPromptfooTypes);
     if (named) {
-      Json a = {{"type", m[1].str() + type}};
-      if (m[3].matched) a["threshold"] = std::strtod(m[3].str().c_str(), nullptr);
-      if (m[4].matched) {
-        const std::string v = m[4].str();
+      Json a = {{"type", (form->negate ? "not-" : "") + type}};
+      if (form->threshold) a["threshold"] = *form->threshold;
+      if (form->value) {
+        const std::string& v = *form->value;
         if (type == "contains-any" || type == "contains-all" || type == "icontains-any" || type == "icontains-all") {
           Json items = Json::array();
           for (size_t at = 0;;) {

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "eval/dataset.h"
+#include "eval/promptfoo.h"
 #include "eval/render.h"
 #include "eval/suite.h"
 
@@ -275,6 +276,20 @@ TEST(Suite, AssertionFieldsAndTypesItLacksAreListed) {
   ASSERT_EQ(s->tests[0].not_run.size(), 2u);
   EXPECT_NE(s->tests[0].not_run[0].find("assertion field 'transform' is not supported"), std::string::npos);
   EXPECT_NE(s->tests[0].not_run[1].find("assertion type 'assert-set' is not implemented"), std::string::npos);
+}
+
+// Assertions written in a cell, however long (a regex engine that recursed per character once
+// read them), and text that only looks like a form.
+TEST(Suite, AssertionStringsOfAnyLength) {
+  const std::string big(1 << 20, 'a');
+  EXPECT_EQ(assertion_from_string("contains:" + big, is_known_assertion), Json({{"type", "contains"}, {"value", big}}));
+  EXPECT_EQ(assertion_from_string(big + ":x", is_known_assertion), Json({{"type", "equals"}, {"value", big + ":x"}}));
+  EXPECT_EQ(assertion_from_string("levenshtein(2.5):hi", is_known_assertion),
+            Json({{"type", "levenshtein"}, {"threshold", 2.5}, {"value", "hi"}}));
+  EXPECT_EQ(assertion_from_string("levenshtein(x):hi", is_known_assertion),
+            Json({{"type", "equals"}, {"value", "levenshtein(x):hi"}}));
+  EXPECT_EQ(assertion_from_string("note: it rains", is_known_assertion), Json({{"type", "equals"}, {"value", "note: it rains"}}));
+  EXPECT_EQ(assertion_from_string("not-icontains:Sorry", is_known_assertion), Json({{"type", "not-icontains"}, {"value", "Sorry"}}));
 }
 
 // promptfoo's forms: list vars run every combination, file:// vars hold their file, a text file
