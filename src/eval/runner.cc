@@ -40,6 +40,7 @@ std::pair<double, int64_t> continuation_logprob(const Reply& r, int64_t from) {
 
 struct Answer {
   bool done = false;
+  bool sent = false;  // a request went out (answered or refused), not from the cache
   Status status;
   Reply reply;
   bool cached = false;
@@ -234,6 +235,7 @@ Result<RunOutcome> execute_run(const Plan& plan, Store& store, const RunOptions&
         }
       }
       if (!a.done) {
+        a.sent = true;
         auto reply = call(p, t.body, options.call);
         if (reply) {
           a.reply = std::move(*reply);
@@ -313,7 +315,7 @@ Result<RunOutcome> execute_run(const Plan& plan, Store& store, const RunOptions&
     for (size_t k = i; k < end; ++k) {
       if (!answers[k].done && error.empty()) error = answers[k].status.message();
       if (answers[k].cached) ++outcome.num_cached;
-      else if (answers[k].done) ++outcome.num_sent;
+      else if (answers[k].sent) ++outcome.num_sent;  // a refusal (HTTP 400) was sent too
     }
     item_seen[t.item_key] = true;
     ++outcome.num_samples;

@@ -229,6 +229,7 @@ TEST(EvalRun, ARunWhoseAnswersStoppedResumesWithoutSendingFinishedRequests) {
   auto out = execute_run(*plan, **store, o);
   ASSERT_TRUE(out);
   EXPECT_EQ(out->num_errors, 6);
+  EXPECT_EQ(out->num_sent, 10);  // the refused ones were sent too
   EXPECT_EQ((*(*store)->run(out->run_id))->status, "failed");
   server.fail_from = 0;
   const int before = server.requests();
