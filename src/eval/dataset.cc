@@ -102,6 +102,7 @@ Result<std::vector<Json>> parse_csv(std::string_view text, const std::string& na
   const std::vector<std::string>& header = records[0];
   std::set<std::string_view> seen;
   for (const std::string& column : header) {
+    if (column.empty()) continue;  // a spreadsheet's trailing empty columns: read below
     if (!seen.insert(column).second) {
       return Error(StatusCode::kInvalid, "{}: column '{}' appears twice in the header", name, column);
     }
@@ -113,7 +114,13 @@ Result<std::vector<Json>> parse_csv(std::string_view text, const std::string& na
                    header.size());
     }
     Json row = Json::object();
-    for (size_t c = 0; c < header.size(); ++c) row[header[c]] = records[r][c];
+    for (size_t c = 0; c < header.size(); ++c) {
+      if (header[c].empty()) {
+        if (records[r][c].empty()) continue;  // an empty cell under a column without a name
+        return Error(StatusCode::kInvalid, "{}: record {} has a value in column {}, which has no name", name, r + 1, c + 1);
+      }
+      row[header[c]] = records[r][c];
+    }
     rows.push_back(std::move(row));
   }
   return rows;

@@ -171,7 +171,9 @@ std::optional<std::vector<Json>> expand_list_vars(const Json& vars, size_t most)
   std::vector<Json> out = {Json::object()};
   if (!vars.is_object()) return out;
   for (auto it = vars.begin(); it != vars.end(); ++it) {
-    if (!it.value().is_array() || it.value().empty()) {
+    // Only a list of strings is expanded (promptfoo's rule): a list of messages or numbers is
+    // one value.
+    if (!it.value().is_array() || it.value().empty() || !it.value()[0].is_string()) {
       for (Json& v : out) v[it.key()] = it.value();
       continue;
     }
@@ -207,11 +209,16 @@ std::vector<std::string> split_prompts(std::string_view text) {
     pos = end + 1;
   }
   out.push_back(std::move(current));
-  // The separator's own line breaks belong to neither prompt.
-  for (std::string& p : out) {
-    while (out.size() > 1 && (p.ends_with('\n') || p.ends_with('\r'))) p.pop_back();
+  if (out.size() == 1) return out;  // no separator: the text as it is
+  // Several: each trimmed, and the empty ones (a leading or trailing ---) dropped, as promptfoo does.
+  std::vector<std::string> kept;
+  for (const std::string& p : out) {
+    const size_t b = p.find_first_not_of(" \t\r\n");
+    if (b == std::string::npos) continue;
+    kept.push_back(p.substr(b, p.find_last_not_of(" \t\r\n") - b + 1));
   }
-  return out;
+  if (kept.empty()) kept.emplace_back();
+  return kept;
 }
 
 }  // namespace sluice::eval

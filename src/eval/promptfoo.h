@@ -36,12 +36,13 @@ ReservedColumns take_reserved_columns(Json& vars, bool (*known)(std::string_view
 // assertion type (one sluice lacks still parses, so it is reported as not implemented).
 Json assertion_from_string(std::string_view text, bool (*known)(std::string_view type));
 
-// A test's vars with list values expanded, promptfoo's way: one set of vars per combination of
-// the lists' values (the first list varies slowest); vars without a list come back as the one
-// set. Past `most` combinations: nullopt.
+// A test's vars with lists of strings expanded, promptfoo's way: one set of vars per combination
+// of the lists' values (the first list varies slowest); a list of anything else is one value,
+// and vars without a list come back as the one set. Past `most` combinations: nullopt.
 std::optional<std::vector<Json>> expand_list_vars(const Json& vars, size_t most);
 
-// The prompts of a text file: several when lines holding only "---" separate them.
+// The prompts of a text file: several when lines holding only "---" separate them (each then
+// trimmed, the empty ones dropped); otherwise the text as it is.
 std::vector<std::string> split_prompts(std::string_view text);
 
 }  // namespace sluice::eval

@@ -40,7 +40,7 @@ std::pair<double, int64_t> continuation_logprob(const Reply& r, int64_t from) {
 
 struct Answer {
   bool done = false;
-  bool sent = false;  // a request went out (answered or refused), not from the cache
+  bool sent = false;  // a request was tried (answered, refused or failed), not the cache's answer
   Status status;
   Reply reply;
   bool cached = false;
@@ -235,7 +235,7 @@ Result<RunOutcome> execute_run(const Plan& plan, Store& store, const RunOptions&
         }
       }
       if (!a.done) {
-        a.sent = true;
+        a.sent = true;  // tried, not from the cache: answered, refused, or failed
         auto reply = call(p, t.body, options.call);
         if (reply) {
           a.reply = std::move(*reply);

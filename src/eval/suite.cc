@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -47,6 +48,22 @@ Status invalid(std::string message) { return Status::error(std::move(message), S
   if (!tmp) return tmp.error();              \
   lhs = std::move(*tmp)
 
+// The first number JSON cannot hold (YAML's .inf, .nan, 1e400) in `j`, as a path; nullopt if none.
+std::optional<std::string> non_finite_at(const Json& j, const std::string& path) {
+  if (j.is_number_float() && !std::isfinite(j.get<double>())) return path;
+  if (j.is_array()) {
+    for (size_t i = 0; i < j.size(); ++i) {
+      if (auto at = non_finite_at(j[i], fmt::format("{}[{}]", path, i))) return at;
+    }
+  }
+  if (j.is_object()) {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (auto at = non_finite_at(it.value(), path.empty() ? it.key() : path + "." + it.key())) return at;
+    }
+  }
+  return std::nullopt;
+}
+
 // The most tests one test's list vars may expand into.
 constexpr size_t kMaxCombinations = 10000;
 
@@ -54,9 +71,14 @@ struct Reader {
   std::string dir;
   Suite suite;
 
+  // Each file read once (a defaultTest var naming one is in every test), and once in the
+  // suite's content (its fingerprint).
+  std::map<std::string, std::string> files;
   Result<std::string> file_text(const std::string& path) {
+    if (auto it = files.find(path); it != files.end()) return it->second;
     SLUICE_ASSIGN_OR_RETURN(std::string text, read_file(resolve(dir, path)));
     suite.content += "\n--- " + path + "\n" + text;
+    files.emplace(path, text);
     return text;
   }
 
@@ -68,6 +90,10 @@ struct Reader {
       auto doc = parse_yaml(text);
       if (!doc) return Error(doc.error().with_context(full));
       if (!doc->is_array()) return Error(StatusCode::kInvalid, "{}: must hold a list", full);
+      if (auto at = non_finite_at(*doc, "")) {
+        return Error(StatusCode::kInvalid, "{}: '{}' is infinite or NaN (.inf, .nan or a number past 1e308): give a "
+                     "finite number", full, *at);
+      }
       return std::vector<Json>(doc->begin(), doc->end());
     }
     if (path.ends_with(".jsonl") || path.ends_with(".ndjson")) return parse_jsonl(text, full);
@@ -112,7 +138,7 @@ struct Reader {
       const std::string path = raw.substr(7);
       if (!spec.is_object() || !spec.contains("label")) p.label = path;
       SLUICE_ASSIGN_OR_RETURN(raw, file_text(path));
-      texts = path.ends_with(".json") ? std::vector<std::string>{raw} : split_prompts(raw);
+      texts = path.ends_with(".txt") ? split_prompts(raw) : std::vector<std::string>{raw};  // .txt only, as promptfoo
     }
     std::vector<Prompt> out;
     for (size_t k = 0; k < texts.size(); ++k) {
@@ -234,6 +260,7 @@ struct Reader {
     if (path.ends_with(".json") || path.ends_with(".yaml") || path.ends_with(".yml")) {
       auto parsed = parse_yaml(text);
       if (!parsed) return invalid(fmt::format("{}: {}: {}", where, path, parsed.error().message()));
+      if (auto at = non_finite_at(*parsed, "")) return invalid(fmt::format("{}: {}: '{}' is infinite or NaN", where, path, *at));
       v = std::move(*parsed);
     } else {
       v = std::move(text);
@@ -292,23 +319,19 @@ struct Reader {
         suite.not_run.push_back(fmt::format("{}: test field '{}' is not supported (the test fails)", where, it.key()));
       }
     }
-    // A var "file://PATH" holds the file: parsed when it is .json/.yaml, as text otherwise.
-    for (auto it = t.vars.begin(); it != t.vars.end(); ++it) {
-      const std::string what = fmt::format("{}: var '{}'", where, it.key());
-      if (it.value().is_array()) {
-        for (Json& e : it.value()) RETURN_IF_FAILED(var_file(e, what));
-      } else {
-        RETURN_IF_FAILED(var_file(it.value(), what));
-      }
-    }
     t.not_run.insert(t.not_run.end(), suite.not_run.begin() + static_cast<std::ptrdiff_t>(not_run_before),
                      suite.not_run.end());
-    // A var that is a list runs the test once per value (every combination), as promptfoo does.
+    // A var that is a list of strings runs the test once per value (every combination), as
+    // promptfoo does; then a var "file://PATH" holds the file (parsed when .json/.yaml), so a
+    // file holding a list stays one value.
     std::optional<std::vector<Json>> combinations = expand_list_vars(t.vars, kMaxCombinations);
     if (!combinations) {
       return invalid(fmt::format("{}: its list vars make more than {} combinations", where, kMaxCombinations));
     }
     for (Json& vars : *combinations) {
+      for (auto it = vars.begin(); it != vars.end(); ++it) {
+        RETURN_IF_FAILED(var_file(it.value(), fmt::format("{}: var '{}'", where, it.key())));
+      }
       TestCase one = t;
       one.vars = std::move(vars);
       suite.tests.push_back(std::move(one));
@@ -471,22 +494,6 @@ Result<Provider> parse_provider(const Json& spec) {
   }
   while (p.base_url.ends_with('/')) p.base_url.pop_back();
   return p;
-}
-
-// The first number JSON cannot hold (YAML's .inf, .nan, 1e400) in `j`, as a path; nullopt if none.
-std::optional<std::string> non_finite_at(const Json& j, const std::string& path) {
-  if (j.is_number_float() && !std::isfinite(j.get<double>())) return path;
-  if (j.is_array()) {
-    for (size_t i = 0; i < j.size(); ++i) {
-      if (auto at = non_finite_at(j[i], fmt::format("{}[{}]", path, i))) return at;
-    }
-  }
-  if (j.is_object()) {
-    for (auto it = j.begin(); it != j.end(); ++it) {
-      if (auto at = non_finite_at(it.value(), path.empty() ? it.key() : path + "." + it.key())) return at;
-    }
-  }
-  return std::nullopt;
 }
 
 Result<Suite> parse_suite(const Json& doc, const std::string& dir) {

@@ -260,6 +260,10 @@ TEST(Suite, FilesAreUtf8WithoutABomAndCsvColumnsAreUnique) {
   auto r = read_rows(bad);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().message(), fmt::format("'{}' line 3, byte 3 of the line: not valid UTF-8 (0xff)", bad));
+  auto trailing = parse_csv("q,a,,\n1,2,,\n", "t.csv");  // a spreadsheet's empty columns
+  ASSERT_TRUE(trailing) << trailing.error().message();
+  EXPECT_EQ((*trailing)[0], Json({{"q", "1"}, {"a", "2"}}));
+  EXPECT_FALSE(parse_csv("q,\n1,2\n", "t.csv"));  // a value under a column with no name
   auto twice = parse_csv("q,a,q\n1,2,3\n", "t.csv");
   ASSERT_FALSE(twice);
   EXPECT_EQ(twice.error().message(), "t.csv: column 'q' appears twice in the header");
@@ -297,7 +301,9 @@ TEST(Suite, AssertionStringsOfAnyLength) {
 // would change the answers unseen (a provider's transform, defaultTest options) is listed.
 TEST(Suite, PromptfooListVarsVarFilesAndPromptFiles) {
   TempDir d;
-  d.write("prompts.txt", "Say {{word}} in {{lang}}.\n---\nTranslate {{word}} to {{lang}}:\n");
+  d.write("prompts.txt", "Say {{word}} in {{lang}}.\n---\n  Translate {{word}} to {{lang}}:\n---\n");
+  d.write("notes.md", "# Title {{word}}\n---\nbody\n");  // a Markdown rule, not a separator
+  d.write("list.json", R"(["a", "b"])");
   d.write("one.txt", "Just {{word}}");
   d.write("article.txt", "A long article.\n");
   d.write("person.json", R"({"name": "Bo"})");
@@ -308,19 +314,22 @@ providers:
 prompts:
   - file://prompts.txt
   - {id: file://one.txt, label: plain}
+  - file://notes.md
 defaultTest:
   options: {transform: 'output.trim()'}
 tests:
-  - vars: {word: [hello, goodbye], lang: [French, German, Italian], text: file://article.txt, who: file://person.json}
+  - vars: {word: [hello, goodbye], lang: [French, German, Italian], text: file://article.txt, who: file://person.json,
+           history: [{role: user, content: hi}], nums: [1, 2], letters: file://list.json}
 )");
   auto s = load_suite(path);
   ASSERT_TRUE(s) << s.error().message();
-  ASSERT_EQ(s->prompts.size(), 3u);
+  ASSERT_EQ(s->prompts.size(), 4u);  // the trailing --- makes no empty prompt
   EXPECT_EQ(s->prompts[0].label, "prompts.txt [1]");
   EXPECT_EQ(s->prompts[0].text, "Say {{word}} in {{lang}}.");
   EXPECT_EQ(s->prompts[1].text, "Translate {{word}} to {{lang}}:");
   EXPECT_EQ(s->prompts[2].label, "plain");
   EXPECT_EQ(s->prompts[2].text, "Just {{word}}");
+  EXPECT_EQ(s->prompts[3].text, "# Title {{word}}\n---\nbody\n");
   ASSERT_EQ(s->tests.size(), 6u);
   EXPECT_EQ(s->tests[0].vars["word"], "hello");
   EXPECT_EQ(s->tests[0].vars["lang"], "French");
@@ -328,14 +337,20 @@ tests:
   EXPECT_EQ(s->tests[5].vars["lang"], "Italian");
   EXPECT_EQ(s->tests[3].vars["text"], "A long article.\n");
   EXPECT_EQ(s->tests[3].vars["who"], Json({{"name", "Bo"}}));
+  // Lists of anything but strings, and a file holding a list, are one value each.
+  EXPECT_EQ(s->tests[3].vars["history"].size(), 1u);
+  EXPECT_EQ(s->tests[3].vars["nums"], Json::array({1, 2}));
+  EXPECT_EQ(s->tests[3].vars["letters"], Json::array({"a", "b"}));
   ASSERT_EQ(s->providers.size(), 1u);  // the transformed one cannot run
   std::string listed;
   for (const std::string& n : s->not_run) listed += n + "\n";
   EXPECT_NE(listed.find("provider 'openai:chat:t': 'transform' is not supported"), std::string::npos) << listed;
   EXPECT_NE(listed.find("defaultTest option 'transform' is not supported"), std::string::npos) << listed;
   EXPECT_FALSE(s->tests[0].not_run.empty());  // and so every test fails, saying why
-  auto many = parse_yaml("prompts: [x]\ntests: [{vars: {a: [1,2,3,4,5,6,7,8,9,10], b: [1,2,3,4,5,6,7,8,9,10], "
-                         "c: [1,2,3,4,5,6,7,8,9,10], d: [1,2,3,4,5,6,7,8,9,10,11]}}]\n");
+  const std::string ten = "[a, b, c, d, e, f, g, h, i, j]";
+  auto many = parse_yaml("prompts: [x]\ntests: [{vars: {a: " + ten + ", b: " + ten + ", c: " + ten + ", d: " + ten +
+                         ", e: [x, y]}}]\n");
+  ASSERT_TRUE(many);
   auto refused = parse_suite(*many, "");
   ASSERT_FALSE(refused);
   EXPECT_NE(refused.error().message().find("more than 10000 combinations"), std::string::npos);

@@ -109,6 +109,7 @@ AnalysisVerdict analyze(const VersionWindow& stable, const VersionWindow& candid
   if (shadow_required && failures.empty() && shadow.pairs < config.min_shadow_pairs) {
     // Nothing failed, but quality is not judged yet: the window goes on.
     v.conclusive = false;
+    v.waiting_for_shadow = true;
     v.reason = fmt::format("{} shadow pairs; {} needed to judge quality", shadow.pairs, config.min_shadow_pairs);
     return v;
   }

@@ -54,6 +54,7 @@ struct ShadowWindow {
 
 struct AnalysisVerdict {
   bool conclusive = false;  // false: not enough requests yet, the window goes on
+  bool waiting_for_shadow = false;  // not conclusive only for want of shadow pairs
   bool passed = false;
   std::string reason;       // what failed, or what was compared
   nlohmann::json metrics;   // both versions' figures

@@ -331,7 +331,9 @@ TEST(RolloutAnalysis, ShadowDisagreementIsJudgedAgainstTheNoiseFloor) {
   // A rollout with a shadow does not pass without a judged one: the window goes on...
   const AnalysisVerdict waiting = analyze(w, w, c, {.pairs = 9, .disagreements = 9}, /*shadow_required=*/true);
   EXPECT_FALSE(waiting.conclusive);
+  EXPECT_TRUE(waiting.waiting_for_shadow);
   EXPECT_EQ(waiting.reason, "9 shadow pairs; 10 needed to judge quality");
+  EXPECT_FALSE(analyze(window(0, 0, {}), w, c, {.pairs = 9}, true).waiting_for_shadow);  // too few requests first
   // ...but another check that fails is conclusive at once.
   const AnalysisVerdict broken = analyze(w, window(5, 5, {}), c, {.pairs = 2}, /*shadow_required=*/true);
   EXPECT_TRUE(broken.conclusive);

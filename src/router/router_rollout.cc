@@ -111,7 +111,12 @@ void Router::Impl::analyze_rollout(double now) {
   const AnalysisVerdict v = analyze(stable_window, candidate_window, config, shadow_window,
                                     rollout->spec().shadow.fraction > 0);
   last_analysis = now;
-  if (!v.conclusive) return;
+  if (!v.conclusive) {
+    // Waiting for shadow pairs: the latency and error windows start again, so the verdict that
+    // comes judges recent requests (a window keeps its oldest samples once full).
+    if (v.waiting_for_shadow) stable_window = {}, candidate_window = {};
+    return;
+  }
   stable_window = {};
   candidate_window = {};
   // Pairs come slower than requests: those too few to judge stay for the next window.

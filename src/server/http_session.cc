@@ -151,6 +151,10 @@ class Session : public std::enable_shared_from_this<Session> {
       if (c != '\r' && c != '\n') break;
       buffer_.consume(1);
     }
+    if (!parser_->got_some() && buffer_.size() == 0) {
+      header_started_ = false;  // only empty lines: the connection is idle, not mid-header
+      return read_some();
+    }
     while (buffer_.size() > 0 && !parser_->is_done()) {
       beast::error_code ec;
       const size_t used = parser_->put(buffer_.data(), ec);

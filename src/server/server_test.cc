@@ -188,6 +188,14 @@ TEST_F(ServerTest, HeadersMustArriveWithinTheHeaderTimeout) {
   c.send("\r\n\r\n");
   EXPECT_EQ(c.read_all(), "");
   EXPECT_EQ(srv->http_metrics().request_timeouts, 1);
+  // Empty lines alone start no header: the connection is idle (5 s here), not cut at 0.8 s.
+  Connection blank(srv->port());
+  blank.send("\r\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  blank.send("GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  const std::string r = blank.read_all();
+  EXPECT_TRUE(r.starts_with("HTTP/1.1 200")) << r;
+  EXPECT_EQ(srv->http_metrics().request_timeouts, 1);
   srv->request_shutdown();
   srv->run_until_shutdown();
 }
