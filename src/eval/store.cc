@@ -102,7 +102,8 @@ Status Store::close_abandoned_runs() {
       const Json options = col_json(s, 1);
       if (!options.is_object() || !options.contains("owner") || !options["owner"].is_object()) continue;
       const Json& owner = options["owner"];
-      if (owner.value("host", std::string()) != me["host"] || !owner.contains("pid") || !owner["pid"].is_number_integer()) {
+      if (owner.value("host", std::string()) != me["host"].get<std::string>() || !owner.contains("pid") ||
+          !owner["pid"].is_number_integer()) {
         continue;  // another machine's (a shared file): it cannot be checked from here
       }
       const auto pid = static_cast<pid_t>(owner["pid"].get<int64_t>());
