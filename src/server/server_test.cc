@@ -250,9 +250,12 @@ TEST_F(ServerTest, PipelinedRequestsBeforeAHalfCloseAreAllAnswered) {
 // client's half-close) leave its answer whole: the session once lost itself then, and the
 // client got a reset and the server an in-flight request forever.
 TEST_F(ServerTest, BytesSentDuringAGenerationLeaveItsAnswerWhole) {
+  // 200 tokens take seconds under TSan: wait for the whole answer longer than read_all's 10 s.
+  constexpr int kSlowBuildMs = 120'000;
   const std::string body = R"({"prompt": "a b", "max_tokens": 200, "ignore_eos": true, "temperature": 0})";
   {
     Connection c(server_->port());
+    c.set_timeout(kSlowBuildMs);
     c.send(post("/v1/completions", body, /*keep_alive=*/true));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     c.send(post("/v1/completions", R"({"prompt": "a", "max_tokens": 2})", /*keep_alive=*/false));
@@ -264,6 +267,7 @@ TEST_F(ServerTest, BytesSentDuringAGenerationLeaveItsAnswerWhole) {
   {
     // A stray CRLF after the body (some clients send one), then the next request.
     Connection c(server_->port());
+    c.set_timeout(kSlowBuildMs);
     c.send(post("/v1/completions", body, /*keep_alive=*/true));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     c.send("\r\n");
@@ -275,6 +279,7 @@ TEST_F(ServerTest, BytesSentDuringAGenerationLeaveItsAnswerWhole) {
     EXPECT_NE(r.find("\"completion_tokens\":200"), std::string::npos) << r;
   }
   Connection old(server_->port());
+  old.set_timeout(kSlowBuildMs);
   old.send(fmt::format("POST /v1/completions HTTP/1.0\r\nContent-Length: {}\r\n\r\n{}", body.size(), body));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   old.half_close();
