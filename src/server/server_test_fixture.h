@@ -25,7 +25,7 @@ class Connection {
   explicit Connection(uint16_t port, int rcvbuf = 0) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     if (rcvbuf > 0) ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
-    timeval tv{.tv_sec = 10, .tv_usec = 0};
+    timeval tv{.tv_sec = 60, .tv_usec = 0};  // generous: sanitizer builds on a loaded machine are ~50x slower
     ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -47,7 +47,7 @@ class Connection {
     timeval tv{.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
     ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   }
-  // Everything until the server closes (or 10 s pass).
+  // Everything until the server closes (or the receive timeout passes with no byte).
   std::string read_all() {
     std::string out;
     char buf[4096];
