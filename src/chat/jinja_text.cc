@@ -58,18 +58,19 @@ bool is_case_ignorable(char32_t cp) {
 
 // Σ lowers to ς at the end of a word: after a cased letter and before none (Python's rule,
 // skipping case-ignorable characters both ways).
-bool final_sigma(const std::vector<CodePoint>& cps, size_t i) {
+bool final_sigma(const std::vector<CodePoint>& cps, size_t i, size_t from = 0) {
   size_t j = i;
-  while (j > 0 && is_case_ignorable(cps[j - 1].cp)) --j;
-  if (j == 0 || !is_cased(cps[j - 1].cp)) return false;
+  while (j > from && is_case_ignorable(cps[j - 1].cp)) --j;
+  if (j == from || !is_cased(cps[j - 1].cp)) return false;
   size_t k = i + 1;
   while (k < cps.size() && is_case_ignorable(cps[k].cp)) ++k;
   return k == cps.size() || !is_cased(cps[k].cp);
 }
 
-// Maps each code point to the case `to_case(index, code point)` says.
+// Maps each code point to the case `to_case(index, code point)` says. The final-sigma rule
+// looks back no further than *lower_from, where given: the start of the piece Python lowers.
 template <typename Fn>
-std::string map_case(std::string_view s, Fn to_case) {
+std::string map_case(std::string_view s, Fn to_case, const size_t* lower_from = nullptr) {
   if (is_ascii(s)) {
     std::string out(s);
     for (size_t i = 0; i < out.size(); ++i) out[i] = ascii_case(out[i], to_case(i, static_cast<char32_t>(out[i])));
@@ -85,7 +86,7 @@ std::string map_case(std::string_view s, Fn to_case) {
     m.cp[0] = cp;
     if (to == Case::kUpper) m = upper_case(cp);
     if (to == Case::kTitle) m = title_case(cp);
-    if (to == Case::kLower) m = cp == 0x3A3 && final_sigma(cps, i) ? CaseMapping{{0x3C2, 0, 0}, 1} : lower_case(cp);
+    if (to == Case::kLower) m = cp == 0x3A3 && final_sigma(cps, i, lower_from ? *lower_from : 0) ? CaseMapping{{0x3C2, 0, 0}, 1} : lower_case(cp);
     if (m.n == 1 && m.cp[0] == cp) {
       out.append(s.substr(cps[i].begin, cps[i].end - cps[i].begin));
     } else {
@@ -249,13 +250,19 @@ std::string py_title(std::string_view s) {
 
 std::string jinja_title(std::string_view s) {
   // jinja2's do_title: split on runs of [-\s({[<], then item[0].upper() + item[1:].lower().
+  // item[1:] is lowered on its own: a Σ right after the word's first letter is not final.
   bool word_start = true;
-  return map_case(s, [&](size_t, char32_t cp) {
-    const bool boundary = is_py_space(cp) || cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<';
-    const Case to = boundary ? Case::kKeep : (word_start ? Case::kUpper : Case::kLower);
-    word_start = boundary;
-    return to;
-  });
+  size_t lower_from = 0;
+  return map_case(
+      s,
+      [&](size_t i, char32_t cp) {
+        const bool boundary = is_py_space(cp) || cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<';
+        const Case to = boundary ? Case::kKeep : (word_start ? Case::kUpper : Case::kLower);
+        if (!boundary && word_start) lower_from = i + 1;
+        word_start = boundary;
+        return to;
+      },
+      &lower_from);
 }
 
 std::optional<std::string> py_replace(std::string_view s, std::string_view from, std::string_view to,

@@ -8,9 +8,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <charconv>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -241,8 +244,17 @@ int run_eval_run(EvalOptions& o) {
   for (const std::string& kv : o.set) {
     const size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) return fail_usage(fmt::format("--set '{}' must be FIELD=VALUE", kv));
-    eval::Json v = eval::Json::parse(kv.substr(eq + 1), nullptr, false);
-    ro.params[kv.substr(0, eq)] = v.is_discarded() ? eval::Json(kv.substr(eq + 1)) : v;
+    const std::string text = kv.substr(eq + 1);
+    eval::Json v = eval::Json::parse(text, nullptr, false);
+    if (v.is_discarded() && !text.empty() && (text[0] == '-' || std::isdigit(static_cast<unsigned char>(text[0])))) {
+      // A number JSON cannot hold (1e400) would otherwise go out as the text "1e400".
+      char* end = nullptr;
+      const double d = std::strtod(text.c_str(), &end);
+      if (end == text.c_str() + text.size() && !std::isfinite(d)) {
+        return fail_usage(fmt::format("--set '{}': the number is out of range", kv));
+      }
+    }
+    ro.params[kv.substr(0, eq)] = v.is_discarded() ? eval::Json(text) : v;
   }
   if (!o.no_progress && isatty(STDERR_FILENO)) {
     ro.progress = [](int64_t done, int64_t total) {
@@ -367,7 +379,7 @@ int run_eval_history(EvalOptions& o) {
     std::cout << out.dump(2) << "\n";
     return finish_stdout();
   }
-  std::cout << fmt::format("{:>5}  {:<20}  {:<8}  {:<32}  {:<24}  {:>9}  {:>7}\n", "run", "started", "status", "fingerprint",
+  std::cout << fmt::format("{:>5}  {:<20}  {:<11}  {:<32}  {:<24}  {:>9}  {:>7}\n", "run", "started", "status", "fingerprint",
                            "model", "pass rate", "score");
   for (const eval::RunRow& r : *runs) {
     std::string model;
@@ -377,7 +389,7 @@ int run_eval_history(EvalOptions& o) {
     const eval::Json& s = r.summary;
     // The items' pass rate (with repeats, what compare counts), else the samples'.
     const char* rate = s.is_object() && s.contains("item_pass_rate") ? "item_pass_rate" : "pass_rate";
-    std::cout << fmt::format("{:>5}  {:<20}  {:<8}  {:<32}  {:<24}  {:>9}  {:>7}\n", r.id, r.started, r.status,
+    std::cout << fmt::format("{:>5}  {:<20}  {:<11}  {:<32}  {:<24}  {:>9}  {:>7}\n", r.id, r.started, r.status,
                              r.fingerprint, model.substr(0, 24),
                              s.is_object() && s.contains(rate) ? fmt::format("{:.1f}%", 100 * s[rate].get<double>()) : "-",
                              s.is_object() && s.contains("score") ? fmt::format("{:.3f}", s["score"].get<double>()) : "-");

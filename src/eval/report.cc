@@ -25,11 +25,17 @@ std::string signed_num(double x, bool percent) {
   return percent ? fmt::format("{:+.1f}pp", 100 * x) : fmt::format("{:+.4f}", x);
 }
 
-std::string md_cell(std::string_view s, size_t max = 120) {
+// A GitHub-flavoured Markdown table cell. The table is split at unescaped pipes and `\|` is
+// then unescaped everywhere, code spans included, so a pipe is always `\|`. In a code span
+// (code = true) every other character is literal, a backtick aside (it would end the span). In
+// text, the characters Markdown would read as markup are backslash-escaped, the backslash
+// first: `a\|b` must show as written, not as `a|b`.
+std::string md_cell(std::string_view s, size_t max = 120, bool code = false) {
   std::string out;
   for (char c : one_line(s, max)) {
     if (c == '|') out += "\\|";
-    else if (c == '`') out += "'";
+    else if (c == '`') out += code ? "'" : "\\`";
+    else if (!code && std::string_view("\\*_[]<>#~&").find(c) != std::string_view::npos) (out += '\\') += c;
     else out += c;
   }
   return out;
@@ -242,8 +248,9 @@ std::string compare_markdown(const Comparison& c, int32_t max_items) {
   for (const ItemDiff& d : c.items) {
     if (!(d.base_pass && !d.cand_pass)) continue;
     if (shown++ == max_items) break;
-    rows += fmt::format("| {} | {} | `{}` | `{}` |\n", md_cell(d.provider, 40), md_cell(d.test, 60), md_cell(d.base_output),
-                        md_cell(d.cand_error.empty() ? d.cand_output : "error: " + d.cand_error));
+    rows += fmt::format("| {} | {} | `{}` | `{}` |\n", md_cell(d.provider, 40), md_cell(d.test, 60),
+                        md_cell(d.base_output, 120, /*code=*/true),
+                        md_cell(d.cand_error.empty() ? d.cand_output : "error: " + d.cand_error, 120, /*code=*/true));
   }
   if (!rows.empty()) {
     out += "\n**Regressed items** (passed in the baseline, fail now):\n\n| provider | test | baseline | candidate |\n|---|---|---|---|\n" + rows;

@@ -166,6 +166,16 @@ TEST(Compare, RunsWithNoItemInCommonCompareNothing) {
       << junit;
 }
 
+// The Markdown report shows names and outputs as written: a pipe never splits a cell, and in
+// text a backslash or markup character is escaped (GitHub would eat `\|`'s backslash, or read
+// `*x*` as emphasis); in a code span only the pipe is.
+TEST(Compare, MarkdownCellsShowTheirTextAsWritten) {
+  std::vector<ResultRow> base = {row("a\\|b *x* <i>", true, 1, "x\\|y|`z`")};
+  std::vector<ResultRow> cand = {row("a\\|b *x* <i>", false, 0, "\\n")};
+  const std::string md = compare_markdown(compare_runs(1, base, 2, cand, {}), 10);
+  EXPECT_NE(md.find("| a\\\\\\|b \\*x\\* \\<i\\> | `x\\\\|y\\|'z'` | `\\n` |"), std::string::npos) << md;
+}
+
 // An item passes on its samples' share within rounding (0.28 x 25 is 7), and never with a
 // sample unanswered: one rule for the run's summary and for compare.
 TEST(Compare, ItemsPassOnTheirShareWithinRounding) {

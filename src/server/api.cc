@@ -408,8 +408,85 @@ ApiResult<std::vector<int32_t>> OpenAiApi::encode(const PromptInput& prompt, boo
   return std::move(*ids);
 }
 
-ApiResult<std::string> OpenAiApi::render_chat(const Json& messages, const Json& tools, const Json& kwargs,
+namespace {
+
+// A message field or role that the chat template never renders would be dropped from the
+// prompt without a word (Qwen2.5's template has no branch for a "function" message, and none
+// of the common templates prints a message's "name"). Rendering again without it and getting
+// the same prompt proves it was dropped: a 400, not an answer to another conversation. One
+// more render per distinct extra field and per role other than user and assistant (the system
+// prompt, tool results), each cheap next to the prompt's prefill; a render that fails without
+// it (a template that checks the order of roles) counts as rendering it.
+template <typename Render>
+ApiResult<bool> check_rendered(const Json& messages, const std::string& prompt, Render&& render) {
+  // Fields every template may go without: the message's own shape and ids.
+  static constexpr std::string_view kCore[] = {"role", "content", "tool_calls", "tool_call_id"};
+  std::vector<std::string> fields, roles;
+  for (const Json& m : messages) {
+    for (auto it = m.begin(); it != m.end(); ++it) {
+      if (std::ranges::find(kCore, it.key()) == std::end(kCore) && !it->is_null() &&
+          std::ranges::find(fields, it.key()) == fields.end()) {
+        fields.push_back(it.key());
+      }
+    }
+    const std::string role = m.value("role", std::string());
+    const auto content = m.find("content");
+    const bool says_something =
+        (content != m.end() && content->is_string() && !content->get<std::string>().empty()) || m.contains("tool_calls");
+    if (role != "user" && role != "assistant" && says_something && std::ranges::find(roles, role) == roles.end()) {
+      roles.push_back(role);
+    }
+  }
+  auto first_index = [&](auto&& pred) {
+    for (size_t i = 0; i < messages.size(); ++i) {
+      if (pred(messages[i])) return i;
+    }
+    return size_t{0};
+  };
+  for (const std::string& key : fields) {
+    Json without = messages;
+    for (Json& m : without) m.erase(key);
+    auto other = render(without);
+    if (other && *other == prompt) {
+      const size_t i = first_index([&](const Json& m) { return m.contains(key) && !m.at(key).is_null(); });
+      return std::unexpected(ApiError::invalid(
+          fmt::format("'messages[{}].{}': this model's chat template does not render a message's '{}', so the model "
+                      "would never see it",
+                      i, key.substr(0, 100), key.substr(0, 100)),
+          fmt::format("messages[{}]", i)));
+    }
+  }
+  for (const std::string& role : roles) {
+    Json without = Json::array();
+    for (const Json& m : messages) {
+      if (m.value("role", std::string()) != role) without.push_back(m);
+    }
+    if (without.empty()) continue;
+    auto other = render(without);
+    if (other && *other == prompt) {
+      const size_t i = first_index([&](const Json& m) { return m.value("role", std::string()) == role; });
+      return std::unexpected(ApiError::invalid(
+          fmt::format("'messages[{}]': this model's chat template does not render messages with role '{}', so the "
+                      "model would never see them",
+                      i, role.substr(0, 100)),
+          fmt::format("messages[{}]", i)));
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+ApiResult<std::string> OpenAiApi::render_chat(const Json& request_messages, const Json& tools, const Json& kwargs,
                                               bool add_generation_prompt) const {
+  // OpenAI's "developer" role is its newer name for "system": a template that does not know it
+  // would drop the message, so it becomes a system message there.
+  Json messages = request_messages;
+  if (!chat_template_.names("developer")) {
+    for (Json& m : messages) {
+      if (m["role"] == "developer") m["role"] = "system";
+    }
+  }
   // Tools and tool calls that the template cannot render would be dropped from the prompt
   // without a word, and the model would answer as if they were not there.
   if (tools.is_array() && !tools.empty() && !chat_template_.names("tools")) {
@@ -432,11 +509,17 @@ ApiResult<std::string> OpenAiApi::render_chat(const Json& messages, const Json& 
   auto token_text = [&](int32_t id) {
     return id >= 0 && id < tokenizer_.vocab_size() ? tokenizer_.token_text(id) : std::string();
   };
-  const Json context = chat::template_context(messages, tools, kwargs, add_generation_prompt,
-                                              token_text(tokenizer_.bos_id()), token_text(tokenizer_.eos_id()));
   chat::RenderOptions options;
   options.now = config_.now();
-  auto prompt = chat_template_.render(context, options);
+  auto render = [&](const Json& with) {
+    return chat_template_.render(chat::template_context(with, tools, kwargs, add_generation_prompt,
+                                                        token_text(tokenizer_.bos_id()), token_text(tokenizer_.eos_id())),
+                                 options);
+  };
+  auto prompt = render(messages);
+  if (prompt) {
+    SLUICE_API_TRY([[maybe_unused]] bool ok, check_rendered(messages, *prompt, render));
+  }
   if (!prompt) {
     // raise_exception() in a template means the messages are wrong; anything else is the
     // template's fault, still caused by this request's input.

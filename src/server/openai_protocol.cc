@@ -162,7 +162,18 @@ ApiResult<bool> check_field_names(const Json& body, unsigned route) {
       if (key == f.name && (f.routes & route)) known = true;
     }
     for (const char* f : kIgnoredFields) {
-      if (key == f) known = true;
+      if (key != f) continue;
+      // Ignored, yet of the type OpenAI takes: a wrong one is a client bug worth a 400 there too.
+      const bool ok = key == "store"      ? it->is_boolean()
+                      : key == "metadata" ? it->is_object() && std::ranges::all_of(*it, [](const Json& v) { return v.is_string(); })
+                                          : it->is_string();
+      if (!ok) {
+        return std::unexpected(wrong_type(key, key == "store"      ? "a boolean"
+                                               : key == "metadata" ? "an object of strings"
+                                                                   : "a string",
+                                          *it));
+      }
+      known = true;
     }
     if (known) continue;
     for (const auto& [name, what] : kRefusedFields) {
@@ -225,7 +236,11 @@ ApiResult<bool> refuse_unsupported(const Json& body) {
 // out, so the model cannot call them). "required" and a named tool need constrained output.
 ApiResult<bool> tools_in_prompt(const Json& body) {
   const Json* choice = field(body, "tool_choice");
-  if (!choice || *choice == "auto") return true;
+  if (!choice) return true;
+  if (!field(body, "tools")) {
+    return std::unexpected(ApiError::invalid("'tool_choice' is only allowed when 'tools' are given", "tool_choice"));
+  }
+  if (*choice == "auto") return true;
   if (*choice == "none") return false;
   return std::unexpected(ApiError::invalid(
       fmt::format("'tool_choice' {} is not supported: sluice cannot force a tool call (use \"auto\" or \"none\")",
@@ -316,17 +331,24 @@ ApiResult<GenerationParams> parse_generation(const Json& body, bool chat) {
   SLUICE_API_TRY(auto repetition, get_number_in(body, "repetition_penalty", 0, 100, /*min_open=*/true));
   p.sampling.repetition_penalty = static_cast<float>(repetition.value_or(1.0));
 
-  // A negative seed means "no seed" (a fresh one per request), as llama.cpp's -1.
+  // -1 means "no seed" (a fresh one per request), as llama.cpp's. Every other integer is a
+  // seed (OpenAI takes any int64; a negative one is its two's-complement bits).
   if (const Json* seed = field(body, "seed")) {
     if (!is_integral(*seed)) return std::unexpected(wrong_type("seed", "an integer", *seed));
-    if (seed->is_number_unsigned()) p.seed = seed->get<uint64_t>();
-    else if (seed->is_number_integer()) {
-      if (seed->get<int64_t>() >= 0) p.seed = static_cast<uint64_t>(seed->get<int64_t>());
-    } else if (const double d = seed->get<double>(); d >= 0x1p64) {
+    const auto out_of_range = [&] {
       return std::unexpected(ApiError::invalid(
-          fmt::format("'seed' must be at most {} (or negative: none), got {}", UINT64_MAX, seed->dump()), "seed"));
+          fmt::format("'seed' must be in [{}, {}], got {}", INT64_MIN, UINT64_MAX, seed->dump()), "seed"));
+    };
+    if (seed->is_number_unsigned()) {
+      p.seed = seed->get<uint64_t>();
+    } else if (seed->is_number_integer()) {
+      if (seed->get<int64_t>() != -1) p.seed = static_cast<uint64_t>(seed->get<int64_t>());
+    } else if (const double d = seed->get<double>(); d >= 0x1p64 || d < -0x1p63) {
+      return out_of_range();
     } else if (d >= 0) {
       p.seed = static_cast<uint64_t>(d);
+    } else if (d != -1) {
+      p.seed = static_cast<uint64_t>(static_cast<int64_t>(d));
     }
   }
 
@@ -450,19 +472,71 @@ ApiResult<Json> flatten_content(const Json& content, size_t index) {
     if (!type || !type->is_string()) {
       return std::unexpected(ApiError::invalid(fmt::format("'{}[{}]' must be an object with a 'type'", param, i), param));
     }
-    if (*type != "text") {
+    // An assistant's refusal, sent back in the history, is its text.
+    const bool refusal = *type == "refusal";
+    if (*type != "text" && !refusal) {
       return std::unexpected(ApiError::invalid(
           fmt::format("'{}[{}]' has type '{}'; only text content is supported", param, i, type->get<std::string>()),
           param));
     }
-    const Json* t = field(part, "text");
+    const char* key = refusal ? "refusal" : "text";
+    const Json* t = field(part, key);
     if (!t || !t->is_string()) {
-      return std::unexpected(ApiError::invalid(fmt::format("'{}[{}].text' must be a string", param, i), param));
+      return std::unexpected(ApiError::invalid(fmt::format("'{}[{}].{}' must be a string", param, i, key), param));
     }
     if (i > 0) text += '\n';
     text += t->get<std::string>();
   }
   return Json(text);
+}
+
+// An assistant message's tool_calls, checked and put in the form chat templates read (as
+// vLLM and transformers do): `function.arguments` a JSON object where the text holds one, so a
+// template's `arguments | tojson` does not encode it twice. Null or [] (some clients send
+// them) is no call, and the key is dropped: templates test `'tool_calls' in message`.
+// Returns whether the message calls a tool.
+ApiResult<bool> parse_tool_calls(Json& message, const std::string& param) {
+  const auto it = message.find("tool_calls");
+  if (it == message.end()) return false;
+  if (it->is_null() || (it->is_array() && it->empty())) {
+    message.erase(it);
+    return false;
+  }
+  if (message["role"] != "assistant") {
+    return std::unexpected(ApiError::invalid(fmt::format("'{}.tool_calls' is only for assistant messages", param), param));
+  }
+  if (!it->is_array()) return std::unexpected(wrong_type(param + ".tool_calls", "an array", *it));
+  for (size_t k = 0; k < it->size(); ++k) {
+    Json& call = (*it)[k];
+    const std::string where = fmt::format("{}.tool_calls[{}]", param, k);
+    const auto shape_error = [&] {
+      return std::unexpected(ApiError::invalid(
+          fmt::format("'{}' must be {{\"id\": ID, \"type\": \"function\", \"function\": {{\"name\": NAME, "
+                      "\"arguments\": JSON_TEXT}}}} (a non-empty name; id, if given, a string)",
+                      where),
+          param));
+    };
+    if (!call.is_object()) return shape_error();
+    const Json* type = field(call, "type");
+    const Json* id = field(call, "id");
+    Json* fn = call.contains("function") && call["function"].is_object() ? &call["function"] : nullptr;
+    const Json* name = fn ? field(*fn, "name") : nullptr;
+    if ((type && *type != "function") || (id && !id->is_string()) || !fn || !name || !name->is_string() ||
+        name->get<std::string>().empty()) {
+      return shape_error();
+    }
+    const auto args = fn->find("arguments");
+    if (args == fn->end() || args->is_null()) {
+      (*fn)["arguments"] = Json::object();
+    } else if (args->is_string()) {
+      // Text that is not a JSON object (a model's malformed call, sent back) stays text.
+      Json parsed = Json::parse(args->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+      if (parsed.is_object()) *args = std::move(parsed);
+    } else if (!args->is_object()) {
+      return std::unexpected(wrong_type(where + ".function.arguments", "a string of JSON", *args));
+    }
+  }
+  return true;
 }
 
 ApiResult<Json> parse_messages(const Json& body) {
@@ -483,10 +557,16 @@ ApiResult<Json> parse_messages(const Json& body) {
       return std::unexpected(ApiError::invalid(fmt::format("'{}.role' must be a non-empty string", param), param));
     }
     Json copy = m;
+    for (const char* key : {"name", "tool_call_id"}) {
+      if (const Json* v = field(m, key); v && !v->is_string()) {
+        return std::unexpected(wrong_type(fmt::format("{}.{}", param, key), "a string", *v));
+      }
+    }
+    SLUICE_API_TRY(bool calls, parse_tool_calls(copy, param));
     const Json* content = field(m, "content");
     if (!content) {
       // Only an assistant message that calls tools may go without content.
-      if (*role != "assistant" || !field(m, "tool_calls")) {
+      if (*role != "assistant" || !calls) {
         return std::unexpected(ApiError::invalid(fmt::format("'{}.content' is required", param), param));
       }
       copy["content"] = nullptr;
@@ -512,6 +592,16 @@ ApiResult<Json> parse_tools(const Json& body) {
     const Json* fn = t.is_object() ? field(t, "function") : nullptr;
     const Json* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
     const Json* parameters = fn && fn->is_object() ? field(*fn, "parameters") : nullptr;
+    const Json* strict = fn && fn->is_object() ? field(*fn, "strict") : nullptr;
+    if (strict && !strict->is_boolean()) return std::unexpected(wrong_type(fmt::format("tools[{}].function.strict", i), "a boolean", *strict));
+    if (strict && strict->get<bool>()) {
+      // A promise that the call's arguments follow the schema: sluice does not constrain them.
+      return std::unexpected(ApiError::invalid(
+          fmt::format("'tools[{}].function.strict' true is not supported: sluice does not constrain tool calls to "
+                      "their schema",
+                      i),
+          "tools"));
+    }
     if (!type || *type != "function" || !name || !name->is_string() || name->get<std::string>().empty() ||
         (parameters && !parameters->is_object())) {
       return std::unexpected(ApiError::invalid(

@@ -1,7 +1,7 @@
 // The OpenAI HTTP API as sluice speaks it: request bodies parsed into typed, validated
 // structs, and the error object every failure is reported with. Pure functions of their
 // input (no engine, no sockets), so each rule here is tested directly (protocol_test.cc) and
-// fuzzed (protocol_fuzz_test.cc).
+// fuzzed (MutatedBodiesNeverCrash there).
 //
 // Parsing is strict about types, ranges and names: a field that would change the answer and
 // is not implemented is refused with a 400 naming it (answering as if it had been applied

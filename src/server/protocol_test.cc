@@ -43,7 +43,13 @@ TEST(ProtocolTest, CompletionDefaultsAndFields) {
   EXPECT_EQ(p.sampling.top_p, 0.5f);
   EXPECT_EQ(p.sampling.top_k, 0);  // -1 is vLLM's "off"
   EXPECT_FLOAT_EQ(p.sampling.min_p, 0.1f);
-  EXPECT_FALSE(p.seed.has_value());  // negative: no seed, as llama.cpp's -1
+  EXPECT_FALSE(p.seed.has_value());  // -1: no seed, as llama.cpp's
+  // Any other integer is a seed, negative ones too (OpenAI takes any int64).
+  for (const char* negative : {"-42", "-42.0"}) {
+    auto r = parse_completion_request(body(fmt::format(R"({{"prompt": "x", "seed": {}}})", negative)));
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(r->params.seed, static_cast<uint64_t>(int64_t{-42}));
+  }
   EXPECT_EQ(p.min_tokens, 2);
   EXPECT_TRUE(p.include_stop_str_in_output);
   EXPECT_EQ(p.stop, std::vector<std::string>{"END"});
@@ -56,6 +62,45 @@ TEST(ProtocolTest, CompletionDefaultsAndFields) {
   EXPECT_TRUE(p.ignore_eos);
   EXPECT_FLOAT_EQ(p.sampling.presence_penalty, 1.5f);
   EXPECT_FLOAT_EQ(p.sampling.frequency_penalty, -0.5f);
+}
+
+// tool_calls are checked and put in the form templates read; null or [] is no call (and then
+// content is required); an assistant's refusal part is its text.
+TEST(ProtocolTest, ToolCallsAreCheckedAndTheirArgumentsParsed) {
+  auto chat = [](const std::string& messages) { return parse_chat_request(body(R"({"messages": )" + messages + "}")); };
+  auto error_of = [&](const std::string& messages) {
+    auto r = chat(messages);
+    return r ? std::string("accepted") : r.error().message;
+  };
+  auto r = chat(R"([{"role": "user", "content": "x"},
+      {"role": "assistant", "content": "y", "tool_calls": []},
+      {"role": "assistant", "content": "z", "tool_calls": null},
+      {"role": "assistant", "content": null, "tool_calls": [{"function": {"name": "f", "arguments": "not json"}},
+                                                              {"function": {"name": "g"}}]},
+      {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}]}])");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_FALSE(r->messages[1].contains("tool_calls"));  // templates test `'tool_calls' in message`
+  EXPECT_FALSE(r->messages[2].contains("tool_calls"));
+  EXPECT_EQ(r->messages[3]["tool_calls"][0]["function"]["arguments"], "not json");  // a malformed call stays text
+  EXPECT_EQ(r->messages[3]["tool_calls"][1]["function"]["arguments"], Json::object());
+  EXPECT_EQ(r->messages[4]["content"], "no");
+  EXPECT_EQ(error_of(R"([{"role": "assistant", "tool_calls": []}])"), "'messages[0].content' is required");
+  const std::string shape = "' must be {\"id\": ID, \"type\": \"function\", \"function\": {\"name\": NAME, "
+                            "\"arguments\": JSON_TEXT}} (a non-empty name; id, if given, a string)";
+  EXPECT_EQ(error_of(R"([{"role": "assistant", "tool_calls": [{"id": "1"}]}])"), "'messages[0].tool_calls[0]" + shape);
+  EXPECT_EQ(error_of(R"([{"role": "assistant", "tool_calls": [{"type": "x", "function": {"name": "f"}}]}])"),
+            "'messages[0].tool_calls[0]" + shape);
+  EXPECT_EQ(error_of(R"([{"role": "assistant", "tool_calls": [{"id": 5, "function": {"name": "f"}}]}])"),
+            "'messages[0].tool_calls[0]" + shape);
+  EXPECT_EQ(error_of(R"([{"role": "assistant", "tool_calls": "x"}])"),
+            "'messages[0].tool_calls' must be an array, got string");
+  EXPECT_EQ(error_of(R"([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": 3}}]}])"),
+            "'messages[0].tool_calls[0].function.arguments' must be a string of JSON, got integer");
+  EXPECT_EQ(error_of(R"([{"role": "user", "content": "x", "tool_calls": [{"function": {"name": "f"}}]}])"),
+            "'messages[0].tool_calls' is only for assistant messages");
+  EXPECT_EQ(error_of(R"([{"role": "user", "content": "x", "name": 5}])"), "'messages[0].name' must be a string, got integer");
+  EXPECT_EQ(error_of(R"([{"role": "tool", "content": "x", "tool_call_id": {}}])"),
+            "'messages[0].tool_call_id' must be a string, got object");
 }
 
 // Integers written as floats (5.0, 1e1) are those integers, as Python clients send them.
@@ -78,13 +123,15 @@ TEST(ProtocolTest, ChatMessagesAndLogprobs) {
   auto r = parse_chat_request(body(R"({"messages": [
       {"role": "system", "content": "s"},
       {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
-      {"role": "assistant", "tool_calls": [{"id": "1"}]}],
+      {"role": "assistant", "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{\"x\": 1}"}}]}],
       "logprobs": true, "top_logprobs": 3, "max_completion_tokens": 9, "max_tokens": 9,
       "chat_template_kwargs": {"enable_thinking": false}})"));
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(r->messages[1]["content"], "a\nb");
   EXPECT_TRUE(r->messages[2]["content"].is_null());
   EXPECT_EQ(r->messages[2]["tool_calls"][0]["id"], "1");
+  // The arguments' JSON text becomes the object templates print (once) with tojson.
+  EXPECT_EQ(r->messages[2]["tool_calls"][0]["function"]["arguments"], Json::parse(R"({"x": 1})"));
   EXPECT_TRUE(r->params.logprobs);
   EXPECT_EQ(r->params.sampling.top_logprobs, 3);
   EXPECT_EQ(r->params.max_tokens, 9);  // both names, one value
@@ -114,7 +161,15 @@ TEST(ProtocolTest, BadRequestsNameTheField) {
       {R"({"prompt": [-3]})", false, "got -3", "prompt"},
       {R"({"prompt": "x", "n": 2.5})", false, "'n' must be an integer, got number", "n"},
       {R"({"prompt": "x", "max_tokens": 1e30})", false, "'max_tokens' must be in [1, 2147483647], got 1e+30", "max_tokens"},
-      {R"({"prompt": "x", "seed": 1180591620717411303424})", false, "'seed' must be at most 18446744073709551615", "seed"},
+      {R"({"prompt": "x", "seed": 1180591620717411303424})", false, "'seed' must be in [-9223372036854775808, 18446744073709551615]", "seed"},
+      {R"({"prompt": "x", "seed": -1e19})", false, "'seed' must be in [-9223372036854775808, 18446744073709551615]", "seed"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "none"})", true,
+       "'tool_choice' is only allowed when 'tools' are given", "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f", "strict": true}}]})",
+       true, "'tools[0].function.strict' true is not supported", "tools"},
+      {R"({"prompt": "x", "store": "yes"})", false, "'store' must be a boolean, got string", "store"},
+      {R"({"prompt": "x", "metadata": {"a": 1}})", false, "'metadata' must be an object of strings, got object", "metadata"},
+      {R"({"prompt": "x", "service_tier": 7})", false, "'service_tier' must be a string, got integer", "service_tier"},
       {R"({"prompt": "x", "seed": 0.5})", false, "'seed' must be an integer, got number", "seed"},
       {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 3, "max_completion_tokens": 5})", true,
        "'max_tokens' (3) and 'max_completion_tokens' (5) differ", "max_tokens"},

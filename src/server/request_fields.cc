@@ -13,8 +13,8 @@ const Json* field(const Json& body, const char* key) {
   return &*it;
 }
 
-ApiError wrong_type(const char* key, const char* expected, const Json& got) {
-  return ApiError::invalid(fmt::format("'{}' must be {}, got {}", key, expected, json_type_name(got)), key);
+ApiError wrong_type(std::string_view key, const char* expected, const Json& got) {
+  return ApiError::invalid(fmt::format("'{}' must be {}, got {}", key, expected, json_type_name(got)), std::string(key));
 }
 
 bool is_integral(const Json& v) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "server/openai_protocol.h"
@@ -14,7 +15,7 @@ namespace sluice::server {
 // The field, or null when it is absent or null.
 const Json* field(const Json& body, const char* key);
 // "'KEY' must be EXPECTED, got TYPE", naming the field.
-ApiError wrong_type(const char* key, const char* expected, const Json& got);
+ApiError wrong_type(std::string_view key, const char* expected, const Json& got);
 // An integer written as a float (5.0, 1e1) counts as that integer, as Python clients (and
 // pydantic, so vLLM) take it; 2.5 does not.
 bool is_integral(const Json& v);

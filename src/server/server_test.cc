@@ -410,6 +410,49 @@ TEST_F(ServerTest, ToolsATemplateCannotRenderAreRefused) {
   wait_engine_idle();
 }
 
+// A role or message field the template never renders would leave the prompt without a word:
+// each is refused, found by rendering without it. "developer" is "system" where the template
+// does not know it.
+TEST_F(ServerTest, MessagesTheTemplateWouldDropAreRefused) {
+  auto api_with = [&](std::string_view source) {
+    auto tmpl = chat::ChatTemplate::parse(source);
+    EXPECT_TRUE(tmpl) << tmpl.error().message();
+    return std::make_unique<OpenAiApi>(*engine_, *loaded_.tokenizer, std::move(*tmpl), ApiConfig{.model_name = "m"});
+  };
+  auto outcome = [](const OpenAiApi& api, std::string_view messages) {
+    auto r = api.tokenize(Json::parse(fmt::format(R"({{"messages": {}}})", messages)));
+    return r ? (*r)["tokens"].dump() : r.error().message;
+  };
+  // Phi-3's way: a branch per known role, nothing for the others.
+  const auto known_roles = api_with(
+      "{% for m in messages %}{% if m.role == 'user' %}<u>{{ m.content }}{% elif m.role == 'assistant' %}<a>{{ m.content }}"
+      "{% elif m.role == 'system' %}<s>{{ m.content }}{% endif %}{% endfor %}");
+  const std::string system = outcome(*known_roles, R"([{"role": "system", "content": "be brief"}, {"role": "user", "content": "x"}])");
+  ASSERT_TRUE(system.starts_with("[")) << system;
+  EXPECT_EQ(outcome(*known_roles, R"([{"role": "developer", "content": "be brief"}, {"role": "user", "content": "x"}])"), system);
+  EXPECT_EQ(outcome(*known_roles, R"([{"role": "user", "content": "x"}, {"role": "tool", "content": "sunny"}])"),
+            "'messages[1]': this model's chat template does not render messages with role 'tool', so the model would "
+            "never see them");
+  EXPECT_EQ(outcome(*known_roles, R"([{"role": "user", "content": "x", "name": "alice"}])"),
+            "'messages[0].name': this model's chat template does not render a message's 'name', so the model would "
+            "never see it");
+  EXPECT_EQ(outcome(*known_roles, R"([{"role": "user", "content": "x"}, {"role": "user", "content": "y", "foo": 1}])"),
+            "'messages[1].foo': this model's chat template does not render a message's 'foo', so the model would never "
+            "see it");
+  // An empty system message says nothing, dropped or not; ids are never required to show.
+  EXPECT_TRUE(outcome(*known_roles, R"([{"role": "tool", "content": ""}, {"role": "user", "content": "x"}])").starts_with("["));
+  // A template that renders names and any role takes them.
+  const auto generic = api_with(
+      "{% for m in messages %}{{ m.role }}{% if m.name %}({{ m.name }}){% endif %}: {{ m.content }}\n{% endfor %}");
+  EXPECT_TRUE(outcome(*generic, R"([{"role": "ipython", "content": "42"}, {"role": "user", "content": "x", "name": "alice"}])")
+                  .starts_with("["));
+  // One that knows "developer" gets it as sent.
+  const auto developer = api_with(
+      "{% for m in messages %}{% if m.role == 'developer' %}<d>{% endif %}{{ m.content }}{% endfor %}");
+  EXPECT_NE(outcome(*developer, R"([{"role": "developer", "content": "x"}])"),
+            outcome(*developer, R"([{"role": "system", "content": "x"}])"));
+}
+
 TEST_F(ServerTest, OpenAiShapes) {
   const Json chat = Json::parse(body_of(exchange(post(
       "/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})"))));

@@ -240,6 +240,10 @@ class EvalTest(unittest.TestCase):
         rc, out = self.eval("run", api, "--baseline", "nosuch")
         self.assertEqual(rc, 2, out)
         self.assertIn("'nosuch' is neither a baseline name", out)
+        # A number JSON cannot hold is refused, not sent as the text "1e400".
+        rc, out = self.eval("run", api, "--set", "temperature=1e400")
+        self.assertEqual(rc, 2, out)
+        self.assertIn("--set 'temperature=1e400': the number is out of range", out)
         rc, out = self.eval("history", api)
         self.assertNotIn("running", out)
         self.assertNotIn("done", out)
@@ -296,6 +300,10 @@ class EvalTest(unittest.TestCase):
             self.assertLess(sent_first, 12)
             rc, out = self.eval("history", suite)
             self.assertIn("interrupted", out)
+            # The columns stay under their headings.
+            lines = out.splitlines()
+            row = next(line for line in lines if "interrupted" in line)
+            self.assertEqual(row.index("interrupted") + len("interrupted  "), lines[0].index("fingerprint"), out)
             rc, out = self.eval("run", suite, url=url)
             self.assertEqual(rc, 0, out)
             self.assertIn("pass rate 100.0%", out)
