@@ -1,6 +1,7 @@
 #include "bench/bench.h"
 
 #include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <limits>
 #include <unordered_set>
@@ -304,7 +305,25 @@ Status validate(const BenchConfig& c) {
   if (Status s = validate(c.workload); !s) return s;
   if (auto url = http::parse_url(c.url); !url) return url.error();
   auto invalid = [](std::string message) { return Status::error(std::move(message), StatusCode::kInvalid); };
-  if (c.rate < 0) return invalid("--rate must be positive");
+  // Bounds past which a time in nanoseconds (or a Poisson gap of 1/rate) would overflow: a
+  // "very long" value would otherwise wrap into "at once" or "already over".
+  constexpr double kMaxSeconds = 1e7;  // about 116 days
+  auto within = [](double v, double lo, double hi) { return std::isfinite(v) && v >= lo && v <= hi; };
+  if (c.rate != 0 && !within(c.rate, 1e-6, 1e6)) {
+    return invalid(fmt::format("--rate must be between 1e-06 and 1e+06 requests/s, got {}", c.rate));
+  }
+  if (!within(c.duration_s, 0, kMaxSeconds)) {
+    return invalid(fmt::format("--duration must be between 0 and {:g} s, got {}", kMaxSeconds, c.duration_s));
+  }
+  if (!within(c.request_timeout_s, 1e-3, kMaxSeconds)) {
+    return invalid(fmt::format("--timeout must be between 0.001 and {:g} s, got {}", kMaxSeconds, c.request_timeout_s));
+  }
+  if (!within(c.drain_timeout_s, 0, kMaxSeconds)) {
+    return invalid(fmt::format("--drain-timeout must be between 0 and {:g} s, got {}", kMaxSeconds, c.drain_timeout_s));
+  }
+  if (!within(c.temperature, 0, 1e6)) {
+    return invalid(fmt::format("--temperature must be a number >= 0, got {}", c.temperature));
+  }
   if (c.rate == 0 && c.concurrency < 1) return invalid("--concurrency must be at least 1");
   if (c.max_concurrency < 0) return invalid("--max-concurrency must be 0 (no cap) or more");
   if (c.num_requests < 0 || c.warmup < 0) return invalid("--num-requests and --warmup must not be negative");
@@ -352,7 +371,10 @@ Result<BenchReport> run(const BenchConfig& config, const ProgressFn& progress) {
   limits.arrival_seed = config.workload.seed ^ 0xa5a5a5a5a5a5a5a5ull;  // apart from the workload's draws
   if (limits.num_requests == 0 && limits.duration_s == 0) limits.num_requests = workload->size().value_or(0);
   limits.num_total = limits.num_requests > 0 ? limits.num_requests : -1;
-  if (workload->size() && limits.num_requests > *workload->size()) limits.num_total = *workload->size();
+  if (workload->size() && limits.num_requests > *workload->size()) {
+    limits.num_total = *workload->size();
+    report.workload_size = *workload->size();  // said in the report: fewer than asked for
+  }
   report.config.num_requests = limits.num_requests;
 
   try {

@@ -160,6 +160,18 @@ TEST_F(BenchCli, BadFlagsAreUsageErrorsThatNameTheFlag) {
       {"--extra-body '{oops'", "--extra-body"},
       {"--url ftp://example.com", "not http or https"},
       {"--workload nope", "--workload"},
+      // Values past which a time would overflow, and numbers that are none.
+      {"--rate 1e-12", "--rate must be between 1e-06 and 1e+06 requests/s"},
+      {"--timeout 1e10", "--timeout must be between 0.001 and 1e+07 s"},
+      {"--duration 1e12", "--duration must be between 0 and 1e+07 s"},
+      {"-n 1 --drain-timeout 1e12", "--drain-timeout must be between 0 and 1e+07 s"},
+      {"--temperature nan", "--temperature must be a number >= 0"},
+      {"--temperature -1", "--temperature must be a number >= 0"},
+      // Report files are checked before the run, not after it.
+      {"--json ''", "--json: an empty file name"},
+      {"--json /nonexistent/x.json", "the folder '/nonexistent' does not exist"},
+      {"--svg /tmp", "'/tmp' is a folder, not a file"},
+      {"--json a.json --svg ./a.json", "--json and --svg name the same file"},
   };
   for (const auto& [flags, word] : cases) {
     EXPECT_EQ(bench(flags), 2) << flags;

@@ -135,6 +135,20 @@ TEST(BenchRun, AnswersThatAreNotStreamsOrCarryAnErrorEventAreErrors) {
   ASSERT_EQ(report->summary.errors.size(), 1u);
   EXPECT_EQ(report->summary.errors[0].kind, "stream_error");
   EXPECT_NE(report->summary.errors[0].sample.find("out of KV blocks"), std::string::npos);
+
+  // [DONE] alone answered nothing: not an ok request with no tokens.
+  FakeOpenAi empty(FakeBehaviour{.done_only = true});
+  report = run(random_config(empty.url(), 2));
+  ASSERT_TRUE(report) << report.error().message();
+  EXPECT_EQ(report->summary.num_ok, 0);
+  ASSERT_EQ(report->summary.errors.size(), 1u);
+  EXPECT_EQ(report->summary.errors[0].kind, "bad_stream");
+  EXPECT_NE(report->summary.errors[0].sample.find("[DONE] before any token or finish_reason"), std::string::npos)
+      << report->summary.errors[0].sample;
+  // No latency was measured: the JSON says null, not 0 ms.
+  const nlohmann::json j = report_json(*report);
+  EXPECT_EQ(j["summary"]["ttft_ms"]["count"], 0);
+  EXPECT_TRUE(j["summary"]["ttft_ms"]["p50"].is_null()) << j["summary"]["ttft_ms"].dump();
 }
 
 TEST(BenchRun, RefusedConnectionsAreErrorsNotAHang) {

@@ -71,6 +71,11 @@ net::awaitable<void> FakeOpenAi::respond(const nlohmann::json& body, bool chat, 
     co_return;
   }
   const std::string eol = chat ? "\r\n" : "\n";  // both line ends, one per API
+  if (behaviour_.done_only) {
+    co_await ex.chunk("data: [DONE]" + eol + eol);
+    co_await ex.end_chunked();
+    co_return;
+  }
   if (chat) co_await ex.chunk(R"(data: {"choices":[{"index":0,"delta":{"role":"assistant"}}]})" + eol + eol);
   std::string answer;
   for (int i = 0; i < max_tokens; ++i) {

@@ -29,6 +29,7 @@ struct FakeBehaviour {
   bool report_cached = true;  // usage has prompt_tokens_details.cached_tokens
   bool no_stream = false;     // answer with one JSON body, as if "stream" were false
   bool error_event = false;   // after the first token, an error event instead of the rest
+  bool done_only = false;     // a stream of [DONE] alone: no token, no finish_reason, no usage
 };
 
 class FakeOpenAi {

@@ -9,9 +9,11 @@ namespace {
 
 double per(double x, double d) { return d > 0 ? x / d : 0; }
 
+// No sample, no number: null rather than a 0 that reads as a measured latency.
 nlohmann::json distribution_json(const Distribution& d) {
-  return {{"count", d.count}, {"mean", d.mean}, {"min", d.min}, {"p50", d.p50},
-          {"p90", d.p90},     {"p99", d.p99},   {"max", d.max}};
+  auto v = [&](double x) { return d.count > 0 ? nlohmann::json(x) : nlohmann::json(nullptr); };
+  return {{"count", d.count}, {"mean", v(d.mean)}, {"min", v(d.min)}, {"p50", v(d.p50)},
+          {"p90", v(d.p90)},  {"p99", v(d.p99)},   {"max", v(d.max)}};
 }
 
 std::string describe_load(const BenchConfig& c) {
@@ -140,8 +142,13 @@ std::string format_report(const BenchReport& report) {
                        s.tokens_per_chunk);
   }
   if (s.num_without_usage > 0) {
-    out += fmt::format("note: {} responses reported no usage; their output tokens are counted from chunks\n",
+    out += fmt::format("note: {} responses reported no usage; their output tokens are counted from chunks (a lower "
+                       "bound where a chunk carries several)\n",
                        s.num_without_usage);
+  }
+  if (report.workload_size >= 0) {
+    out += fmt::format("note: the workload holds {} requests, fewer than the {} asked for; each was sent once\n",
+                       report.workload_size, c.num_requests);
   }
   if (!s.errors.empty()) {
     out += fmt::format("\nerrors ({})\n", s.num_errors);

@@ -147,6 +147,9 @@ class StreamReader {
     } else if (!done_ && finish_reason_.empty()) {
       r.error_kind = "bad_stream";
       r.error = fmt::format("POST {}: the stream ended without a finish_reason or [DONE]", target_);
+    } else if (finish_reason_.empty() && r.output_tokens == 0) {
+      r.error_kind = "bad_stream";
+      r.error = fmt::format("POST {}: the stream ended with [DONE] before any token or finish_reason", target_);
     } else {
       r.ok = true;
     }

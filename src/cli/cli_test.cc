@@ -570,9 +570,18 @@ TEST(Cli, PairRanksDraftsAndWritesItsReports) {
   EXPECT_NE(no_prompts.out.find("give the prompts"), std::string::npos) << no_prompts.out;
   // Checked before any measuring: the report's folder, an empty prompt.
   Output folder = run("pair --target " + q + "F32.gguf --ngram -p x --json /no/such/dir/p.json", true);
-  EXPECT_EQ(folder.exit_code, 1);
-  EXPECT_NE(folder.out.find("cannot write --json /no/such/dir/p.json: folder '/no/such/dir'"), std::string::npos)
+  EXPECT_EQ(folder.exit_code, 2);
+  EXPECT_NE(folder.out.find("--json: '/no/such/dir/p.json': the folder '/no/such/dir' does not exist"), std::string::npos)
       << folder.out;
+  Output same = run("pair --target " + q + "F32.gguf --ngram -p x --json " + ::testing::TempDir() + "/r --svg " + ::testing::TempDir() + "/./r", true);
+  EXPECT_EQ(same.exit_code, 2);
+  EXPECT_NE(same.out.find("--json and --svg name the same file"), std::string::npos) << same.out;
+  Output twice = run("pair --target " + q + "F32.gguf --ngram -p x --batch-sizes 1,4,1", true);
+  EXPECT_EQ(twice.exit_code, 2);
+  EXPECT_NE(twice.out.find("--batch-sizes lists a size twice"), std::string::npos) << twice.out;
+  Output template_alone = run("pair --target " + q + "F32.gguf --ngram -p x --chat-template " + q + "F32.gguf", true);
+  EXPECT_EQ(template_alone.exit_code, 2);
+  EXPECT_NE(template_alone.out.find("--chat-template requires --suite"), std::string::npos) << template_alone.out;
   Output empty = run("pair --target " + q + "F32.gguf --ngram -p x -p ''", true);
   EXPECT_NE(empty.out.find("prompt 1 is empty"), std::string::npos) << empty.out;
 }

@@ -104,6 +104,10 @@ bench::ProgressFn progress_line() {
 }
 
 int run(BenchOptions& o, bool count_given, bool duration_given) {
+  if (!o.json_path.empty() && same_file(o.json_path, o.svg_path)) {
+    std::cerr << "sluice bench: error: --json and --svg name the same file (the chart would overwrite the JSON)\n";
+    return kExitUsage;
+  }
   if (Status s = finish_config(o, count_given, duration_given); !s) {
     std::cerr << "sluice bench: error: " << s.message() << " (see sluice bench --help)\n";
     return kExitUsage;
@@ -239,10 +243,10 @@ CommandFn add_bench_command(CLI::App& app) {
 
   const char* output = "Output";
   cmd->add_option("--json", o->json_path, "Write config, summary and every request's record as JSON to FILE")
-      ->group(output);
+      ->check(output_file())->group(output);
   cmd->add_option("--svg", o->svg_path,
                   "Write an SVG chart to FILE: latency by send time, output throughput over time, latency CDFs")
-      ->group(output);
+      ->check(output_file())->group(output);
   cmd->add_flag("--no-progress", o->no_progress, "No progress line on stderr (shown only when it is a terminal)")
       ->group(output);
   return [o, count, duration] { return run(*o, count->count() > 0, duration->count() > 0); };

@@ -1,5 +1,4 @@
 // sluice model info | make | quantize: inspect a GGUF file; make a random-weight model; quantize one.
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -155,13 +154,6 @@ struct QuantizeOptions {
   int threads = 0;
   bool no_progress = false;
 };
-
-// Whether two paths name one file (however spelt: relative, absolute, through a link).
-bool same_file(const std::string& a, const std::string& b) {
-  struct stat sa {}, sb {};
-  if (a == b) return true;
-  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
 
 // What quantize and make write, sluice must load: the model and its tokenizer, through the
 // loader, before the file replaces anything (gguf::Writer::write_file's verify step: on

@@ -1,6 +1,7 @@
 // sluice pair: ranks candidate drafts for a target on the user's prompts (src/pair/pair.h).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
@@ -85,14 +86,12 @@ int run_pair(PairCliOptions& o) {
     return fail_usage("give the prompts one way: --prompts FILE, -p TEXT or --suite FILE");
   }
   if (o.ngram_min > o.ngram_max) return fail_usage("--ngram-min must not exceed --ngram-max");
-  // The report files' folders are checked now, not after minutes of measuring.
-  for (const auto& [flag, file] : {std::pair{"--json", o.json_file}, std::pair{"--svg", o.svg_file}}) {
-    if (file.empty()) continue;
-    const std::filesystem::path dir = std::filesystem::path(file).parent_path();
-    if (::access(dir.empty() ? "." : dir.c_str(), W_OK) != 0) {
-      return fail(fmt::format("cannot write {} {}: folder '{}': {}", flag, file, dir.empty() ? "." : dir.string(),
-                              std::error_code(errno, std::generic_category()).message()));
-    }
+  // The report files were checked with the flags (output_file), not after minutes of measuring.
+  if (!o.json_file.empty() && same_file(o.json_file, o.svg_file)) {
+    return fail_usage("--json and --svg name the same file (the chart would overwrite the JSON)");
+  }
+  if (std::ranges::any_of(o.pair.batch_sizes, [&](int b) { return std::ranges::count(o.pair.batch_sizes, b) > 1; })) {
+    return fail_usage("--batch-sizes lists a size twice");
   }
   std::vector<std::string> texts = o.prompts;
   if (!o.prompts_file.empty()) {
@@ -212,8 +211,10 @@ CommandFn add_pair_command(CLI::App& app) {
                   "An eval suite (sluice eval's YAML or promptfoo's): every test's prompt, rendered over its vars; "
                   "chat prompts through the target's chat template")
       ->check(CLI::ExistingFile);
+  auto* suite = cmd->get_option("--suite");
   cmd->add_option("--chat-template", o->chat_template_file,
-                  "With --suite: the Jinja chat template for chat prompts, instead of the target's own");
+                  "With --suite: the Jinja chat template for chat prompts, instead of the target's own")
+      ->check(CLI::ExistingFile)->needs(suite);
   cmd->add_option("--temperature", o->pair.temperature, "The temperature you serve at (0: greedy)")
       ->capture_default_str()->check(CLI::Range(0.0, 2.0));
   cmd->add_option("--max-tokens", o->pair.max_tokens, "Output tokens of the target per prompt, along which acceptance is measured")
@@ -225,9 +226,11 @@ CommandFn add_pair_command(CLI::App& app) {
   cmd->add_option("--confirm", o->confirm, "Confirm the best N candidates end to end (0: none)")
       ->capture_default_str()->check(CLI::Range(0, 64));
   cmd->add_option("--seed", o->pair.seed, "Seed of the target's sampled outputs (temperature > 0)")->check(seed_validator())->capture_default_str();
-  cmd->add_option("--json", o->json_file, "Write the whole report as JSON");
-  cmd->add_option("--svg", o->svg_file, "Write a chart: acceptance by draft position, predicted speedup by batch size");
-  cmd->add_option("-t,--threads", o->threads, "Compute threads; 0 = one per core")->capture_default_str();
+  cmd->add_option("--json", o->json_file, "Write the whole report as JSON")->check(output_file());
+  cmd->add_option("--svg", o->svg_file, "Write a chart: acceptance by draft position, predicted speedup by batch size")
+      ->check(output_file());
+  cmd->add_option("-t,--threads", o->threads, "Compute threads (0..256); 0 = one per core")
+      ->capture_default_str()->check(CLI::Range(0, 256));
   return [o] { return run_pair(*o); };
 }
 

@@ -46,6 +46,14 @@ CLI::Validator seed_validator();
 CLI::Validator positive_number();
 CLI::Validator non_negative_number();
 
+// A report file a command writes at its end (--json, --svg): checked when the flags are read,
+// so minutes of measuring are not lost to a typo — a name, not a folder, in a folder that
+// exists and can be written.
+CLI::Validator output_file();
+// Whether two paths name one file, however spelt (relative, through a symbolic or hard link);
+// either may not exist yet. False when either is empty.
+bool same_file(const std::string& a, const std::string& b);
+
 // Flushes stdout; an error (a full disk, a closed descriptor) is reported and gives kExitError.
 int finish_stdout();
 

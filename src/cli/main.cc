@@ -3,11 +3,15 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <utility>
 #include <vector>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <fmt/format.h>
 
 #include "cli/commands.h"
 
@@ -56,6 +60,39 @@ CLI::Validator number_check(bool allow_zero) {
 }
 
 }  // namespace
+
+CLI::Validator output_file() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        namespace fs = std::filesystem;
+        if (s.empty()) return "an empty file name";
+        std::error_code ec;
+        if (fs::is_directory(s, ec)) return fmt::format("'{}' is a folder, not a file", s);
+        const fs::path dir = fs::path(s).parent_path();
+        const std::string folder = dir.empty() ? "." : dir.string();
+        if (!fs::is_directory(folder, ec)) return fmt::format("'{}': the folder '{}' does not exist", s, folder);
+        if (::access(folder.c_str(), W_OK) != 0) {
+          return fmt::format("'{}': the folder '{}' cannot be written: {}", s, folder,
+                             std::error_code(errno, std::generic_category()).message());
+        }
+        return {};
+      },
+      "FILE");
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  if (a.empty() || b.empty()) return false;
+  if (a == b) return true;
+  struct stat sa {}, sb {};
+  if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0) {
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;  // hard links too
+  }
+  // One does not exist yet: compare the paths they would have.
+  std::error_code ec1, ec2;
+  const auto ca = std::filesystem::weakly_canonical(std::filesystem::absolute(a), ec1);
+  const auto cb = std::filesystem::weakly_canonical(std::filesystem::absolute(b), ec2);
+  return !ec1 && !ec2 && ca == cb;
+}
 
 CLI::Validator positive_number() { return number_check(false); }
 CLI::Validator non_negative_number() { return number_check(true); }

@@ -190,7 +190,9 @@ File::~File() {
 }
 
 Result<std::unique_ptr<File>> File::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO would otherwise wait for a writer, forever; it is then refused
+  // below as not a regular file (the flag changes nothing for one).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return Error("cannot open '{}': {}", path, std::strerror(errno));
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

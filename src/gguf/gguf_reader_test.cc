@@ -1,6 +1,11 @@
 #include "gguf/gguf_reader.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -221,6 +226,20 @@ TEST(GgufReader, OpenReportsMissingFile) {
   auto f = File::open("/nonexistent/model.gguf");
   ASSERT_FALSE(f);
   EXPECT_NE(f.error().message().find("/nonexistent/model.gguf"), std::string::npos);
+}
+
+// A FIFO (or a folder) is refused at once: opening a FIFO for reading used to wait for a
+// writer forever, and `sluice model info`, `quantize` and `generate` hung.
+TEST(GgufReader, AFifoOrAFolderIsRefusedWithoutWaiting) {
+  const std::string fifo = ::testing::TempDir() + "sluice_fifo_" + std::to_string(::getpid()) + ".gguf";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  auto f = File::open(fifo);
+  ::unlink(fifo.c_str());
+  ASSERT_FALSE(f);
+  EXPECT_NE(f.error().message().find("is not a regular file"), std::string::npos) << f.error().message();
+  auto d = File::open(::testing::TempDir());
+  ASSERT_FALSE(d);
+  EXPECT_NE(d.error().message().find("is not a regular file"), std::string::npos) << d.error().message();
 }
 
 TEST(GgufReader, OpensSharedModel) {
