@@ -93,6 +93,11 @@ int run_pair(PairCliOptions& o) {
   if (std::ranges::any_of(o.pair.batch_sizes, [&](int b) { return std::ranges::count(o.pair.batch_sizes, b) > 1; })) {
     return fail_usage("--batch-sizes lists a size twice");
   }
+  for (size_t i = 0; i < o.drafts.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (same_file(o.drafts[j], o.drafts[i])) return fail_usage(fmt::format("--draft names {} twice", o.drafts[i]));
+    }
+  }
   std::vector<std::string> texts = o.prompts;
   if (!o.prompts_file.empty()) {
     auto p = read_prompts(o.prompts_file);
@@ -130,11 +135,21 @@ int run_pair(PairCliOptions& o) {
   std::vector<LoadedModel> drafts;
   std::vector<pair::Candidate> candidates;
   for (const std::string& path : o.drafts) {
+    if (same_file(path, o.target)) {
+      drafts.push_back({});  // not loaded again: the target's own model stands in
+      continue;
+    }
     auto d = load_model(path, terminal_progress("loading " + path));
     if (!d) return fail(fmt::format("--draft {}: {}", path, d.error().message()));
     drafts.push_back(std::move(*d));
   }
   for (size_t i = 0; i < drafts.size(); ++i) {
+    if (!drafts[i].model) {
+      // Its acceptance is 1, but each draft step costs a target step: noise could rank it first.
+      candidates.push_back({.name = o.drafts[i], .model = target->model.get(), .tokenizer = target->tokenizer.get(),
+                            .refused = "the target itself: a draft step as costly as the target's saves nothing"});
+      continue;
+    }
     candidates.push_back({.name = o.drafts[i], .model = drafts[i].model.get(), .tokenizer = drafts[i].tokenizer.get()});
   }
   if (o.ngram) candidates.push_back({.name = "ngram", .ngram_min = o.ngram_min, .ngram_max = o.ngram_max});
@@ -150,6 +165,7 @@ int run_pair(PairCliOptions& o) {
   std::cerr << "step costs of the target at batch sizes...\n";
   const pair::TargetCosts costs = pair::measure_target_costs(*target->model, pool, context, o.pair);
   for (pair::Candidate& c : candidates) {
+    if (!c.refused.empty()) continue;
     std::cerr << "candidate " << c.name << "...\n";
     pair::measure_acceptance(*target->model, *target->tokenizer, pool, prompts, *outputs, o.pair, c);
     if (!c.refused.empty()) continue;
@@ -181,7 +197,7 @@ int run_pair(PairCliOptions& o) {
   }
   if (!o.json_file.empty()) {
     std::ofstream out(o.json_file);
-    out << pair::to_json(candidates, o.pair, o.target, static_cast<int64_t>(prompts.size())).dump(2) << "\n";
+    out << pair::to_json(candidates, costs, o.pair, o.target, static_cast<int64_t>(prompts.size())).dump(2) << "\n";
     if (!out) return fail("cannot write --json " + o.json_file);
   }
   if (!o.svg_file.empty()) {

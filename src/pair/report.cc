@@ -51,8 +51,8 @@ std::string render_table(const std::vector<Candidate>& ranked, const PairOptions
   return out;
 }
 
-nlohmann::json to_json(const std::vector<Candidate>& ranked, const PairOptions& options, const std::string& target,
-                       int64_t num_prompts) {
+nlohmann::json to_json(const std::vector<Candidate>& ranked, const TargetCosts& costs, const PairOptions& options,
+                       const std::string& target, int64_t num_prompts) {
   nlohmann::json j;
   j["target"] = target;
   j["prompts"] = num_prompts;
@@ -60,6 +60,7 @@ nlohmann::json to_json(const std::vector<Candidate>& ranked, const PairOptions& 
   j["max_tokens"] = options.max_tokens;
   j["max_k"] = options.max_k;
   j["batch_sizes"] = options.batch_sizes;
+  j["target_step_seconds"] = costs.step_seconds;
   j["candidates"] = nlohmann::json::array();
   for (const Candidate& c : ranked) {
     nlohmann::json x;
