@@ -7,6 +7,7 @@
 
 #include "common/utf8.h"
 #include "engine/spec/prediction_proposer.h"
+#include "tokenizer/stream_decoder.h"
 
 namespace sluice::server {
 namespace {
@@ -78,6 +79,9 @@ struct Generation::Choice {
   std::string error;
   RequestMetrics metrics;
   int64_t text_offset = 0;           // completions logprobs: bytes of text before the next token
+  // The output's text as the engine decodes it (control tokens add none, bytes that are no
+  // UTF-8 become U+FFFD's three), so that each text_offset points into the text returned.
+  std::optional<StreamDecoder> offset_decoder;
   std::vector<TokenOutput> prompt_scores;  // echo with logprobs: prompt tokens 1..n-1
   std::vector<int32_t> output_ids;         // with a prediction: the output, to count its use
   bool echoed = false;               // streaming echo: the prompt's chunk was sent
@@ -146,7 +150,8 @@ Json Generation::logprobs_json(Choice& c, const std::vector<TokenOutput>& tokens
     lp["token_logprobs"].push_back(t.logprob);
     lp["top_logprobs"].push_back(legacy_top(t));
     lp["text_offset"].push_back(c.text_offset);
-    c.text_offset += static_cast<int64_t>(piece(t.token_id).size());
+    if (!c.offset_decoder) c.offset_decoder.emplace(tokenizer_);
+    c.text_offset += static_cast<int64_t>(c.offset_decoder->push(t.token_id).size());
   }
   return lp;
 }

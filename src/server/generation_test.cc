@@ -253,5 +253,40 @@ TEST_F(ServerTest, EchoOffsetsIndexTheEchoedText) {
   }
 }
 
+// A generated token whose bytes are no UTF-8 comes back as U+FFFD (three bytes), a token that
+// only starts a character adds nothing until the next completes it, and a control token adds
+// nothing: each text_offset is the length of the text returned before that token, not the count
+// of the tokens' raw bytes (which drifted from the text at the first U+FFFD).
+TEST_F(ServerTest, OutputOffsetsIndexTheTextReturned) {
+  const Json r = Json::parse(body_of(exchange(post("/v1/completions",
+      R"({"prompt": "hello", "max_tokens": 48, "temperature": 0, "ignore_eos": true, "logprobs": 0})"))));
+  ASSERT_TRUE(r.contains("choices")) << r.dump();
+  const std::string text = r["choices"][0]["text"].get<std::string>();
+  const Json& lp = r["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 48u);
+  int byte_tokens = 0, checked = 0;
+  for (size_t i = 0; i < 48; ++i) {
+    const int64_t at = lp["text_offset"][i].get<int64_t>();
+    ASSERT_LE(at, static_cast<int64_t>(text.size())) << i;
+    if (i > 0) {
+      ASSERT_GE(at, lp["text_offset"][i - 1].get<int64_t>()) << i;
+    }
+    const std::string name = lp["tokens"][i].get<std::string>();
+    const bool control = name.starts_with("<|") && name.ends_with("|>");  // adds no text
+    // After bytes held back that this token shows to be no character, their U+FFFD comes first.
+    const bool after_bytes = i > 0 && lp["tokens"][i - 1].get<std::string>().starts_with("bytes:");
+    if (name.starts_with("bytes:")) {
+      ++byte_tokens;
+    } else if (control) {
+      EXPECT_EQ(lp["text_offset"][std::min<size_t>(i + 1, 47)], at) << i;
+    } else if (!after_bytes && (i > 0 || !name.starts_with(' '))) {
+      EXPECT_EQ(text.substr(static_cast<size_t>(at), name.size()), name) << "token " << i << " in " << text;
+      ++checked;
+    }
+  }
+  EXPECT_GT(byte_tokens, 0) << "the demo model's greedy output after 'hello' holds tokens that are not UTF-8";
+  EXPECT_GT(checked, 20);
+}
+
 }  // namespace
 }  // namespace sluice::server
