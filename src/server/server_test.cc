@@ -1,6 +1,9 @@
 // The HTTP server in-process, over raw sockets: hostile bytes, overload, disconnects,
 // pipelining. (Real clients are exercised in tests/clients.)
+#include <atomic>
+#include <chrono>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "server/server_test_fixture.h"
@@ -373,6 +376,41 @@ TEST_F(ServerTest, TokenizeCountsWhatTheChatRequestCounts) {
   const Json chat_none = Json::parse(body_of(exchange(
       post("/v1/chat/completions", "{" + messages + ", " + tools + R"(, "tool_choice": "none", "max_tokens": 1})"), port)));
   EXPECT_EQ(chat_none["usage"]["prompt_tokens"], plain["count"]);
+  (*srv)->request_shutdown();
+  (*srv)->run_until_shutdown();
+}
+
+// One `created` for every chunk of a response, read once when it starts: with a clock that moves
+// a second at each reading, a streamed answer's chunks (the usage chunk too) still agree.
+TEST_F(ServerTest, EveryChunkOfAResponseHasItsOneCreated) {
+  auto tmpl = chat::ChatTemplate::parse(chat::default_chatml_template());
+  ASSERT_TRUE(tmpl);
+  std::atomic<int64_t> seconds{1'700'000'000};
+  ApiConfig config{.model_name = "m"};
+  config.now = [&] { return std::chrono::system_clock::time_point(std::chrono::seconds(seconds++)); };
+  OpenAiApi api(*engine_, *loaded_.tokenizer, std::move(*tmpl), config);
+  ServerConfig sc;
+  sc.port = 0;
+  auto srv = HttpServer::create(api, sc);
+  ASSERT_TRUE(srv);
+  (*srv)->start();
+  for (const char* body : {R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stream": true,
+                               "ignore_eos": true, "stream_options": {"include_usage": true}})",
+                           R"({"prompt": "hi", "max_tokens": 8, "n": 2, "stream": true, "ignore_eos": true})"}) {
+    const bool chat = std::string_view(body).find("messages") != std::string_view::npos;
+    const std::string sse = body_of(exchange(post(chat ? "/v1/chat/completions" : "/v1/completions", body),
+                                             (*srv)->port()));
+    std::set<int64_t> created;
+    int chunks = 0;
+    for (size_t at = sse.find("data: {"); at != std::string::npos; at = sse.find("data: {", at + 1)) {
+      const Json chunk = Json::parse(sse.substr(at + 6, sse.find('\n', at) - at - 6));
+      created.insert(chunk["created"].get<int64_t>());
+      ++chunks;
+    }
+    EXPECT_GE(chunks, 2) << sse;  // tokens since the last read share a chunk: how many varies
+    EXPECT_EQ(created.size(), 1u) << sse;
+  }
+  EXPECT_GT(seconds.load(), 1'700'000'001);  // the clock was read: this test could tell
   (*srv)->request_shutdown();
   (*srv)->run_until_shutdown();
 }
