@@ -192,6 +192,11 @@ struct Router::Impl {
   std::optional<Rollout> rollout SLUICE_GUARDED_BY(rollout_mu);  // the latest, finished or not
   int64_t rollout_id SLUICE_GUARDED_BY(rollout_mu) = 0;
   std::string rollout_saved SLUICE_GUARDED_BY(rollout_mu);  // the state last written to the store
+  // Decisions the store refused (a locked or full disk), by rollout id: written, in order, with
+  // the next ones, so the history has no gap once the store takes writes again.
+  std::vector<std::pair<int64_t, RolloutDecision>> unrecorded_decisions SLUICE_GUARDED_BY(rollout_mu);
+  bool rollout_store_failing SLUICE_GUARDED_BY(rollout_mu) = false;  // said once, not at every retry
+  void rollout_store_failed(const Status& s) SLUICE_REQUIRES(rollout_mu);
   // The analysis window: what each version did since the last analysis.
   VersionWindow stable_window SLUICE_GUARDED_BY(rollout_mu), candidate_window SLUICE_GUARDED_BY(rollout_mu);
   double last_analysis SLUICE_GUARDED_BY(rollout_mu) = 0;

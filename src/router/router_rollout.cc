@@ -76,19 +76,37 @@ std::string Router::Impl::route_version(std::string_view session_key) {
   return to_candidate ? spec.candidate : spec.stable;
 }
 
+void Router::Impl::rollout_store_failed(const Status& s) {
+  if (!rollout_store_failing) {
+    fmt::print(stderr, "sluice route: {} (tried again every {} ms; the rollout goes on in memory)\n", s.message(),
+               kRolloutTick.count());
+  }
+  rollout_store_failing = true;
+}
+
 void Router::Impl::persist_rollout(const std::vector<RolloutDecision>& decisions, double now) {
   for (const RolloutDecision& d : decisions) {
     fmt::print(stderr, "sluice route: rollout {} '{}' step {}: {}: {}\n", rollout_id, rollout->spec().name, d.step,
                d.action, d.reason);
-    if (Status s = rollout_store->record(rollout_id, d); !s) fmt::print(stderr, "sluice route: {}\n", s.message());
+    unrecorded_decisions.emplace_back(rollout_id, d);
   }
+  size_t recorded = 0;
+  for (; recorded < unrecorded_decisions.size(); ++recorded) {
+    const auto& [id, d] = unrecorded_decisions[recorded];
+    if (Status s = rollout_store->record(id, d); !s) {
+      rollout_store_failed(s);
+      break;
+    }
+  }
+  unrecorded_decisions.erase(unrecorded_decisions.begin(), unrecorded_decisions.begin() + recorded);
   std::string state = rollout->state().dump();
-  if (state == rollout_saved) return;
-  if (Status s = rollout_store->save(rollout_id, *rollout, now); !s) {
-    fmt::print(stderr, "sluice route: {}\n", s.message());
-    return;
+  if (!unrecorded_decisions.empty()) return;
+  if (state != rollout_saved) {
+    if (Status s = rollout_store->save(rollout_id, *rollout, now); !s) return rollout_store_failed(s);
+    rollout_saved = std::move(state);
   }
-  rollout_saved = std::move(state);
+  if (rollout_store_failing) fmt::print(stderr, "sluice route: the rollout store takes writes again; nothing was lost\n");
+  rollout_store_failing = false;
 }
 
 void Router::Impl::record_outcome(const std::string& version, const RequestOutcome& outcome) {
@@ -170,7 +188,7 @@ net::awaitable<void> Router::Impl::rollout_loop() {
     {
       MutexLock lock(rollout_mu);
       if (rollout && rollout->finished()) {
-        persist_rollout({}, epoch_now());  // a save that failed (an abort's, a promotion's) is tried again
+        persist_rollout({}, epoch_now());  // what the store refused (an abort, a promotion) is tried again
       } else if (rollout && !warming) {
         const double now = epoch_now();
         analyze_rollout(now);
@@ -435,6 +453,10 @@ net::awaitable<bool> Router::Impl::admin_rollouts(beast::tcp_stream& client, bht
         status = 409;
         error = fmt::format("rollout {} '{}' is {}: promote or abort it first", rollout_id, rollout->spec().name,
                             phase_name(rollout->phase()));
+      } else if (rollout && (rollout->state().dump() != rollout_saved || !unrecorded_decisions.empty())) {
+        status = 503;  // its end would be lost: the retries write only the current rollout
+        error = fmt::format("rollout {} '{}' ended, but the store has not yet taken its end (see the router's log); "
+                            "try again once it has", rollout_id, rollout->spec().name);
       } else if (Rollout fresh(std::move(*spec), now); auto id = rollout_store->create(fresh, now)) {
         rollout = std::move(fresh);
         rollout_id = *id;

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <mutex>
 
+#include <sqlite3.h>
+
 namespace sluice::router {
 namespace {
 
@@ -196,6 +198,71 @@ TEST(Router, ARolloutIsPromotedOrRolledBackByItsAnalysis) {
       }
     }
   }
+}
+
+// The store refusing writes (another process holds its write lock) loses nothing: the rollout
+// goes on in memory, its abort is written with every decision once the lock is gone, and no
+// new rollout starts before that.
+TEST(Router, WhatTheRolloutStoreRefusedIsWrittenOnceItTakesWritesAgain) {
+  TestHttpServer stable(named("stable"));
+  TestHttpServer broken([](const ReceivedRequest& r, TestExchange& ex) -> net::awaitable<void> {
+    co_await ex.respond(r.target == "/health" ? 200 : 500, r.target == "/health" ? R"({"status":"ok"})" : "{}");
+  });
+  const std::string db = ::testing::TempDir() + "/router_store_locked.db";
+  std::filesystem::remove(db);
+  Fixture f({}, "round_robin", {}, [&](RouterConfig& rc) {
+    rc.admin_key = "adm";
+    rc.rollout_db = db;
+    rc.max_attempts = 1;
+    rc.backends.push_back(*parse_backend(stable.url().to_string() + ",version=v1"));
+    rc.backends.push_back(*parse_backend(broken.url().to_string() + ",version=v2"));
+  });
+  const std::string spec = R"({"name":"r","stable":"v1","candidate":"v2","steps":[{"setWeight":50},{"analysis":{}}],)"
+                           R"("analysis":{"interval":0.2,"minRequests":8,"failureLimit":0}})";
+  ASSERT_TRUE(admin(f, "POST", "/admin/rollouts", spec));
+  sqlite3* lock = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &lock), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(lock, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  auto stored = [&](const char* sql) {
+    sqlite3_stmt* st = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(lock, sql, -1, &st, nullptr), SQLITE_OK) << sqlite3_errmsg(lock);
+    std::string out;
+    while (sqlite3_step(st) == SQLITE_ROW) out += std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, 0))) + ";";
+    sqlite3_finalize(st);
+    return out;
+  };
+  const std::string phase_sql = "SELECT phase FROM rollouts ORDER BY id DESC LIMIT 1";
+  const std::string actions_sql = "SELECT action FROM decisions ORDER BY rowid";
+  const std::string phase_before = stored(phase_sql.c_str()), actions_before = stored(actions_sql.c_str());
+  Json state;
+  for (int round = 0; round < 100; ++round) {
+    for (int i = 0; i < 10; ++i) f.post("/v1/completions", R"({"prompt":"x"})", {{"X-Session-ID", fmt::format("s{}", i)}});
+    state = *parse_json(admin(f, "GET", "/admin/rollouts")->body);
+    if (state["current"]["phase"] != "progressing") break;
+    std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_EQ(state["current"]["phase"], "aborted") << state.dump();
+  // Nothing reached the file while it was locked; a new rollout waits for the old one's end.
+  EXPECT_EQ(stored(phase_sql.c_str()), phase_before);
+  EXPECT_EQ(stored(actions_sql.c_str()), actions_before);
+  auto refused = admin(f, "POST", "/admin/rollouts", spec);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().status, 503);
+  EXPECT_NE(refused.error().body.find("the store has not yet taken its end"), std::string::npos)
+      << refused.error().body;
+  ASSERT_EQ(sqlite3_exec(lock, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+  std::string phase;
+  for (int i = 0; i < 100 && phase != "aborted;"; ++i) {
+    std::this_thread::sleep_for(50ms);
+    phase = stored(phase_sql.c_str());
+  }
+  EXPECT_EQ(phase, "aborted;");
+  const std::string actions = stored(actions_sql.c_str());
+  EXPECT_TRUE(actions.starts_with(actions_before)) << actions;
+  EXPECT_TRUE(actions.ends_with("abort;")) << actions;
+  EXPECT_NE(actions.find("analysis failed;", actions_before.size()), std::string::npos) << actions;
+  sqlite3_close(lock);
+  EXPECT_TRUE(admin(f, "POST", "/admin/rollouts", spec)) << "the old rollout's end is stored: a new one may start";
 }
 
 // Two router instances: one runs the rollout, the other follows it; both send every session
