@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <random>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -417,30 +418,42 @@ namespace {
 
 // A message field or role that the chat template never renders would be dropped from the
 // prompt without a word (Qwen2.5's template has no branch for a "function" message, and none
-// of the common templates prints a message's "name"). Rendering again without it and getting
-// the same prompt proves it was dropped: a 400, not an answer to another conversation. One
-// more render per distinct extra field and per role other than user and assistant (the system
-// prompt, tool results), each cheap next to the prompt's prefill; a render that fails without
-// it (a template that checks the order of roles) counts as rendering it.
-template <typename Render>
-ApiResult<bool> check_rendered(const Json& messages, const std::string& prompt, Render&& render) {
+// of the common templates prints a message's "name"). A name the template's text uses (a role
+// it compares with, a field it reads) is taken as rendered: Qwen's templates print a default
+// system prompt, the same as a system message that repeats it, and drop reasoning_content
+// before the last question by design. For any other, rendering again without it and getting
+// the same prompt proves it was dropped: a 400, not an answer to another conversation. A render
+// that fails without it (a template that checks the order of roles) counts as rendering it.
+// One render per such name, each cheap next to the prompt's prefill, and at most
+// kMaxUnnamed of each kind: a request naming thousands would cost thousands of renders.
+template <typename Render, typename Names>
+ApiResult<bool> check_rendered(const Json& messages, const std::string& prompt, Render&& render, Names&& names) {
+  constexpr size_t kMaxUnnamed = 8;
   // Fields every template may go without: the message's own shape and ids.
   static constexpr std::string_view kCore[] = {"role", "content", "tool_calls", "tool_call_id"};
   std::vector<std::string> fields, roles;
+  std::unordered_set<std::string> seen_fields, seen_roles;
+  auto too_many = [&](const char* what) {
+    return std::unexpected(ApiError::invalid(
+        fmt::format("the messages hold more than {} {} that this model's chat template does not name", kMaxUnnamed,
+                    what),
+        "messages"));
+  };
   for (const Json& m : messages) {
     for (auto it = m.begin(); it != m.end(); ++it) {
-      if (std::ranges::find(kCore, it.key()) == std::end(kCore) && !it->is_null() &&
-          std::ranges::find(fields, it.key()) == fields.end()) {
-        fields.push_back(it.key());
-      }
+      if (std::ranges::find(kCore, it.key()) != std::end(kCore) || it->is_null()) continue;
+      if (!seen_fields.insert(it.key()).second || names(it.key())) continue;
+      fields.push_back(it.key());
+      if (fields.size() > kMaxUnnamed) return too_many("fields");
     }
     const std::string role = m.value("role", std::string());
     const auto content = m.find("content");
     const bool says_something =
         (content != m.end() && content->is_string() && !content->get<std::string>().empty()) || m.contains("tool_calls");
-    if (role != "user" && role != "assistant" && says_something && std::ranges::find(roles, role) == roles.end()) {
-      roles.push_back(role);
-    }
+    if (role == "user" || role == "assistant" || !says_something) continue;
+    if (!seen_roles.insert(role).second || names(role)) continue;
+    roles.push_back(role);
+    if (roles.size() > kMaxUnnamed) return too_many("roles");
   }
   auto first_index = [&](auto&& pred) {
     for (size_t i = 0; i < messages.size(); ++i) {
@@ -523,7 +536,8 @@ ApiResult<std::string> OpenAiApi::render_chat(const Json& request_messages, cons
   };
   auto prompt = render(messages);
   if (prompt) {
-    SLUICE_API_TRY([[maybe_unused]] bool ok, check_rendered(messages, *prompt, render));
+    SLUICE_API_TRY([[maybe_unused]] bool ok,
+                   check_rendered(messages, *prompt, render, [&](const std::string& n) { return chat_template_.names(n); }));
   }
   if (!prompt) {
     // raise_exception() in a template means the messages are wrong; anything else is the

@@ -489,6 +489,22 @@ TEST_F(ServerTest, MessagesTheTemplateWouldDropAreRefused) {
       "{% for m in messages %}{% if m.role == 'developer' %}<d>{% endif %}{{ m.content }}{% endfor %}");
   EXPECT_NE(outcome(*developer, R"([{"role": "developer", "content": "x"}])"),
             outcome(*developer, R"([{"role": "system", "content": "x"}])"));
+  // Qwen's way: a default system prompt when none is sent, so a system message repeating it
+  // renders the same prompt as none. The template names the role: it is rendered, not refused.
+  const auto with_default = api_with(
+      "{% if messages[0].role == 'system' %}{{ messages[0].content }}{% set rest = messages[1:] %}"
+      "{% else %}Be helpful.{% set rest = messages %}{% endif %}{% for m in rest %}<{{ m.role }}>{{ m.content }}{% endfor %}");
+  EXPECT_EQ(outcome(*with_default, R"([{"role": "system", "content": "Be helpful."}, {"role": "user", "content": "x"}])"),
+            outcome(*with_default, R"([{"role": "user", "content": "x"}])"));
+  // Each unnamed role or field costs a render: past 8 of either, the request is refused.
+  std::string roles = "[";
+  for (int i = 0; i < 9; ++i) roles += fmt::format(R"({{"role": "r{}", "content": "x"}}, )", i);
+  EXPECT_EQ(outcome(*generic, roles + R"({"role": "user", "content": "x"}])"),
+            "the messages hold more than 8 roles that this model's chat template does not name");
+  std::string fields = R"([{"role": "user", "content": "x")";
+  for (int i = 0; i < 9; ++i) fields += fmt::format(R"(, "f{}": 1)", i);
+  EXPECT_EQ(outcome(*generic, fields + "}]"),
+            "the messages hold more than 8 fields that this model's chat template does not name");
 }
 
 TEST_F(ServerTest, OpenAiShapes) {
