@@ -92,7 +92,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // closes after the response (after_response checks draining).
   void close_if_idle() {
     net::post(stream_.get_executor(), [self = shared_from_this()] {
-      if (!self->in_request_ && !self->header_started_) self->close();
+      if (!self->in_request_ && (!self->header_started_ || self->blank_only_)) self->close();
     });
   }
 
@@ -108,6 +108,7 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->header_limit(kHeaderLimit);
     header_handled_ = false;
     header_started_ = false;
+    blank_only_ = false;
     http10_ = false;
     head_only_ = false;
     cors_origin_.clear();
@@ -152,9 +153,12 @@ class Session : public std::enable_shared_from_this<Session> {
       buffer_.consume(1);
     }
     if (!parser_->got_some() && buffer_.size() == 0) {
-      header_started_ = false;  // only empty lines: the connection is idle, not mid-header
+      // Only empty lines: the header clock runs on (a client sending nothing else would hold
+      // the connection for ever), but its end is an idle close, not a timed-out request.
+      blank_only_ = true;
       return read_some();
     }
+    blank_only_ = false;
     while (buffer_.size() > 0 && !parser_->is_done()) {
       beast::error_code ec;
       const size_t used = parser_->put(buffer_.data(), ec);
@@ -245,7 +249,7 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     // A request cut off half-sent: Beast has closed the socket at the deadline, so no 408
     // can be written; it is counted.
-    if (ec == beast::error::timeout && header_started_) server_.count_timeout();
+    if (ec == beast::error::timeout && header_started_ && !blank_only_) server_.count_timeout();
     close();  // end of stream, timeout, reset
   }
 
@@ -683,6 +687,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool response_done_ = false;   // the last bytes of the response are queued
   bool closed_ = false;
   bool header_started_ = false;  // a byte of the next request has arrived
+  bool blank_only_ = false;      // ...but only empty lines so far
   bool header_handled_ = false;
   Clock::time_point header_deadline_;
   bool http10_ = false;          // the request is HTTP/1.0 (no interim responses)
