@@ -301,6 +301,16 @@ TEST(EvalRun, BaseUrlMovesAJudgeOnlyWhenTheSuiteNamedNoEndpoint) {
   // As read, before --base-url, the default judge is on OpenAI's endpoint.
   EXPECT_EQ(suite->judge->base_url, "https://api.openai.com/v1");
   EXPECT_TRUE(suite->judge->base_url_default);
+  // OPENAI_BASE_URL is not the suite: --base-url moves a judge on it as it moves the providers.
+  setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1", 1);
+  auto from_env = parse_suite(doc, "");
+  unsetenv("OPENAI_BASE_URL");
+  ASSERT_TRUE(from_env) << from_env.error().message();
+  EXPECT_EQ(from_env->judge->base_url, "http://127.0.0.1:1/v1");
+  auto moved = plan_run(*from_env, o);
+  ASSERT_TRUE(moved) << moved.error().message();
+  EXPECT_EQ(moved->suite.judge->base_url, server.url());
+  EXPECT_EQ(moved->suite.tests[0].asserts[1].judge->base_url, "http://judge.example/v1");
 }
 
 // llm-rubric with no judge anywhere is the suite's error, found before any request.

@@ -472,7 +472,7 @@ Result<Provider> parse_provider(const Json& spec) {
   const char* env_base = std::getenv("OPENAI_BASE_URL");
   if (!env_base) env_base = std::getenv("OPENAI_API_BASE_URL");
   p.base_url = env_base ? env_base : "https://api.openai.com/v1";
-  p.base_url_default = !env_base;
+  p.base_url_default = true;  // (the environment is not the suite: --base-url moves it)
   p.api_key_env = "OPENAI_API_KEY";
   if (config) {
     for (auto it = config->begin(); it != config->end(); ++it) {

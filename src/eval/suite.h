@@ -53,7 +53,7 @@ struct Provider {
   std::string label;          // the suite's label, else its id
   std::string api = "chat";   // "chat" (/chat/completions) or "completion" (/completions)
   std::string base_url;       // ends before /chat/completions, e.g. http://127.0.0.1:8000/v1
-  bool base_url_default = false;  // no apiBaseUrl, apiHost or OPENAI_BASE_URL named one: OpenAI's
+  bool base_url_default = false;  // the suite named no apiBaseUrl or apiHost (OPENAI_BASE_URL's or OpenAI's)
   std::string model;
   std::string api_key_env;    // environment variable holding the key; "" none
   std::string api_key;        // the key itself, when the caller gives one (never from a suite)
