@@ -322,7 +322,7 @@ Status validate(const BenchConfig& c) {
     return invalid(fmt::format("--drain-timeout must be between 0 and {:g} s, got {}", kMaxSeconds, c.drain_timeout_s));
   }
   if (!within(c.temperature, 0, 1e6)) {
-    return invalid(fmt::format("--temperature must be a number >= 0, got {}", c.temperature));
+    return invalid(fmt::format("--temperature must be between 0 and 1e+06, got {}", c.temperature));
   }
   if (c.rate == 0 && c.concurrency < 1) return invalid("--concurrency must be at least 1");
   if (c.max_concurrency < 0) return invalid("--max-concurrency must be 0 (no cap) or more");

@@ -165,8 +165,9 @@ TEST_F(BenchCli, BadFlagsAreUsageErrorsThatNameTheFlag) {
       {"--timeout 1e10", "--timeout must be between 0.001 and 1e+07 s"},
       {"--duration 1e12", "--duration must be between 0 and 1e+07 s"},
       {"-n 1 --drain-timeout 1e12", "--drain-timeout must be between 0 and 1e+07 s"},
-      {"--temperature nan", "--temperature must be a number >= 0"},
-      {"--temperature -1", "--temperature must be a number >= 0"},
+      {"--temperature nan", "--temperature must be between 0 and 1e+06"},
+      {"--temperature -1", "--temperature must be between 0 and 1e+06"},
+      {"--temperature 2e6", "--temperature must be between 0 and 1e+06, got 2000000"},
       // Report files are checked before the run, not after it.
       {"--json ''", "--json: an empty file name"},
       {"--json /nonexistent/x.json", "the folder '/nonexistent' does not exist"},

@@ -34,7 +34,11 @@ class Builder : public nlohmann::json_sax<Json> {
       entries.emplace_back(std::move(k), Json());
       f.slot = entries.size() - 1;
     } else {
-      if (limits_.reject_duplicate_keys) return fail(fmt::format("key '{}' appears twice in one object", it->first.substr(0, 100)));
+      if (limits_.reject_duplicate_keys) {
+        fail(fmt::format("key '{}' appears twice in one object", it->first.substr(0, 100)));
+        error_.duplicate_key = true;
+        return false;
+      }
       f.slot = it->second;  // a duplicate: its value is replaced where it first appeared
     }
     return true;

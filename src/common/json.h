@@ -33,6 +33,7 @@ struct JsonLimits {
 struct JsonError {
   size_t byte = 0;      // 1-based offset just past the bad character; 0: not positional
   std::string message;  // without the offset
+  bool duplicate_key = false;  // valid JSON (RFC 8259 allows it) refused by reject_duplicate_keys
 };
 
 std::expected<nlohmann::ordered_json, JsonError> parse_json(std::string_view text, JsonLimits limits = {});

@@ -63,6 +63,12 @@ std::string json_type_name(const Json& v) {
 ApiResult<Json> parse_body(std::string_view body) {
   if (body.empty()) return std::unexpected(ApiError::invalid("the request body is empty; send a JSON object"));
   auto j = parse_json(body, {.reject_duplicate_keys = true});
+  if (!j && j.error().duplicate_key) {
+    // Valid JSON, but a proxy that reads the first value and this server the last would see
+    // two requests in one.
+    return std::unexpected(ApiError::invalid(
+        fmt::format("the request body is ambiguous: {} (send each key once)", j.error().message)));
+  }
   if (!j) {
     return std::unexpected(ApiError::invalid(
         j.error().byte > 0 ? fmt::format("the request body is not valid JSON (at byte {}): {}", j.error().byte,
