@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes src/chat/unicode_case_data.inc: Python's full case mappings (str.upper, str.lower, the
 title case of one character) and its "cased" property, for the chat template interpreter's
-upper/lower/title/capitalize (src/chat/unicode_case.h). The data is the Unicode Character
+upper/lower/title/capitalize (src/chat/unicode_case.h), and the code points the final-sigma rule
+passes over (Case_Ignorable, which unicodedata does not expose: found by asking str.lower). The data is the Unicode Character
 Database of the Python that runs this script (UnicodeData.txt and SpecialCasing.txt, as
 unicodedata.unidata_version names it); Python 3.11 has Unicode 14.0.0.
 
@@ -73,6 +74,17 @@ def main():
             else:
                 cased.append([cp, cp])
     emit_rows("kCased", "Range", [f"{{0x{f:x}, 0x{l:x}}}" for f, l in cased], 5)
+    # Sigma before c and a cased letter stays medial (σ) when c is skipped or cased; sigma
+    # after c alone is final (ς) only when c is cased and not skipped.
+    ignorable = []
+    for cp in code_points():
+        c = chr(cp)
+        if ("\u0391\u03a3" + c + "\u0391").lower()[1] == "\u03c3" and not (c + "\u03a3").lower().endswith("\u03c2"):
+            if ignorable and ignorable[-1][1] == cp - 1:
+                ignorable[-1][1] = cp
+            else:
+                ignorable.append([cp, cp])
+    emit_rows("kCaseIgnorable", "Range", [f"{{0x{f:x}, 0x{l:x}}}" for f, l in ignorable], 5)
 
 
 if __name__ == "__main__":

@@ -117,6 +117,25 @@ std::optional<int64_t> parse_py_int(std::string_view s, int64_t base) {
   return negative ? static_cast<int64_t>(-static_cast<__int128>(value)) : static_cast<int64_t>(value);
 }
 
+// Python's float() of stripped text: decimal digits, a point, an exponent, inf and nan, with
+// single underscores between digits ("1_0.5" is 10.5); never hex (strtod would take 0x1A).
+std::optional<double> py_float(std::string_view s) {
+  if (s.empty() || s.find_first_of("xXpP") != std::string_view::npos) return std::nullopt;
+  std::string text;
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '_') {
+      text += s[i];
+    } else if (i == 0 || i + 1 == s.size() || !digit(s[i - 1]) || !digit(s[i + 1])) {
+      return std::nullopt;
+    }
+  }
+  char* end = nullptr;
+  const double d = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() + text.size()) return std::nullopt;
+  return d;
+}
+
 // Jinja2's |int(default=0, base=10): int(value, base) for a string, else int(value); failing
 // that int(float(value)) ("42.23"|int is 42); failing that the default.
 Result<Value> to_int(const Value& v, const CallArgs& args) {
@@ -131,11 +150,8 @@ Result<Value> to_int(const Value& v, const CallArgs& args) {
   if (!v.is_string()) return fallback;
   const std::string s = py_strip(v.as_string(), std::nullopt, true, true);
   if (auto i = parse_py_int(s, base)) return Value::integer(*i);
-  // float(): decimal digits, a point, an exponent; never hex (strtod would take 0x1A).
-  if (s.empty() || s.find_first_of("xXpP") != std::string::npos) return fallback;
-  char* end = nullptr;
-  const double d = std::strtod(s.c_str(), &end);
-  if (end == s.c_str() + s.size() && std::isfinite(d) && std::fabs(d) < 9.2e18) return Value::integer(static_cast<int64_t>(d));
+  const std::optional<double> d = py_float(s);
+  if (d && std::isfinite(*d) && std::fabs(*d) < 9.2e18) return Value::integer(static_cast<int64_t>(*d));
   return fallback;
 }
 
@@ -143,11 +159,8 @@ Result<Value> to_float(const Value& v, const CallArgs& args) {
   const Value fallback = arg_or(args, 0, "default", Value::floating(0.0));
   if (v.is_number()) return Value::floating(v.as_float());
   if (!v.is_string()) return fallback;
-  const std::string s = py_strip(v.as_string(), std::nullopt, true, true);
-  char* end = nullptr;
-  const double d = std::strtod(s.c_str(), &end);
-  if (s.empty() || end != s.c_str() + s.size() || s.find_first_of("xX") != std::string::npos) return fallback;
-  return Value::floating(d);
+  const std::optional<double> d = py_float(py_strip(v.as_string(), std::nullopt, true, true));
+  return d ? Value::floating(*d) : fallback;
 }
 
 // select / reject / selectattr / rejectattr.

@@ -164,6 +164,11 @@ TEST(JinjaInterpreter, FiltersAndMethodsMatchJinja2OnEdgeCases) {
   EXPECT_EQ(render("{{ '0b11'|int(base=2) }}"), "3");
   EXPECT_EQ(render("{{ '  7 '|int }}"), "7");
   EXPECT_EQ(render("{{ '1_000'|int }}"), "1000");
+  // Through float(), whose underscores go between digits only.
+  EXPECT_EQ(render("{{ '1_0.5'|int }} {{ '0_7'|int(base=0) }} {{ '1e1_0'|int }} {{ '1_0.5'|float }}"),
+            "10 7 10000000000 10.5");
+  EXPECT_EQ(render("{{ '1__0'|int }} {{ '_1'|int }} {{ '1_.5'|int }} {{ '1._5'|float }} {{ '1_e5'|int }}"),
+            "0 0 0 0.0 0");
   EXPECT_EQ(render("{{ 3|round }}"), "3");
   EXPECT_EQ(render("{{ 2.5|round }}"), "2.0");
   EXPECT_EQ(render("{{ 3.5|round }}"), "4.0");
@@ -184,6 +189,10 @@ TEST(JinjaInterpreter, FiltersAndMethodsMatchJinja2OnEdgeCases) {
   EXPECT_EQ(render("{{ 'привет'|upper }}"), "ПРИВЕТ");
   EXPECT_EQ(render("{{ 'ΣΑΣ ΣΑ Σ'|lower }}"), "σας σα σ");
   EXPECT_EQ(render("{{ 'ΌΣΟΣ.'|lower }}"), "όσος.");
+  // Every Case_Ignorable character is passed over: an acute accent, a modifier letter (cased
+  // too, yet skipped), a zero-width joiner.
+  EXPECT_EQ(render("{{ 'ΑΣ´Α'|lower }} {{ 'Α´Σ'|lower }} {{ 'ΑΣʰ'|lower }} {{ 'ΑΣ\u200dΑ'|lower }}"),
+            "ασ´α α´ς αςʰ ασ\u200dα");
   EXPECT_EQ(render("{{ 'ǆx'.capitalize() }}"), "ǅx");
   EXPECT_EQ(render("{{ 'ab ǆx ßa'.title() }}"), "Ab ǅx Ssa");
   EXPECT_EQ(render("{{ 'ǆx-ǆx'|title }}"), "Ǆx-Ǆx");

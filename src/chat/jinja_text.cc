@@ -46,16 +46,6 @@ char ascii_case(char c, Case to) {
   return c;
 }
 
-// Characters a word's case passes over (Unicode's Case_Ignorable, in the part that text meets:
-// apostrophes, the word-internal points, soft hyphen, combining marks), for the final sigma.
-bool is_case_ignorable(char32_t cp) {
-  return cp == '\'' || cp == '.' || cp == ':' || cp == '^' || cp == '`' || cp == 0xAD || cp == 0xB7 ||
-         cp == 0x2018 || cp == 0x2019 || cp == 0x2024 || cp == 0x2027 || (cp >= 0x300 && cp <= 0x36F) ||
-         (cp >= 0x483 && cp <= 0x489) || (cp >= 0x1AB0 && cp <= 0x1AFF) || (cp >= 0x1DC0 && cp <= 0x1DFF) ||
-         (cp >= 0x200B && cp <= 0x200F) || (cp >= 0x20D0 && cp <= 0x20FF) || (cp >= 0xFE00 && cp <= 0xFE0F) ||
-         (cp >= 0xFE20 && cp <= 0xFE2F);
-}
-
 // Σ lowers to ς at the end of a word: after a cased letter and before none (Python's rule,
 // skipping case-ignorable characters both ways).
 bool final_sigma(const std::vector<CodePoint>& cps, size_t i, size_t from = 0) {

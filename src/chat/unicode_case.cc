@@ -50,10 +50,14 @@ CaseMapping upper_case(char32_t cp) { return map(cp, kUpperRuns, kUpperSpecial);
 CaseMapping lower_case(char32_t cp) { return map(cp, kLowerRuns, kLowerSpecial); }
 CaseMapping title_case(char32_t cp) { return map(cp, kTitleRuns, kTitleSpecial); }
 
-bool is_cased(char32_t cp) {
-  const auto r = std::upper_bound(std::begin(kCased), std::end(kCased), cp,
+template <size_t N>
+bool in_ranges(char32_t cp, const Range (&ranges)[N]) {
+  const auto r = std::upper_bound(std::begin(ranges), std::end(ranges), cp,
                                   [](char32_t c, const Range& e) { return c < e.first; });
-  return r != std::begin(kCased) && cp <= std::prev(r)->last;
+  return r != std::begin(ranges) && cp <= std::prev(r)->last;
 }
+
+bool is_cased(char32_t cp) { return in_ranges(cp, kCased); }
+bool is_case_ignorable(char32_t cp) { return in_ranges(cp, kCaseIgnorable); }
 
 }  // namespace sluice::chat

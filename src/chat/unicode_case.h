@@ -18,5 +18,8 @@ CaseMapping lower_case(char32_t cp);  // Σ is σ here; the final-sigma rule nee
 CaseMapping title_case(char32_t cp);
 // Python's "cased": a letter with case (Lu, Ll, Lt) or Other_Lowercase/Other_Uppercase.
 bool is_cased(char32_t cp);
+// Unicode's Case_Ignorable (apostrophes, word-internal points, modifier letters and symbols,
+// combining marks, format characters...): what the final-sigma rule passes over.
+bool is_case_ignorable(char32_t cp);
 
 }  // namespace sluice::chat
