@@ -1,4 +1,5 @@
 // End-to-end tests of the sluice binary: run it as a user would and check what it prints.
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <array>
@@ -116,7 +117,7 @@ TEST(Cli, ModelMakeThenInfo) {
 TEST(Cli, ModelQuantizeThenInfoAndGenerate) {
   const std::string in = kShared + "/models/quant/llama-d256-s21-F32.gguf";
   const std::string path = ::testing::TempDir() + "/cli_quantized.gguf";
-  Output q = run("model quantize " + in + " " + path + " --type q4_k_m -t 2", true);
+  Output q = run("model quantize " + in + " " + path + " --type Q4_K_M -t 2", true);  // either case
   ASSERT_EQ(q.exit_code, 0) << q.out;
   EXPECT_NE(q.out.find("q4_k_m (F32 x9, Q4_K x25, Q6_K x5)"), std::string::npos) << q.out;
   Output info = run("model info " + path);
@@ -134,6 +135,11 @@ TEST(Cli, ModelQuantizeThenInfoAndGenerate) {
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.out.find("unknown quantization type 'q4_k' (choose q8_0, "), std::string::npos) << bad.out;
   std::filesystem::remove(path);
+  // A context must hold a prompt token and a generated one.
+  Output ctx = run("model make --ctx 1 -o " + path, true);
+  EXPECT_EQ(ctx.exit_code, 2);
+  EXPECT_NE(ctx.out.find("--ctx must be in 2.."), std::string::npos) << ctx.out;
+  EXPECT_FALSE(std::filesystem::exists(path));
 }
 
 // The kernel path is printed at start; a SLUICE_KERNELS value that names no path is a clear
@@ -344,7 +350,22 @@ TEST(Cli, ModelMakeReplacesOnlyRegularFiles) {
   std::filesystem::create_symlink(target, link);
   Output l = run("model make -o " + link, true);
   EXPECT_EQ(l.exit_code, 1);
+  EXPECT_NE(l.out.find("it is a symbolic link"), std::string::npos) << l.out;
   EXPECT_TRUE(std::filesystem::is_symlink(link));
+  // A file replaced keeps its owner, group and mode (where this process may give them: root).
+  if (::geteuid() == 0) {
+    const std::string owned = ::testing::TempDir() + "/cli_make_owned.gguf";
+    std::ofstream(owned) << "old";
+    ASSERT_EQ(::chown(owned.c_str(), 65534, 65534), 0);
+    ASSERT_EQ(::chmod(owned.c_str(), 0640), 0);
+    ASSERT_EQ(run("model make --preset tiny -o " + owned, true).exit_code, 0);
+    struct stat st {};
+    ASSERT_EQ(::stat(owned.c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 65534u);
+    EXPECT_EQ(st.st_gid, 65534u);
+    EXPECT_EQ(st.st_mode & 07777, 0640u);
+    std::filesystem::remove(owned);
+  }
   std::filesystem::remove(link);
   std::filesystem::remove(target);
   std::filesystem::remove_all(dir);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cctype>
 #include <cstdio>
 #include <iostream>
 #include <limits>
@@ -269,7 +270,15 @@ CommandFn add_model_command(CLI::App& app) {
   make->footer("Presets:" + presets);
   make->add_option("--preset", o->preset, "Shape preset (listed below); the other flags override it")->capture_default_str();
   make->add_option("--arch", o->arch, "Architecture: llama, qwen2 or qwen3 (default: the preset's)");
-  make->add_option("--dtype", o->dtype, "Weight type of every matrix: " + dtype_names())->capture_default_str();
+  // Type names in either case: llama.cpp's users write Q4_K_M.
+  const CLI::Validator lower_case(
+      [](std::string& s) {
+        for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        return std::string();
+      },
+      "");
+  make->add_option("--dtype", o->dtype, "Weight type of every matrix (either case): " + dtype_names())
+      ->capture_default_str()->transform(lower_case);
   make->add_option("--layers", o->layers, "Number of transformer blocks")->check(kFitsInt32);
   make->add_option("--dim", o->dim, "Hidden size")->check(kFitsInt32);
   make->add_option("--ffn", o->ffn, "Feed-forward size")->check(kFitsInt32);
@@ -297,7 +306,7 @@ CommandFn add_model_command(CLI::App& app) {
       "type cannot hold fall back to one that can (printed). No importance matrix (llama.cpp's --imatrix).");
   quantize->add_option("input", q->input, "GGUF file of float weights")->required();
   quantize->add_option("output", q->output, "Output GGUF file (written atomically, then loaded back)")->required();
-  quantize->add_option("--type", q->type, "Type mix (listed below)")->required();
+  quantize->add_option("--type", q->type, "Type mix (listed below; either case)")->required()->transform(lower_case);
   quantize->add_option("-t,--threads", q->threads, "Threads (0..256); 0 = one per core")->check(CLI::Range(0, 256));
   quantize->add_flag("--no-progress", q->no_progress, "No progress line on stderr (shown only when it is a terminal)");
 

@@ -189,6 +189,9 @@ Status Writer::write_file(const std::string& path, const Verify& verify) const {
   // Only a new file or a regular file is replaced: never a device, a directory or a link.
   struct stat st {};
   const bool replacing = lstat(path.c_str(), &st) == 0;
+  if (replacing && S_ISLNK(st.st_mode)) {
+    return Status::error(fmt::format("cannot write '{}': it is a symbolic link (name the file it points to)", path));
+  }
   if (replacing && !S_ISREG(st.st_mode)) {
     return Status::error(fmt::format("cannot write '{}': it exists and is not a regular file", path));
   }
@@ -197,6 +200,11 @@ Status Writer::write_file(const std::string& path, const Verify& verify) const {
   // file system cannot (an old kernel, some network file systems), to a uniquely named
   // temporary file, removed on failure.
   const std::string dir = directory_of(path);
+  // The new file is made beside the old one and renamed over it: that needs the folder.
+  if (::access(dir.c_str(), W_OK) != 0 && errno != ENOENT) {
+    return Status::error(fmt::format("cannot write '{}': its folder '{}' cannot be written ({}); the file is "
+                                     "written beside it, then renamed over it", path, dir, std::strerror(errno)));
+  }
   std::string tmp;
   // Naming it takes /proc/self/fd (linking a descriptor directly needs privilege): without
   // /proc (a chroot, a minimal container) the named temporary file is used from the start.
@@ -214,7 +222,11 @@ Status Writer::write_file(const std::string& path, const Verify& verify) const {
     }
     if (fd < 0) return Status::error(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
   }
-  if (replacing) ::fchmod(fd, st.st_mode & 07777);  // the file it replaces keeps its mode
+  if (replacing) {
+    // The file it replaces keeps its owner (where this process may give it, as root may) and mode.
+    [[maybe_unused]] const int owned = ::fchown(fd, st.st_uid, st.st_gid);
+    ::fchmod(fd, st.st_mode & 07777);
+  }
   FILE* f = ::fdopen(fd, "wb");
   if (!f) {
     ::close(fd);

@@ -164,8 +164,8 @@ Status ModelSpec::validate() const {
   if (vocab_file.empty() && (vocab_size < kSyntheticMinVocabSize || vocab_size > (1 << 22))) {
     return bad(fmt::format("--vocab-size must be in {}..{}, got {}", kSyntheticMinVocabSize, 1 << 22, vocab_size));
   }
-  if (context_length < 1 || context_length > (1 << 24)) {
-    return bad(fmt::format("--ctx must be in 1..{}, got {}", 1 << 24, context_length));
+  if (context_length < 2 || context_length > (1 << 24)) {  // a prompt of one token, and one generated
+    return bad(fmt::format("--ctx must be in 2..{}, got {}", 1 << 24, context_length));
   }
   if (!(rope_theta > 1 && std::isfinite(rope_theta))) {
     return bad(fmt::format("--rope-theta must be a finite number > 1, got {}", rope_theta));

@@ -97,7 +97,7 @@ const std::vector<QuantMix>& quant_mixes() {
       {"q5_1", 9, TensorType::kQ5_1, "6 bits, round to nearest"},
       {"q5_0", 8, TensorType::kQ5_0, "5.5 bits, round to nearest"},
       {"q4_k_m", 15, TensorType::kQ4_K, "4.5 bits; some attn_v and ffn_down in Q6_K"},
-      {"q4_k_s", 14, TensorType::kQ4_K, "4.5 bits; the first attn_v in Q5_K"},
+      {"q4_k_s", 14, TensorType::kQ4_K, "4.5 bits; attn_v of the first 4 layers and ffn_down of the first eighth in Q5_K"},
       {"q4_1", 3, TensorType::kQ4_1, "5 bits, round to nearest"},
       {"q4_0", 2, TensorType::kQ4_0, "4.5 bits, round to nearest"},
       {"iq4_xs", 30, TensorType::kIQ4_XS, "4.25 bits, non-linear levels"},
