@@ -135,6 +135,9 @@ TEST(Cli, ModelQuantizeThenInfoAndGenerate) {
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.out.find("unknown quantization type 'q4_k' (choose q8_0, "), std::string::npos) << bad.out;
   std::filesystem::remove(path);
+  Output vocab_only = run("model quantize " + kShared + "/tokenizer/ggml-vocab-qwen2.gguf " + path + " --type q8_0", true);
+  EXPECT_EQ(vocab_only.exit_code, 1);
+  EXPECT_NE(vocab_only.out.find("holds no tensors (a vocabulary-only file?)"), std::string::npos) << vocab_only.out;
   // A context must hold a prompt token and a generated one.
   Output ctx = run("model make --ctx 1 -o " + path, true);
   EXPECT_EQ(ctx.exit_code, 2);

@@ -39,7 +39,10 @@ int run_route(RouteOptions& o) {
   std::vector<std::string> lines = o.backends;
   if (!o.backends_file.empty()) {
     std::ifstream in(o.backends_file);
-    if (!in) return fail(fmt::format("cannot read --backends-file '{}'", o.backends_file));
+    if (!in) {
+      return fail(fmt::format("cannot read --backends-file '{}': {}", o.backends_file,
+                              std::error_code(errno, std::generic_category()).message()));
+    }
     std::string line;
     while (std::getline(in, line)) {
       const size_t hash = line.find('#');

@@ -78,6 +78,7 @@ TensorType fallback(TensorType t, uint64_t cols) {
 }
 
 Result<Walk> start_walk(const gguf::File& in) {
+  if (in.tensors().empty()) return Error("the file holds no tensors (a vocabulary-only file?): nothing to quantize");
   auto config = ModelConfig::from_gguf(in);
   if (!config) return Error("cannot read the model's configuration: {}", config.error().message());
   Walk w;

@@ -195,8 +195,11 @@ net::awaitable<bool> Router::Impl::admin(beast::tcp_stream& client, bhttp::reque
         keep);
   }
   if (!bearer_is(req[bhttp::field::authorization], config.admin_key)) {
-    co_return co_await respond(client, 401, error_body("the admin API needs Authorization: Bearer ADMIN_KEY",
-                                                       "invalid_request_error", "invalid_api_key"),
+    const bool sent = !req[bhttp::field::authorization].empty();
+    co_return co_await respond(client, 401,
+                               error_body(sent ? "the admin API refused this key: it is not the router's --admin-key"
+                                               : "the admin API needs Authorization: Bearer ADMIN_KEY",
+                                          "invalid_request_error", "invalid_api_key"),
                                keep);
   }
   if (path == "/admin/rollouts" || path.starts_with("/admin/rollouts/")) {

@@ -286,6 +286,11 @@ TEST(Router, AdminApiAddsDrainsWeighsAndRemovesReplicas) {
   auto no_key = admin(f, "GET", "/admin/replicas", "", "");
   ASSERT_FALSE(no_key);
   EXPECT_EQ(no_key.error().status, 401);
+  EXPECT_NE(no_key.error().body.find("needs Authorization: Bearer ADMIN_KEY"), std::string::npos) << no_key.error().body;
+  auto wrong_key = admin(f, "GET", "/admin/replicas", "", "nope");
+  ASSERT_FALSE(wrong_key);
+  EXPECT_EQ(wrong_key.error().status, 401);
+  EXPECT_NE(wrong_key.error().body.find("refused this key"), std::string::npos) << wrong_key.error().body;
 
   // Add: answers come from both, 1:1.
   auto added = admin(f, "POST", "/admin/replicas", R"({"url":")" + B + R"(/"})");
