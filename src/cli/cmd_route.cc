@@ -257,8 +257,10 @@ std::string describe_shadow_report(const nlohmann::ordered_json& b) {
       continue;
     }
     out += fmt::format(
-        "{:<9} {} pairs ({} shadow errors, {} sampled): exact match {}, disagreement {}, finish reasons agree {}; "
-        "edit distance mean {} p90 {}; first differing token p50 {}; length ratio p50 {}; logprob gap {} ({} pairs)\n",
+        "{:<9} {} pairs ({} shadow errors, {} sampled): exact match {} (of those not sampled), disagreement {}, "
+        "finish reasons agree {}; "
+        "edit distance (sampled pairs too) mean {} p90 {}; first differing token p50 {}; length ratio p50 {}; "
+        "logprob gap {} ({} pairs)\n",
         arm, s.value("pairs", 0), s.value("shadow_errors", 0), s.value("sampled", 0), percent(s["exact_match_rate"]),
         percent(s["disagreement_rate"]), percent(s["finish_reason_match_rate"]), number(s["edit_distance"]["mean"]),
         number(s["edit_distance"]["p90"]), number(s["first_diff_token"]["p50"], "{:.0f}"),

@@ -175,7 +175,7 @@ std::string shadow_section(const DashboardData& d) {
   } else {
     out += "<p class=muted>No shadow in force; the pairs kept are shown.</p>";
   }
-  out += "<table><tr><th>arm</th><th class=num>pairs</th><th class=num>shadow errors</th><th class=num>exact match</th>"
+  out += "<table><tr><th>arm</th><th class=num>pairs</th><th class=num>shadow errors</th><th class=num>exact match (not sampled)</th>"
          "<th class=num>disagreement</th><th class=num>finish reasons agree</th><th class=num>edit distance (mean)</th>"
          "<th class=num>first differing token (p50)</th><th class=num>logprob gap</th></tr>";
   for (const char* arm : {"candidate", "noise"}) {

@@ -433,6 +433,7 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
   std::array<char, 16384> piece;
   std::string collected;
   std::string events;  // a stream's bytes not yet relayed: at most one incomplete event
+  Json stream_head;     // the first chunk's id, created, model, system_fingerprint
   bool failed = false;
   bool client_write_failed = false;
   // An HTTP/1.0 client knows no chunked encoding: its stream ends when the connection closes.
@@ -465,6 +466,15 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
         size_t at = 0;
         for (size_t end; (end = events.find("\n\n", at)) != std::string::npos; at = end + 2) {
           const std::string_view event(events.data() + at, end + 2 - at);
+          if (stream_head.is_null() && event.starts_with("data: {")) {
+            // The response's id, model and created, for an error event that ends it (below).
+            if (auto j = parse_json(event.substr(6)); j && j->is_object()) {
+              stream_head = Json::object();
+              for (const char* k : {"id", "created", "model", "system_fingerprint"}) {
+                if (j->contains(k)) stream_head[k] = (*j)[k];
+              }
+            }
+          }
           if (event.starts_with("data: {") && event.find("\"usage\"") != std::string_view::npos) {
             auto j = parse_json(event.substr(6));
             int64_t prompt = 0, cached = 0;
@@ -526,14 +536,13 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
       const bool chat = x.req.target().find("chat") != std::string_view::npos;
       Json choice = {{"index", 0}, {"finish_reason", "error"}};
       choice[chat ? "delta" : "text"] = chat ? Json::object() : Json("");
-      const std::string event =
-          "data: " +
-          Json{{"object", chat ? "chat.completion.chunk" : "text_completion"},
-               {"choices", Json::array({choice})},
-               {"error", {{"message", fmt::format("the replica failed mid-stream ({})", result.error_kind)},
-                          {"type", "server_error"}}}}
-              .dump() +
-          "\n\ndata: [DONE]\n\n";
+      // As the chunks before it: the same id, created and model (where one was relayed).
+      Json chunk = stream_head.is_object() ? stream_head : Json::object();
+      chunk["object"] = chat ? "chat.completion.chunk" : "text_completion";
+      chunk["choices"] = Json::array({choice});
+      chunk["error"] = {{"message", fmt::format("the replica failed mid-stream ({})", result.error_kind)},
+                        {"type", "server_error"}};
+      const std::string event = "data: " + chunk.dump() + "\n\ndata: [DONE]\n\n";
       tail += frame(event);
     }
     if (chunked) tail += "0\r\n\r\n";

@@ -108,7 +108,9 @@ TEST(Router, AStreamThatFailsMidwayEndsWithAnErrorEventAndDone) {
       co_return;
     }
     co_await ex.begin_chunked(200, "text/event-stream");
-    co_await ex.chunk("data: {\"choices\":[{\"delta\":{\"content\":\"partial\"}}]}\n\n");
+    co_await ex.chunk(
+        "data: {\"id\":\"chatcmpl-7\",\"created\":1700000000,\"model\":\"m\",\"choices\":[{\"delta\":{\"content\":"
+        "\"partial\"}}]}\n\n");
     ex.close();  // gone without the last chunk
   });
   Fixture f({&broken});
@@ -117,6 +119,14 @@ TEST(Router, AStreamThatFailsMidwayEndsWithAnErrorEventAndDone) {
   EXPECT_NE(r->body.find("partial"), std::string::npos);
   EXPECT_NE(r->body.find("\"finish_reason\":\"error\""), std::string::npos) << r->body;
   EXPECT_TRUE(r->body.ends_with("data: [DONE]\n\n")) << r->body;
+  // The error chunk is one of the response's: its id, created and model.
+  const size_t last = r->body.rfind("data: {");
+  const auto error_chunk = parse_json(r->body.substr(last + 6, r->body.find('\n', last) - last - 6));
+  ASSERT_TRUE(error_chunk) << r->body;
+  EXPECT_EQ((*error_chunk)["id"], "chatcmpl-7");
+  EXPECT_EQ((*error_chunk)["created"], 1700000000);
+  EXPECT_EQ((*error_chunk)["model"], "m");
+  EXPECT_EQ((*error_chunk)["object"], "chat.completion.chunk");
 }
 
 // A client that closes while its request is upstream: the upstream connection closes at once
