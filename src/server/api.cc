@@ -386,7 +386,7 @@ ApiResult<bool> OpenAiApi::check_model(const std::string& model) const {
 }
 
 ApiResult<std::vector<int32_t>> OpenAiApi::encode(const PromptInput& prompt, bool add_bos, bool parse_special,
-                                                  const char* param) const {
+                                                  const char* param, bool continues) const {
   if (prompt.is_tokens) {
     for (size_t i = 0; i < prompt.tokens.size(); ++i) {
       if (prompt.tokens[i] >= tokenizer_.vocab_size()) {
@@ -409,7 +409,7 @@ ApiResult<std::vector<int32_t>> OpenAiApi::encode(const PromptInput& prompt, boo
                     limit, prompt.text.size(), limit, tokenizer_.max_bytes_per_token()),
         param));
   }
-  auto ids = tokenizer_.encode(prompt.text, {.add_bos = add_bos, .parse_special = parse_special});
+  auto ids = tokenizer_.encode(prompt.text, {.add_bos = add_bos, .parse_special = parse_special, .continues = continues});
   if (!ids) return std::unexpected(ApiError::invalid(ids.error().message(), param));
   return std::move(*ids);
 }
@@ -585,8 +585,10 @@ ApiResult<std::unique_ptr<Generation>> OpenAiApi::submit(Generation::Kind kind, 
   }
   std::vector<int32_t> prediction;
   if (params.prediction) {
+    // A prediction continues the prompt: no SPM space in front (its tokens were one longer than
+    // the answer's, an extra space token first).
     SLUICE_API_TRY(prediction, encode({.text = *params.prediction}, /*add_bos=*/false, /*parse_special=*/false,
-                                      "prediction"));
+                                      "prediction", /*continues=*/true));
   }
   std::unique_ptr<Generation> g(new Generation(kind, tokenizer_, config_));
   g->prediction_ = prediction;

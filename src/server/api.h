@@ -130,9 +130,10 @@ class OpenAiApi {
 
  private:
   ApiResult<bool> check_model(const std::string& model) const;
-  // `param`: the field an error names ("prompt", "messages").
+  // `param`: the field an error names ("prompt", "messages"); `continues`: the text goes on
+  // from the prompt (a prediction), so no SPM space in front.
   ApiResult<std::vector<int32_t>> encode(const PromptInput& prompt, bool add_bos, bool parse_special,
-                                         const char* param) const;
+                                         const char* param, bool continues = false) const;
   ApiResult<std::unique_ptr<Generation>> submit(Generation::Kind kind, const GenerationParams& params,
                                                 std::vector<std::vector<int32_t>> prompts,
                                                 std::vector<std::string> echo_texts = {},

@@ -1,4 +1,5 @@
 // Generation over HTTP: predicted outputs, and echo with prompt logprobs.
+#include "common/test_paths.h"
 #include "common/utf8.h"
 #include "server/server_test_fixture.h"
 
@@ -61,6 +62,41 @@ TEST_F(ServerTest, PredictedOutputsChangeNothingButTheUsage) {
   wait_engine_idle();
 }
 
+// An SPM vocabulary (stories260K's) encodes a text with a space in front: a prediction that is
+// the answer, leading space and all, counts every answer token accepted and none rejected.
+TEST_F(ServerTest, APredictionThatIsTheAnswerIsAcceptedWhole) {
+  auto spm = load_model(sluice::testing::shared_dir() + "/models/stories260K.gguf");
+  ASSERT_TRUE(spm) << spm.error().message();
+  ASSERT_TRUE(spm->tokenizer->strips_leading_space());
+  EngineConfig ec;
+  ec.kv_cache_bytes = 8 << 20;
+  auto engine = Engine::create(*spm->model, *spm->tokenizer, pool_, ec);
+  ASSERT_TRUE(engine) << engine.error().message();
+  auto tmpl = chat::ChatTemplate::parse(chat::default_chatml_template());
+  ASSERT_TRUE(tmpl);
+  OpenAiApi api(**engine, *spm->tokenizer, std::move(*tmpl), ApiConfig{.model_name = "m"});
+  ServerConfig sc;
+  sc.port = 0;
+  auto srv = HttpServer::create(api, sc);
+  ASSERT_TRUE(srv);
+  (*srv)->start();
+  // Answers that start with a space (" there was...") and without one (", there was...").
+  for (const char* prompt : {"Once upon a time,", "Once upon a time"}) {
+    const std::string base = fmt::format(R"({{"prompt": "{}", "max_tokens": 20, "temperature": 0, "ignore_eos": true)",
+                                         prompt);
+    const Json plain = Json::parse(body_of(exchange(post("/v1/completions", base + "}"), (*srv)->port())));
+    const std::string text = plain["choices"][0]["text"];
+    const Json predicted = Json::parse(body_of(exchange(
+        post("/v1/completions", base + R"(, "prediction": {"type": "content", "content": )" + Json(text).dump() + "}}"),
+        (*srv)->port())));
+    EXPECT_EQ(predicted["choices"][0]["text"], text);
+    const Json& details = predicted["usage"]["completion_tokens_details"];
+    EXPECT_EQ(details["accepted_prediction_tokens"], predicted["usage"]["completion_tokens"]) << text << predicted.dump();
+    EXPECT_EQ(details["rejected_prediction_tokens"], 0) << text << predicted.dump();
+  }
+  (*srv)->request_shutdown();
+  (*srv)->run_until_shutdown();
+}
 
 // JSON mode: response_format json_object gives a JSON object (finish_reason "stop" when it
 // closed, "length" for a prefix cut by max_tokens), streamed or not, on both endpoints.

@@ -125,7 +125,7 @@ Result<std::vector<int32_t>> Tokenizer::encode(std::string_view text, const Enco
   out.reserve(text.size() / 3 + 2);
   if (opts.add_bos && vocab_.add_bos) out.push_back(vocab_.bos_id);
 
-  bool after_special = true;  // the start of the text counts as "after a special token"
+  bool after_special = !opts.continues;  // the start of the text counts as "after a special token"
   for (const TextFragment& fragment : special_.split(text, opts.parse_special)) {
     if (fragment.token_id >= 0) {
       out.push_back(fragment.token_id);

@@ -49,6 +49,7 @@ namespace sluice {
 struct EncodeOptions {
   bool add_bos = true;         // add BOS/EOS where the vocabulary asks for them (see above)
   bool parse_special = false;  // recognise control tokens such as "<|im_start|>" in the text
+  bool continues = false;      // the text goes on from other tokens: no SPM space put in front
 };
 
 class Tokenizer {
