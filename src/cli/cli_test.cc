@@ -541,6 +541,11 @@ TEST(Cli, DraftModelKeepsTheOutput) {
   Output report = run(gen + " --draft-model " + draft + " --spec-adaptive off", true);
   EXPECT_NE(report.out.find("speculative decoding: draft model " + draft), std::string::npos) << report.out;
   EXPECT_NE(report.out.find("draft tokens accepted"), std::string::npos) << report.out;
+  // Several prompts: the summary says it too.
+  Output several = run("generate -m " + target + " -p 'The little' --parallel 2 -n 8 --draft-model " + draft +
+                       " --spec-adaptive off", true);
+  ASSERT_EQ(several.exit_code, 0) << several.out;
+  EXPECT_NE(several.out.find("draft tokens accepted"), std::string::npos) << several.out;
   Output ngram = run(gen + " --spec ngram --spec-ngram-min 1", true);
   EXPECT_EQ(ngram.exit_code, 0) << ngram.out;
   EXPECT_NE(ngram.out.find("speculative decoding: prompt lookup, suffixes of 1 to 4 tokens"), std::string::npos);
@@ -552,6 +557,17 @@ TEST(Cli, DraftModelKeepsTheOutput) {
   EXPECT_NE(none.out.find("--spec draft needs --draft-model FILE"), std::string::npos) << none.out;
   Output both = run("generate -p x -n 2 --spec ngram --draft-model " + draft, true);
   EXPECT_NE(both.out.find("one proposer at a time"), std::string::npos) << both.out;
+  // Settings of a proposer that is off are refused, not ignored; a draft file that cannot be
+  // read is a bad file (1), not a bad command line.
+  Output lookup_off = run("generate -p x -n 2 --draft-model " + draft + " --spec-ngram-min 3", true);
+  EXPECT_EQ(lookup_off.exit_code, 2);
+  EXPECT_NE(lookup_off.out.find("set prompt lookup, which is off here"), std::string::npos) << lookup_off.out;
+  Output no_draft = run("generate -p x -n 2 --draft-kv-cache-memory 1MiB", true);
+  EXPECT_EQ(no_draft.exit_code, 2);
+  EXPECT_NE(no_draft.out.find("give --draft-model FILE"), std::string::npos) << no_draft.out;
+  Output missing = run("generate -p x -n 2 --draft-model /no/such/draft.gguf", true);
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.out.find("--draft-model: "), std::string::npos) << missing.out;
 }
 
 }  // namespace

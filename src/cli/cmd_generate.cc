@@ -169,7 +169,7 @@ int run_many(const GenerateOptions& o, Engine& engine, const Tokenizer& tok, con
   std::deque<std::pair<size_t, std::optional<RequestHandle>>> in_flight;
   std::vector<StreamOutput> results(reqs.size());
   size_t next = 0, done = 0, failed = 0;
-  int64_t out_tokens = 0;
+  int64_t out_tokens = 0, draft_tokens = 0, accepted_tokens = 0;
   double sum_ttft = 0, sum_tpot = 0;
   int num_tpot = 0;
   auto print = [&](size_t i) {
@@ -203,6 +203,8 @@ int run_many(const GenerateOptions& o, Engine& engine, const Tokenizer& tok, con
     ++done;
     const RequestMetrics& m = results[i].metrics;
     out_tokens += m.num_output_tokens;
+    draft_tokens += m.num_draft_tokens;
+    accepted_tokens += m.num_accepted_tokens;
     sum_ttft += m.ttft_seconds;
     if (m.num_output_tokens > 1) sum_tpot += m.tpot_seconds, ++num_tpot;
     failed += results[i].finish_reason == FinishReason::kError;
@@ -225,6 +227,11 @@ int run_many(const GenerateOptions& o, Engine& engine, const Tokenizer& tok, con
                em.num_steps ? em.seqs_per_step.sum() / em.num_steps : 0.0, static_cast<long long>(em.num_preemptions),
                static_cast<long long>(em.num_requests_coalesced), static_cast<long long>(em.prefix_cache_hit_tokens),
                static_cast<long long>(em.prefix_cache_query_tokens));
+  if (draft_tokens > 0) {
+    std::fprintf(stderr, "speculative decoding: %lld of %lld draft tokens accepted (%.0f%%)\n",
+                 static_cast<long long>(accepted_tokens), static_cast<long long>(draft_tokens),
+                 100.0 * static_cast<double>(accepted_tokens) / static_cast<double>(draft_tokens));
+  }
   const int rc = finish_stdout();
   return failed ? kExitError : rc;
 }

@@ -137,6 +137,15 @@ Result<EngineConfig> EngineOptions::to_config(const ModelConfig& model, const To
     return Error(StatusCode::kInvalid, "--spec ngram and --draft-model: one proposer at a time");
   }
   if (draft_model.empty() && spec == "draft") return Error(StatusCode::kInvalid, "--spec draft needs --draft-model FILE");
+  // Settings of a proposer that is off would be ignored without a word.
+  const EngineOptions defaults;
+  if (c.spec.method != "ngram" && (spec_ngram_min != defaults.spec_ngram_min || spec_ngram_max != defaults.spec_ngram_max)) {
+    return Error(StatusCode::kInvalid, "--spec-ngram-min and --spec-ngram-max set prompt lookup, which is off here: "
+                 "add --spec ngram");
+  }
+  if (draft_model.empty() && draft_kv_cache_memory != defaults.draft_kv_cache_memory) {
+    return Error(StatusCode::kInvalid, "--draft-kv-cache-memory sizes a draft model's cache: give --draft-model FILE");
+  }
   if (spec_ngram_min > spec_ngram_max) {
     return Error(StatusCode::kInvalid, "--spec-ngram-min ({}) must not exceed --spec-ngram-max ({})", spec_ngram_min,
                  spec_ngram_max);
@@ -166,7 +175,8 @@ Result<EngineConfig> EngineOptions::to_config(const ModelConfig& model, const To
 Status EngineOptions::attach_draft(EngineConfig& config, LoadedModel& draft) const {
   if (draft_model.empty()) return Status::ok();
   auto loaded = load_model(draft_model, {});
-  if (!loaded) return Status::error(fmt::format("--draft-model: {}", loaded.error().message()), StatusCode::kInvalid);
+  // A file that cannot be read is a bad file (exit 1), as the model's own, not a bad command line.
+  if (!loaded) return Status::error(fmt::format("--draft-model: {}", loaded.error().message()));
   draft = std::move(*loaded);
   const ModelConfig& dc = draft.model->config();
   const int64_t available = available_memory_bytes();
