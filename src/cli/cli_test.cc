@@ -198,6 +198,10 @@ TEST(Cli, GenerateRunsAPromptsFileConcurrently) {
   EXPECT_EQ(lines[0]["prompt"], "hello");
   EXPECT_EQ(lines[1]["prompt"], "world");
   EXPECT_EQ(lines[2]["prompt"], "a json\nstring");
+  // Each result names its line of the file: the blank line 2 is skipped, not renumbered.
+  EXPECT_EQ(lines[0]["line"], 1);
+  EXPECT_EQ(lines[1]["line"], 3);
+  EXPECT_EQ(lines[2]["line"], 4);
   for (const auto& j : lines) EXPECT_EQ(j["tokens"].size(), 4u);
   // Each result equals running its prompt alone.
   Output alone = run("generate -p world -n 4 --ignore-eos --json");
@@ -235,7 +239,7 @@ TEST(Cli, GenerateSharesPromptPrefixesUnlessTold) {
   ASSERT_EQ(off.exit_code, 0) << off.out;
   EXPECT_NE(off.out.find("cached prompt tokens: 0 of"), std::string::npos) << off.out;
   // Same outputs either way.
-  auto strip = [](const std::string& s) { return s.substr(s.find("--- [0]")); };
+  auto strip = [](const std::string& s) { return s.substr(s.find("--- line 1:")); };
   EXPECT_EQ(strip(on.out).substr(0, 200), strip(off.out).substr(0, 200));
   Output pin = run("generate -p hi --pin-prefix 'You are'", true);
   EXPECT_EQ(pin.exit_code, 2);
@@ -498,7 +502,7 @@ TEST(Cli, GeneratePacesAPromptsFileToTheQueue) {
   Output one_bad = run("generate --prompts " + path + " -n 2 --ignore-eos", true);
   EXPECT_EQ(one_bad.exit_code, 1) << one_bad.out;
   EXPECT_NE(one_bad.out.find("requests: 3 (1 failed)"), std::string::npos) << one_bad.out;
-  EXPECT_NE(one_bad.out.find("--- [2] 2 tokens (length)"), std::string::npos) << one_bad.out;
+  EXPECT_NE(one_bad.out.find("--- line 3: 2 tokens (length)"), std::string::npos) << one_bad.out;
   std::filesystem::remove(path);
 }
 

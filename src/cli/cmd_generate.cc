@@ -83,7 +83,8 @@ double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-nlohmann::json result_json(const GenerateOptions& o, const Tokenizer& tok, const std::string& prompt,
+// `line`: the --prompts file's line of the prompt, 0 when it did not come from a file.
+nlohmann::json result_json(const GenerateOptions& o, const Tokenizer& tok, const std::string& prompt, int line,
                            const Request& req, const StreamOutput& r) {
   std::vector<int32_t> ids;
   for (const auto& t : r.tokens) ids.push_back(t.token_id);
@@ -99,6 +100,7 @@ nlohmann::json result_json(const GenerateOptions& o, const Tokenizer& tok, const
                                    {"time_to_first_token_seconds", m.ttft_seconds},
                                    {"time_per_output_token_seconds", m.tpot_seconds},
                                    {"total_seconds", m.e2e_seconds}}}};
+  if (line > 0) j["line"] = line;
   if (!r.stop_matched.empty()) j["stop"] = r.stop_matched;
   if (!r.error.empty()) j["error"] = r.error;
   if (o.logprobs > 0) {
@@ -115,7 +117,8 @@ int write_stdout(const std::string& s) {
 }
 
 // One prompt, streamed as it is generated.
-int run_one(const GenerateOptions& o, Engine& engine, const Tokenizer& tok, const std::string& prompt, Request req) {
+int run_one(const GenerateOptions& o, Engine& engine, const Tokenizer& tok, const std::string& prompt, int line,
+            Request req) {
   auto h = engine.submit(req);
   if (!h) return fail(h.error().message());
   StreamOutput all;
@@ -143,7 +146,7 @@ int run_one(const GenerateOptions& o, Engine& engine, const Tokenizer& tok, cons
   const double prefill_tps = m.ttft_seconds > 0 ? m.num_prompt_tokens / m.ttft_seconds : 0;
   const double decode_tps = m.tpot_seconds > 0 ? 1.0 / m.tpot_seconds : 0;
   if (o.json) {
-    write_stdout(result_json(o, tok, prompt, req, all).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+    write_stdout(result_json(o, tok, prompt, line, req, all).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
                  "\n");
   } else {
     std::printf("\n");
@@ -160,8 +163,9 @@ int run_one(const GenerateOptions& o, Engine& engine, const Tokenizer& tok, cons
 }
 
 // Many prompts, at most `parallel` in flight; results printed in input order.
+// `lines`: each prompt's line of the --prompts file, or empty for copies of one prompt.
 int run_many(const GenerateOptions& o, Engine& engine, const Tokenizer& tok, const std::vector<std::string>& prompts,
-             const std::vector<Request>& reqs, size_t parallel) {
+             const std::vector<int>& lines, const std::vector<Request>& reqs, size_t parallel) {
   const bool tty = isatty(STDERR_FILENO);
   const double start = seconds_now();
   // A request the engine refused (a prompt over the context) is reported in its place, as
@@ -175,11 +179,13 @@ int run_many(const GenerateOptions& o, Engine& engine, const Tokenizer& tok, con
   auto print = [&](size_t i) {
     const StreamOutput& r = results[i];
     if (o.json) {
-      return write_stdout(result_json(o, tok, prompts[i], reqs[i], r).dump(-1, ' ', false,
+      return write_stdout(result_json(o, tok, prompts[i], lines.empty() ? 0 : lines[i], reqs[i], r).dump(-1, ' ', false,
                                                                           nlohmann::json::error_handler_t::replace) +
                           "\n");
     }
-    std::string s = fmt::format("--- [{}] {} tokens ({}){}\n{}\n", i, r.tokens.size(), finish_reason_name(r.finish_reason),
+    // A file's prompt is named by its line (blank lines are skipped, so indices would drift).
+    const std::string name = lines.empty() ? fmt::format("[{}]", i) : fmt::format("line {}:", lines[i]);
+    std::string s = fmt::format("--- {} {} tokens ({}){}\n{}\n", name, r.tokens.size(), finish_reason_name(r.finish_reason),
                                 r.error.empty() ? "" : ": " + r.error, r.text);
     return write_stdout(s);
   };
@@ -243,10 +249,14 @@ int run(const GenerateOptions& o) {
   if (!seed) return fail_usage(seed.error().message());
   if (Status s = sampling.validate(); !s) return fail_usage(with_flag_names(s.message()));
   std::vector<std::string> prompts;
+  std::vector<int> lines;  // the --prompts file's line of each prompt
   if (!o.prompts_file.empty()) {
     auto p = read_prompts(o.prompts_file);
     if (!p) return fail(p.error().message());
-    prompts = std::move(*p);
+    for (FilePrompt& fp : *p) {
+      lines.push_back(fp.line);
+      prompts.push_back(std::move(fp.text));
+    }
   } else {
     std::string prompt = o.prompt;
     if (o.prompt_from_stdin) prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
@@ -268,7 +278,11 @@ int run(const GenerateOptions& o) {
   std::vector<Request> reqs;
   for (size_t i = 0; i < prompts.size(); ++i) {
     auto tokens = tok.encode(prompts[i], {.add_bos = !o.no_bos, .parse_special = o.special});
-    if (!tokens) return fail(fmt::format("prompt{}: {}", prompts.size() > 1 ? fmt::format(" {}", i) : "", tokens.error().message()));
+    if (!tokens) {
+      return fail(lines.empty() ? fmt::format("prompt: {}", tokens.error().message())
+                                : fmt::format("prompts file '{}' line {}: {}", o.prompts_file, lines[i],
+                                              tokens.error().message()));
+    }
     Request r;
     r.prompt_tokens = std::move(*tokens);
     r.sampling = sampling;
@@ -291,22 +305,22 @@ int run(const GenerateOptions& o) {
     std::cerr << describe_kv_cache(**engine, mc) << "\n" << describe_kernels(*loaded->model) << "\n"
               << describe_spec(**engine, o.engine.draft_model) << "\n";
   }
-  if (reqs.size() == 1) return run_one(o, **engine, tok, prompts[0], std::move(reqs[0]));
+  if (reqs.size() == 1) return run_one(o, **engine, tok, prompts[0], lines.empty() ? 0 : lines[0], std::move(reqs[0]));
   const size_t parallel = o.prompts_file.empty() || o.parallel == 0 ? reqs.size() : static_cast<size_t>(o.parallel);
-  return run_many(o, **engine, tok, prompts, reqs, parallel);
+  return run_many(o, **engine, tok, prompts, lines, reqs, parallel);
 }
 
 }  // namespace
 
 // Prompts of a --prompts file: one per line; a line starting with '"' is a JSON string (for
 // prompts with newlines). Empty lines are skipped; CRLF line ends are taken as LF.
-Result<std::vector<std::string>> read_prompts(const std::string& path) {
+Result<std::vector<FilePrompt>> read_prompts(const std::string& path) {
   if (std::error_code ec; std::filesystem::is_directory(path, ec)) {
     return Error("cannot read prompts file '{}': it is a directory", path);
   }
   std::ifstream in(path);
   if (!in) return Error("cannot read prompts file '{}': {}", path, std::strerror(errno));
-  std::vector<std::string> prompts;
+  std::vector<FilePrompt> prompts;
   std::string line;
   for (int line_no = 1; std::getline(in, line); ++line_no) {
     if (line.ends_with('\r')) line.pop_back();  // a file written on Windows
@@ -319,9 +333,9 @@ Result<std::vector<std::string>> read_prompts(const std::string& path) {
       if (j.is_discarded() || !j.is_string()) {
         return Error("prompts file '{}' line {}: a line starting with '\"' must be one JSON string", path, line_no);
       }
-      prompts.push_back(j.get<std::string>());
+      prompts.push_back({line_no, j.get<std::string>()});
     } else {
-      prompts.push_back(line);
+      prompts.push_back({line_no, line});
     }
   }
   if (prompts.empty()) return Error("prompts file '{}' has no prompt", path);

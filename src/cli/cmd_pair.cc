@@ -102,7 +102,8 @@ int run_pair(PairCliOptions& o) {
   if (!o.prompts_file.empty()) {
     auto p = read_prompts(o.prompts_file);
     if (!p) return fail(p.error().message());
-    texts = std::move(*p);
+    texts.clear();
+    for (FilePrompt& fp : *p) texts.push_back(std::move(fp.text));
   }
   auto target = load_model(o.target, terminal_progress("loading " + o.target));
   if (!target) return fail(fmt::format("--target: {}", target.error().message()));

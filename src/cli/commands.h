@@ -57,9 +57,15 @@ bool same_file(const std::string& a, const std::string& b);
 // Flushes stdout; an error (a full disk, a closed descriptor) is reported and gives kExitError.
 int finish_stdout();
 
+// A prompt of a --prompts file, with its line number (1-based) so that results name it.
+struct FilePrompt {
+  int line = 0;
+  std::string text;
+};
+
 // Prompts of a --prompts file: one per line; a line starting with '"' is a JSON string (for
-// prompts with newlines). Empty lines are skipped.
-Result<std::vector<std::string>> read_prompts(const std::string& path);
+// prompts with newlines). Empty lines are skipped (results then name the line, not an index).
+Result<std::vector<FilePrompt>> read_prompts(const std::string& path);
 
 // A progress callback that redraws one line on stderr when it is a terminal, else does nothing.
 std::function<void(uint64_t, uint64_t)> terminal_progress(const std::string& what);
