@@ -184,6 +184,22 @@ TEST(Cli, DemoInfoSaysGibberish) {
   EXPECT_NE(o.out.find("RANDOM weights"), std::string::npos);
 }
 
+// A leaf of `route rollout` / `route shadow` takes its command's options (--url, --admin-key,
+// --json) and its --help says so.
+TEST(Cli, RouteLeafHelpListsItsCommandsOptions) {
+  for (const char* leaf : {"rollout start", "rollout status", "rollout abort", "shadow report", "shadow set"}) {
+    Output o = run(std::string("route ") + leaf + " --help");
+    EXPECT_EQ(o.exit_code, 0) << leaf;
+    EXPECT_NE(o.out.find("--url TEXT=http://127.0.0.1:8080"), std::string::npos) << leaf << "\n" << o.out;
+    EXPECT_NE(o.out.find("--admin-key"), std::string::npos) << leaf;
+    EXPECT_NE(o.out.find("--json"), std::string::npos) << leaf;
+  }
+  // And they are accepted after the leaf: an unreachable router is an error naming it.
+  Output o = run("route rollout status --url http://127.0.0.1:1 --admin-key k --json", true);
+  EXPECT_EQ(o.exit_code, 1) << o.out;
+  EXPECT_NE(o.out.find("127.0.0.1:1"), std::string::npos) << o.out;
+}
+
 TEST(Cli, GenerateRunsAPromptsFileConcurrently) {
   const std::string path = ::testing::TempDir() + "/prompts.txt";
   std::ofstream(path) << "hello\n\nworld\n\"a json\\nstring\"\n";

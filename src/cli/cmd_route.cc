@@ -502,8 +502,16 @@ CommandFn add_route_command(CLI::App& app) {
   set->callback([so] { so->action = "set"; });
   // `route rollout status --url U` as well as `route rollout --url U status`: a leaf passes the
   // options it does not know up to its command.
+  // Their --help lists those options too, so that a leaf's help is all a user needs.
   for (CLI::App* parent : {rollout, shadow_cmd}) {
-    for (CLI::App* leaf : parent->get_subcommands({})) leaf->fallthrough();
+    const std::string footer = fmt::format(
+        "Options of `sluice route {}`, accepted here too:\n"
+        "  --url TEXT={}\n"
+        "                              The router's base URL\n"
+        "  --admin-key TEXT            The router's admin key (also $SLUICE_ADMIN_KEY, or route's --admin-key)\n"
+        "  --json                      Print the router's JSON answer",
+        parent->get_name(), parent == rollout ? ro->url : so->url);
+    for (CLI::App* leaf : parent->get_subcommands({})) leaf->fallthrough()->footer(footer);
   }
   return [cmd, o, rollout, ro, shadow_cmd, so]() -> int {
     // `route --admin-key K rollout ...`: the router's key, given before the command, serves too.
