@@ -150,9 +150,11 @@ Json Generation::logprobs_json(Choice& c, const std::vector<TokenOutput>& tokens
     lp["tokens"].push_back(token_name(t.token_id));
     lp["token_logprobs"].push_back(t.logprob);
     lp["top_logprobs"].push_back(legacy_top(t));
-    lp["text_offset"].push_back(c.text_offset);
     if (!c.offset_decoder) c.offset_decoder.emplace(tokenizer_);
-    c.text_offset += static_cast<int64_t>(c.offset_decoder->push(t.token_id).size());
+    const size_t added = c.offset_decoder->push(t.token_id).size();
+    // Where the token's own text begins: after an earlier token's invalid bytes that it flushed.
+    lp["text_offset"].push_back(c.text_offset + static_cast<int64_t>(c.offset_decoder->num_carried_bytes()));
+    c.text_offset += static_cast<int64_t>(added);
   }
   return lp;
 }

@@ -35,6 +35,11 @@ class StreamDecoder {
 
   // Bytes currently held back (0..3).
   size_t num_pending_bytes() const { return pending_.size(); }
+  // Bytes at the start of the last push()'s text that earlier tokens own: held-back bytes
+  // that the pushed token showed to be invalid, come out as U+FFFD in front of its own text
+  // (0 or 3). A character that the pushed token completes belongs to the token that began it
+  // too, but its bytes cannot be split, so it counts as the pushed token's (0 here).
+  size_t num_carried_bytes() const { return carried_; }
 
  private:
   const Tokenizer& tok_;
@@ -43,6 +48,7 @@ class StreamDecoder {
   int64_t num_pushed_ = 0;
   bool started_with_bos_ = false;
   std::string pending_;
+  size_t carried_ = 0;
 };
 
 }  // namespace sluice

@@ -54,6 +54,33 @@ TEST(StreamDecoder, NeverValidBytesBecomeReplacementAtOnce) {
   EXPECT_EQ(d.push(kH), std::string(kReplacement) + "h");
 }
 
+// The U+FFFD of held-back bytes that a token shows to be invalid is the earlier token's: the
+// pushed token's own text begins after it. A character it completes is not split.
+TEST(StreamDecoder, CountsTheBytesEarlierTokensOwn) {
+  auto tok = tiny_spm();
+  StreamDecoder d(*tok);
+  EXPECT_EQ(d.push(kH), "h");
+  EXPECT_EQ(d.num_carried_bytes(), 0u);
+  EXPECT_EQ(d.push(byte_id(0xE2)), "");
+  EXPECT_EQ(d.push(byte_id(0x82)), "");
+  EXPECT_EQ(d.push(kH), std::string(kReplacement) + "h");
+  EXPECT_EQ(d.num_carried_bytes(), kReplacement.size());
+  EXPECT_EQ(d.push(kH), "h");
+  EXPECT_EQ(d.num_carried_bytes(), 0u);
+  // E2 then 28: the error is E2 alone, still the earlier token's.
+  EXPECT_EQ(d.push(byte_id(0xE2)), "");
+  EXPECT_EQ(d.push(byte_id(0x28)), std::string(kReplacement) + "(");
+  EXPECT_EQ(d.num_carried_bytes(), kReplacement.size());
+  // E2 completed by 82 AC: one character, "€", which the pushed token ends.
+  EXPECT_EQ(d.push(byte_id(0xE2)), "");
+  EXPECT_EQ(d.push(byte_id(0x82)), "");
+  EXPECT_EQ(d.push(byte_id(0xAC)), "\xE2\x82\xAC");
+  EXPECT_EQ(d.num_carried_bytes(), 0u);
+  // A byte that is invalid on its own is the pushed token's own U+FFFD.
+  EXPECT_EQ(d.push(byte_id(0xFF)), kReplacement);
+  EXPECT_EQ(d.num_carried_bytes(), 0u);
+}
+
 TEST(StreamDecoder, FlushTurnsHeldBytesIntoOneReplacement) {
   auto tok = tiny_spm();
   StreamDecoder d(*tok);
