@@ -188,15 +188,22 @@ struct Router::Impl {
 
   // Canary rollouts (router_rollout.cc), with config.rollout_db.
   std::unique_ptr<RolloutStore> rollout_store;
+  // Held by whoever writes the store (write_rollout_store, a rollout's start): one writer at a
+  // time, and never while rollout_mu is held, which every routed request takes: a slow disk
+  // or a locked database file delays the store, not the traffic.
+  Mutex rollout_store_mu SLUICE_ACQUIRED_BEFORE(rollout_mu);
   mutable Mutex rollout_mu;
   std::optional<Rollout> rollout SLUICE_GUARDED_BY(rollout_mu);  // the latest, finished or not
   int64_t rollout_id SLUICE_GUARDED_BY(rollout_mu) = 0;
   std::string rollout_saved SLUICE_GUARDED_BY(rollout_mu);  // the state last written to the store
-  // Decisions the store refused (a locked or full disk), by rollout id: written, in order, with
-  // the next ones, so the history has no gap once the store takes writes again.
+  // Decisions and analyses not yet in the store, by rollout id: queued under rollout_mu, written
+  // by write_rollout_store in order; those the store refuses (a locked or full disk) stay for
+  // the next try, so the history has no gap once it takes writes again.
   std::vector<std::pair<int64_t, RolloutDecision>> unrecorded_decisions SLUICE_GUARDED_BY(rollout_mu);
+  std::vector<std::pair<int64_t, StoredAnalysis>> unrecorded_analyses SLUICE_GUARDED_BY(rollout_mu);
   bool rollout_store_failing SLUICE_GUARDED_BY(rollout_mu) = false;  // said once, not at every retry
-  void rollout_store_failed(const Status& s) SLUICE_REQUIRES(rollout_mu);
+  // Writes what is queued and the current rollout's state if it changed since last written.
+  void write_rollout_store() SLUICE_EXCLUDES(rollout_mu, rollout_store_mu);
   // The analysis window: what each version did since the last analysis.
   VersionWindow stable_window SLUICE_GUARDED_BY(rollout_mu), candidate_window SLUICE_GUARDED_BY(rollout_mu);
   double last_analysis SLUICE_GUARDED_BY(rollout_mu) = 0;
@@ -206,8 +213,9 @@ struct Router::Impl {
   Status open_rollouts();
   // The version a request of this session goes to; "" when no rollout is loaded.
   std::string route_version(std::string_view session_key);
-  // Records the decisions and saves the state if it changed.
-  void persist_rollout(const std::vector<RolloutDecision>& decisions, double now) SLUICE_REQUIRES(rollout_mu);
+  // Logs the decisions and queues them for the store; the caller then calls write_rollout_store
+  // once it has let go of rollout_mu.
+  void persist_rollout(const std::vector<RolloutDecision>& decisions) SLUICE_REQUIRES(rollout_mu);
   net::awaitable<void> rollout_loop();
   // The prompt prefixes the traffic shares most; a rollout warms its candidate with them
   // before its first step, while `warming` holds the steps back.

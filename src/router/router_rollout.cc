@@ -76,34 +76,59 @@ std::string Router::Impl::route_version(std::string_view session_key) {
   return to_candidate ? spec.candidate : spec.stable;
 }
 
-void Router::Impl::rollout_store_failed(const Status& s) {
-  if (!rollout_store_failing) {
-    fmt::print(stderr, "sluice route: {} (tried again every {} ms; the rollout goes on in memory)\n", s.message(),
-               kRolloutTick.count());
-  }
-  rollout_store_failing = true;
-}
-
-void Router::Impl::persist_rollout(const std::vector<RolloutDecision>& decisions, double now) {
+void Router::Impl::persist_rollout(const std::vector<RolloutDecision>& decisions) {
   for (const RolloutDecision& d : decisions) {
     fmt::print(stderr, "sluice route: rollout {} '{}' step {}: {}: {}\n", rollout_id, rollout->spec().name, d.step,
                d.action, d.reason);
     unrecorded_decisions.emplace_back(rollout_id, d);
   }
-  size_t recorded = 0;
-  for (; recorded < unrecorded_decisions.size(); ++recorded) {
-    const auto& [id, d] = unrecorded_decisions[recorded];
-    if (Status s = rollout_store->record(id, d); !s) {
-      rollout_store_failed(s);
-      break;
-    }
+}
+
+// A snapshot is taken under rollout_mu, written without it, and what was written is taken off
+// the queues under it again. Only this function (one caller at a time: rollout_store_mu) takes
+// entries off, and others only append, so the written ones are still at the front.
+void Router::Impl::write_rollout_store() {
+  if (!rollout_store) return;
+  MutexLock store_lock(rollout_store_mu);
+  std::vector<std::pair<int64_t, RolloutDecision>> decisions;
+  std::vector<std::pair<int64_t, StoredAnalysis>> analyses;
+  std::optional<Rollout> current;
+  int64_t id = 0;
+  std::string state;
+  {
+    MutexLock lock(rollout_mu);
+    decisions = unrecorded_decisions;
+    analyses = unrecorded_analyses;
+    if (rollout && (state = rollout->state().dump()) != rollout_saved) current = *rollout, id = rollout_id;
   }
-  unrecorded_decisions.erase(unrecorded_decisions.begin(), unrecorded_decisions.begin() + recorded);
-  std::string state = rollout->state().dump();
-  if (!unrecorded_decisions.empty()) return;
-  if (state != rollout_saved) {
-    if (Status s = rollout_store->save(rollout_id, *rollout, now); !s) return rollout_store_failed(s);
-    rollout_saved = std::move(state);
+  if (decisions.empty() && analyses.empty() && !current) return;
+  Status failed = Status::ok();
+  size_t num_analyses = 0, num_decisions = 0;
+  for (; failed.is_ok() && num_analyses < analyses.size(); ++num_analyses) {
+    failed = rollout_store->record_analysis(analyses[num_analyses].first, analyses[num_analyses].second);
+    if (!failed.is_ok()) break;
+  }
+  for (; failed.is_ok() && num_decisions < decisions.size(); ++num_decisions) {
+    failed = rollout_store->record(decisions[num_decisions].first, decisions[num_decisions].second);
+    if (!failed.is_ok()) break;
+  }
+  // The state after its decisions: a restart never finds a state without the decisions that made it.
+  bool saved = false;
+  if (failed.is_ok() && current) {
+    failed = rollout_store->save(id, *current, epoch_now());
+    saved = failed.is_ok();
+  }
+  MutexLock lock(rollout_mu);
+  unrecorded_analyses.erase(unrecorded_analyses.begin(), unrecorded_analyses.begin() + static_cast<ptrdiff_t>(num_analyses));
+  unrecorded_decisions.erase(unrecorded_decisions.begin(), unrecorded_decisions.begin() + static_cast<ptrdiff_t>(num_decisions));
+  if (saved && rollout_id == id) rollout_saved = std::move(state);
+  if (!failed.is_ok()) {
+    if (!rollout_store_failing) {
+      fmt::print(stderr, "sluice route: {} (tried again every {} ms; the rollout goes on in memory)\n",
+                 failed.message(), kRolloutTick.count());
+    }
+    rollout_store_failing = true;
+    return;
   }
   if (rollout_store_failing) fmt::print(stderr, "sluice route: the rollout store takes writes again; nothing was lost\n");
   rollout_store_failing = false;
@@ -140,12 +165,9 @@ void Router::Impl::analyze_rollout(double now) {
   // Pairs come slower than requests: those too few to judge stay for the next window.
   if (shadow_window.pairs >= config.min_shadow_pairs) shadow_window = {};
   const std::string reason = v.reason;
-  if (Status s = rollout_store->record_analysis(rollout_id, {now, rollout->step(), v.passed, reason,
-                                                             nlohmann::json::parse(v.metrics.dump())});
-      !s) {
-    fmt::print(stderr, "sluice route: {}\n", s.message());
-  }
-  persist_rollout(rollout->record_analysis(now, v.passed, reason), now);
+  unrecorded_analyses.emplace_back(
+      rollout_id, StoredAnalysis{now, rollout->step(), v.passed, reason, nlohmann::json::parse(v.metrics.dump())});
+  persist_rollout(rollout->record_analysis(now, v.passed, reason));
 }
 
 // The suite against one available replica of each version, on the eval thread; its verdict is
@@ -171,14 +193,15 @@ void Router::Impl::start_eval(double now) {
     const bool passed = v && v->passed;
     const std::string reason = v ? fmt::format("eval {}: {}", suite, v->reason)
                                  : fmt::format("eval {} could not run: {}", suite, v.error().message());
-    MutexLock lock(rollout_mu);
-    eval_running = false;
-    last_eval = at;
-    if (!rollout || rollout_id != id || rollout->finished() || rollout->step() != step) return;
-    if (Status s = rollout_store->record_analysis(id, {at, step, passed, reason, v ? v->metrics : nlohmann::json()}); !s) {
-      fmt::print(stderr, "sluice route: {}\n", s.message());
+    {
+      MutexLock lock(rollout_mu);
+      eval_running = false;
+      last_eval = at;
+      if (!rollout || rollout_id != id || rollout->finished() || rollout->step() != step) return;
+      unrecorded_analyses.emplace_back(id, StoredAnalysis{at, step, passed, reason, v ? v->metrics : nlohmann::json()});
+      persist_rollout(rollout->record_eval(at, passed, reason));
     }
-    persist_rollout(rollout->record_eval(at, passed, reason), at);
+    write_rollout_store();
   });
 }
 
@@ -187,17 +210,16 @@ net::awaitable<void> Router::Impl::rollout_loop() {
   while (!stopping) {
     {
       MutexLock lock(rollout_mu);
-      if (rollout && rollout->finished()) {
-        persist_rollout({}, epoch_now());  // what the store refused (an abort, a promotion) is tried again
-      } else if (rollout && !warming) {
+      if (rollout && !rollout->finished() && !warming) {
         const double now = epoch_now();
         analyze_rollout(now);
         if (rollout->wants_eval() && !eval_running && now - last_eval >= rollout->spec().analysis.interval_seconds) {
           start_eval(now);
         }
-        if (!rollout->finished()) persist_rollout(rollout->advance(now), now);
+        if (!rollout->finished()) persist_rollout(rollout->advance(now));
       }
     }
+    write_rollout_store();  // also what the store refused before (an abort, a promotion), tried again
     timer.expires_after(kRolloutTick);
     co_await timer.async_wait(kTuple);
   }
@@ -294,6 +316,7 @@ net::awaitable<void> Router::Impl::warm_candidate(std::vector<HotPrefixes::Hot> 
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
   const double now = epoch_now();
+  {
   MutexLock lock(rollout_mu);
   if (rollout_id != id) co_return;  // another rollout started meanwhile: its own warming holds
   warming = false;
@@ -304,7 +327,9 @@ net::awaitable<void> Router::Impl::warm_candidate(std::vector<HotPrefixes::Hot> 
                    "answered in {:.1f} s",
                    hot.size(), least, most, replicas, replicas == 1 ? "" : "s", version, answered, sent, seconds)}};
   for (RolloutDecision& d : rollout->advance(now)) decisions.push_back(std::move(d));
-  persist_rollout(decisions, now);
+  persist_rollout(decisions);
+  }
+  write_rollout_store();
 }
 
 namespace {
@@ -444,21 +469,37 @@ net::awaitable<bool> Router::Impl::admin_rollouts(beast::tcp_stream& client, bht
             keep);
       }
     }
-    // (No co_await while the lock is held: the answer is written after.)
+    // (No co_await while a lock is held: the answer is written after.)
     int status = 201;
     std::string error;
     {
-      MutexLock lock(rollout_mu);
-      if (rollout && !rollout->finished()) {
+      // One start at a time, and no store write between the checks below and the new row.
+      MutexLock store_lock(rollout_store_mu);
+      std::optional<Rollout> fresh;
+      {
+        MutexLock lock(rollout_mu);
+        if (rollout && !rollout->finished()) {
         status = 409;
         error = fmt::format("rollout {} '{}' is {}: promote or abort it first", rollout_id, rollout->spec().name,
                             phase_name(rollout->phase()));
-      } else if (rollout && (rollout->state().dump() != rollout_saved || !unrecorded_decisions.empty())) {
-        status = 503;  // its end would be lost: the retries write only the current rollout
-        error = fmt::format("rollout {} '{}' ended, but the store has not yet taken its end (see the router's log); "
-                            "try again once it has", rollout_id, rollout->spec().name);
-      } else if (Rollout fresh(std::move(*spec), now); auto id = rollout_store->create(fresh, now)) {
-        rollout = std::move(fresh);
+        } else if (rollout && (rollout->state().dump() != rollout_saved || !unrecorded_decisions.empty() ||
+                               !unrecorded_analyses.empty())) {
+          status = 503;  // its end would be lost: the retries write only the current rollout
+          error = fmt::format("rollout {} '{}' ended, but the store has not yet taken its end (see the router's log); "
+                              "try again once it has", rollout_id, rollout->spec().name);
+        } else {
+          fresh.emplace(std::move(*spec), now);
+        }
+      }
+      // The new row is written without rollout_mu (routing goes on meanwhile); a finished
+      // rollout, all stored, cannot change before the new one replaces it.
+      Result<int64_t> id = fresh ? rollout_store->create(*fresh, now) : Result<int64_t>(int64_t{0});
+      if (fresh && !id) {
+        status = 500;
+        error = id.error().message();
+      } else if (fresh) {
+        MutexLock lock(rollout_mu);
+        rollout = std::move(*fresh);
         rollout_id = *id;
         rollout_saved.clear();
         stable_window = {};
@@ -479,12 +520,10 @@ net::awaitable<bool> Router::Impl::admin_rollouts(beast::tcp_stream& client, bht
         } else {
           for (RolloutDecision& d : rollout->advance(now)) decisions.push_back(std::move(d));
         }
-        persist_rollout(decisions, now);
-      } else {
-        status = 500;
-        error = id.error().message();
+        persist_rollout(decisions);
       }
     }
+    write_rollout_store();
     if (status != 201) co_return co_await respond(client, status, bad(error), keep);
     co_return co_await respond(client, 201, current().dump(), keep);
   }
@@ -515,10 +554,11 @@ net::awaitable<bool> Router::Impl::admin_rollouts(beast::tcp_stream& client, bht
         if (action == "resume") {
           for (RolloutDecision& more : rollout->advance(now)) decisions.push_back(std::move(more));
         }
-        persist_rollout(decisions, now);
+        persist_rollout(decisions);
       }
     }
   }
+  write_rollout_store();
   if (status != 200) co_return co_await respond(client, status, bad(error), keep);
   co_return co_await respond(client, 200, current().dump(), keep);
 }

@@ -201,8 +201,9 @@ TEST(Router, ARolloutIsPromotedOrRolledBackByItsAnalysis) {
 }
 
 // The store refusing writes (another process holds its write lock) loses nothing: the rollout
-// goes on in memory, its abort is written with every decision once the lock is gone, and no
-// new rollout starts before that.
+// goes on in memory, its abort is written with every decision and analysis once the lock is
+// gone, and no new rollout starts before that. (The writes happen outside the lock that routing
+// takes: write_rollout_store's SLUICE_EXCLUDES, checked by `make check-clang`.)
 TEST(Router, WhatTheRolloutStoreRefusedIsWrittenOnceItTakesWritesAgain) {
   TestHttpServer stable(named("stable"));
   TestHttpServer broken([](const ReceivedRequest& r, TestExchange& ex) -> net::awaitable<void> {
@@ -233,7 +234,9 @@ TEST(Router, WhatTheRolloutStoreRefusedIsWrittenOnceItTakesWritesAgain) {
   };
   const std::string phase_sql = "SELECT phase FROM rollouts ORDER BY id DESC LIMIT 1";
   const std::string actions_sql = "SELECT action FROM decisions ORDER BY rowid";
+  const std::string analyses_sql = "SELECT reason FROM analyses ORDER BY rowid";
   const std::string phase_before = stored(phase_sql.c_str()), actions_before = stored(actions_sql.c_str());
+  const std::string analyses_before = stored(analyses_sql.c_str());
   Json state;
   for (int round = 0; round < 100; ++round) {
     for (int i = 0; i < 10; ++i) f.post("/v1/completions", R"({"prompt":"x"})", {{"X-Session-ID", fmt::format("s{}", i)}});
@@ -245,6 +248,7 @@ TEST(Router, WhatTheRolloutStoreRefusedIsWrittenOnceItTakesWritesAgain) {
   // Nothing reached the file while it was locked; a new rollout waits for the old one's end.
   EXPECT_EQ(stored(phase_sql.c_str()), phase_before);
   EXPECT_EQ(stored(actions_sql.c_str()), actions_before);
+  EXPECT_EQ(stored(analyses_sql.c_str()), analyses_before);
   auto refused = admin(f, "POST", "/admin/rollouts", spec);
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().status, 503);
@@ -261,6 +265,10 @@ TEST(Router, WhatTheRolloutStoreRefusedIsWrittenOnceItTakesWritesAgain) {
   EXPECT_TRUE(actions.starts_with(actions_before)) << actions;
   EXPECT_TRUE(actions.ends_with("abort;")) << actions;
   EXPECT_NE(actions.find("analysis failed;", actions_before.size()), std::string::npos) << actions;
+  // The failed analysis that aborted it, with its reason, is stored too.
+  const std::string analyses = stored(analyses_sql.c_str());
+  EXPECT_TRUE(analyses.starts_with(analyses_before)) << analyses;
+  EXPECT_GT(analyses.size(), analyses_before.size()) << analyses;
   sqlite3_close(lock);
   EXPECT_TRUE(admin(f, "POST", "/admin/rollouts", spec)) << "the old rollout's end is stored: a new one may start";
 }
