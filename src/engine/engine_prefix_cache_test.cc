@@ -51,7 +51,9 @@ TEST(EnginePrefixCache, OutputsAreBitIdenticalWithTheCacheOnAndOff) {
   EXPECT_GT(m.prefix_cache_hit_tokens, m.prefix_cache_query_tokens / 3) << "the workload should hit the cache";
   EngineMetrics s = sequential.engine->wait_until_idle();
   EXPECT_GT(s.prefix_cache_hit_requests, 30);
-  EXPECT_EQ(cache_off.engine->wait_until_idle().prefix_cache_hit_tokens, 0);
+  const EngineMetrics o = cache_off.engine->wait_until_idle();
+  EXPECT_EQ(o.prefix_cache_hit_tokens, 0);
+  EXPECT_EQ(o.prefix_cache_query_tokens, 0) << "with the cache off nothing is looked up";
 }
 
 // 10 requests share a 100-token prefix, block size 16: after the first, each finds the 6 full
@@ -76,6 +78,27 @@ TEST(EnginePrefixCache, HitAccountingIsExact) {
   // Each request's seventh block (4 prefix tokens, its question, 2 computed outputs: 11 of 16)
   // never filled, so only the prefix's 6 blocks stay cached.
   EXPECT_EQ(m.kv_blocks_cached, 6);
+}
+
+// Only lookups count toward the hit rate: a prompt to score (computed in full, never looked up)
+// adds no query, even when its prefix is cached.
+TEST(EnginePrefixCache, ScoredPromptsAreNotLookups) {
+  Fixture f(EngineConfig{.block_size = 4});
+  std::vector<int32_t> prompt(20);
+  std::iota(prompt.begin(), prompt.end(), 1);
+  Request plain = f.request("", 2);
+  plain.prompt_tokens = prompt;
+  f.run(plain);
+  Request scored = plain;
+  scored.prompt_logprobs = true;
+  scored.max_tokens = 0;
+  EXPECT_EQ(f.run(scored).metrics.cached_tokens, 0);
+  EXPECT_EQ(f.run(plain).metrics.cached_tokens, 16);
+  EngineMetrics m = f.engine->wait_until_idle();
+  EXPECT_EQ(m.prefix_cache_query_tokens, 40);
+  EXPECT_EQ(m.prefix_cache_hit_tokens, 16);
+  EXPECT_EQ(m.prefix_cache_query_requests, 2);
+  EXPECT_EQ(m.prefix_cache_hit_requests, 1);
 }
 
 TEST(EnginePrefixCache, PreemptionAndCancellationWithSharedBlocksLeakNothing) {

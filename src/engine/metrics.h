@@ -61,7 +61,8 @@ struct EngineMetrics {
   int64_t num_generation_tokens = 0;      // of finished requests
   int64_t num_scheduled_tokens = 0;       // summed over steps (recomputation included)
   int64_t num_kv_evictions = 0;           // cached blocks evicted for new ones
-  // Warm cache hit rate, over admitted requests (a preempted request counts once):
+  // Warm cache hit rate, over the requests that looked the cache up at their first admission
+  // (not prompts to score, which are computed in full; nothing with the cache off):
   //   per token   = prefix_cache_hit_tokens / prefix_cache_query_tokens
   //   per request = prefix_cache_hit_requests / prefix_cache_query_requests
   int64_t prefix_cache_query_tokens = 0;

@@ -165,11 +165,13 @@ bool Scheduler::is_being_computed(const BlockId& b, const std::vector<BlockId>& 
 Scheduler::Candidate Scheduler::pick_waiting(const std::vector<BlockId>& pending) const {
   const int32_t bs = config_.block_size;
   Candidate best;
-  int32_t priority = 0;
+  const int32_t priority = waiting_.empty() ? 0 : seqs_.at(waiting_.begin()->second).priority;
   int32_t considered = 0;
   for (auto it = waiting_.begin(); it != waiting_.end() && considered < std::max(1, config_.cache_aware_window); ++it) {
     const Seq& s = seqs_.at(it->second);
-    if (best.seq && s.priority != priority) break;  // only within the first priority class
+    // Only within the first priority class, even when all of it waits for a block being
+    // computed (the burst rule below): a later class never goes ahead of it.
+    if (s.priority != priority) break;
     const auto num_tokens = static_cast<int32_t>(s.tokens.size());
     // A prompt to score is computed in full: neither a cached prefix nor one being computed helps.
     std::vector<int32_t> hit = s.score_prompt ? std::vector<int32_t>() : cache_.match(s.tokens, num_tokens - 1);
@@ -180,7 +182,6 @@ Scheduler::Candidate Scheduler::pick_waiting(const std::vector<BlockId>& pending
     }
     ++considered;
     if (!best.seq) {
-      priority = s.priority;
       best = {it->second, std::move(hit)};
       if (s.num_bypassed >= config_.max_bypass) break;  // waited long enough: first in line
       continue;
@@ -219,8 +220,11 @@ void Scheduler::schedule_waiting(ScheduleOutput& out, int32_t& budget) {
     s.blocks = std::move(c.hit);
     s.num_indexed = static_cast<int32_t>(s.blocks.size());
     s.num_computed = num_hit;
-    if (s.num_cached < 0) {
-      s.num_cached = num_hit;
+    // A lookup, counted at first admission (not again after a preemption): neither a prompt to
+    // score (computed in full, never looked up) nor anything with the cache off lowers the rate.
+    const bool first_admission = s.num_cached < 0;
+    if (first_admission) s.num_cached = num_hit;
+    if (first_admission && cache_.prefix_caching() && !s.score_prompt) {
       cache_stats_.query_tokens += s.num_prompt;
       cache_stats_.hit_tokens += num_hit;
       ++cache_stats_.query_requests;

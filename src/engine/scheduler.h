@@ -143,11 +143,12 @@ class Scheduler {
   // (0 before). REQUIRES: has(seq_id).
   int32_t num_cached_tokens(SeqId seq_id) const;
 
-  // Prefix cache accounting over first admissions (vLLM's prefix_cache_queries / _hits).
+  // Prefix cache accounting over first admissions that look the cache up (vLLM's
+  // prefix_cache_queries / _hits): not prompts to score, nothing with the cache off.
   struct CacheStats {
     int64_t query_tokens = 0;      // prompt tokens looked up
     int64_t hit_tokens = 0;        // of those, found cached
-    int64_t query_requests = 0;    // sequences admitted
+    int64_t query_requests = 0;    // sequences that looked it up
     int64_t hit_requests = 0;      // of those, with at least one cached block
   };
   const CacheStats& cache_stats() const { return cache_stats_; }

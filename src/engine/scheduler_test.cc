@@ -286,6 +286,31 @@ TEST(SchedulerPrefixCache, ABurstComputesANewPrefixOnce) {
   EXPECT_EQ(t.outputs, drive(config, 200, shared_prefix_work(0), false).outputs);
 }
 
+// A burst follower waits for the prefix block its leader computes; a request of a later
+// priority class does not take its slot meanwhile (which then held the follower back until a
+// sequence finished).
+TEST(SchedulerPrefixCache, ABurstFollowerIsNotPassedByALaterPriorityClass) {
+  const SchedulerConfig config{.max_num_seqs = 2, .max_batch_tokens = 512, .block_size = 16};
+  std::vector<int32_t> prefix(40);
+  std::iota(prefix.begin(), prefix.end(), 1);
+  std::vector<int32_t> leader = prefix, follower = prefix, other(20, 7);
+  leader.push_back(500);
+  follower.push_back(600);
+  const Trace t = drive(config, 64, {{leader, 8, 0, 0}, {follower, 8, 0, 0}, {other, 8, 5, 0}}, true);
+  auto first_step = [&](SeqId id) {
+    for (size_t i = 0; i < t.steps.size(); ++i) {
+      for (const ScheduledSeq& s : t.steps[i].seqs) {
+        if (s.seq_id == id) return i;
+      }
+    }
+    return t.steps.size();
+  };
+  EXPECT_EQ(first_step(0), 0u);
+  EXPECT_EQ(first_step(1), 1u) << "the follower goes in once its prefix is computed";
+  EXPECT_EQ(t.cached_tokens.at(1), 32);
+  EXPECT_GT(first_step(2), first_step(1)) << "the priority-5 request waits for the priority-0 ones";
+}
+
 TEST(SchedulerPrefixCache, EveryPromptTokenCachedStillComputesTheLastOne) {
   const SchedulerConfig config{.max_num_seqs = 4, .max_batch_tokens = 64, .block_size = 4};
   std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8};
