@@ -375,7 +375,10 @@ void Engine::handle_submit(Subscriber sub, Request request) {
     if (auto it = by_coalesce_key_.find(key); it != by_coalesce_key_.end()) {
       Computation& c = *computations_.at(it->second);
       sub.coalesced = true;
-      if (!c.history_tokens.empty()) sub.first_token_time = now();
+      if (!c.history_tokens.empty()) {
+        sub.first_token_time = now();
+        sub.num_first_tokens = static_cast<int32_t>(c.history_tokens.size());
+      }
       sub.stream->push(c.history_tokens, c.history_text, nullptr, c.history_prompt);
       request_to_seq_[sub.stream->id] = c.id;
       c.subs.push_back(std::move(sub));
@@ -586,7 +589,10 @@ void Engine::process_sample(Computation& c, const SampleResult& sample) {
 void Engine::publish(Computation& c, std::vector<TokenOutput> tokens, std::string text) {
   const double t = now();
   for (Subscriber& sub : c.subs) {
-    if (!tokens.empty() && sub.first_token_time < 0) sub.first_token_time = t;
+    if (!tokens.empty() && sub.first_token_time < 0) {
+      sub.first_token_time = t;
+      sub.num_first_tokens = static_cast<int32_t>(tokens.size());
+    }
     sub.stream->push(tokens, text, nullptr);
   }
   if (!c.coalesce_key.empty()) {
@@ -608,7 +614,9 @@ void Engine::finish_subscriber(Computation& c, Subscriber& sub, FinishReason rea
   m.queue_seconds = std::max(0.0, (c.scheduled_time < 0 ? t : c.scheduled_time) - sub.submit_time);
   m.ttft_seconds = sub.first_token_time < 0 ? 0 : sub.first_token_time - sub.submit_time;
   m.e2e_seconds = t - sub.submit_time;
-  if (c.num_output > 1 && sub.first_token_time >= 0) m.tpot_seconds = (t - sub.first_token_time) / (c.num_output - 1);
+  // Over the tokens that came after the first ones (a follower that joined late got many at once).
+  const bool has_tpot = sub.first_token_time >= 0 && c.num_output > sub.num_first_tokens;
+  if (has_tpot) m.tpot_seconds = (t - sub.first_token_time) / (c.num_output - sub.num_first_tokens);
   m.num_preemptions = c.num_preemptions;
   m.coalesced = sub.coalesced;
   m.num_draft_tokens = c.num_draft_tokens;
@@ -623,7 +631,7 @@ void Engine::finish_subscriber(Computation& c, Subscriber& sub, FinishReason rea
   metrics_.queue_seconds.observe(m.queue_seconds);
   metrics_.e2e_seconds.observe(m.e2e_seconds);
   if (sub.first_token_time >= 0) metrics_.ttft_seconds.observe(m.ttft_seconds);
-  if (c.num_output > 1 && sub.first_token_time >= 0) metrics_.tpot_seconds.observe(m.tpot_seconds);
+  if (has_tpot) metrics_.tpot_seconds.observe(m.tpot_seconds);
 }
 
 void Engine::finish(Computation& c, FinishReason reason, std::string error) {

@@ -18,6 +18,9 @@ struct Engine::Subscriber {
   std::shared_ptr<StreamState> stream;
   double submit_time = 0;
   double first_token_time = -1;
+  // Tokens that reached it at first_token_time: 1, or a coalesced follower's whole history at
+  // its join. Time per output token is over the ones after those.
+  int32_t num_first_tokens = 0;
   bool coalesced = false;
 };
 

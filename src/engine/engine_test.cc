@@ -328,6 +328,30 @@ TEST(Engine, ALateIdenticalRequestGetsTheWholeOutput) {
   EXPECT_EQ(f.engine->wait_until_idle().num_requests_coalesced, 1);
 }
 
+// A late follower gets the output so far at once, at its first token; its time per output
+// token is over the tokens after those, so it is the pace of the stream, as the leader's (with
+// a clock that ticks one second a step, both are one second a token).
+TEST(Engine, ALateFollowersTimePerOutputTokenIsThePaceAfterItJoined) {
+  Fixture* fp = nullptr;
+  std::optional<RequestHandle> late;
+  Request r;
+  std::atomic<int> steps = 0;
+  EngineConfig config;
+  config.clock = [&] { return static_cast<double>(steps.load()); };
+  config.on_step = [&](const ScheduleOutput&) {
+    if (++steps == 8) late = std::move(*fp->engine->submit(r));
+  };
+  Fixture f(config);
+  fp = &f;
+  r = f.request("tell me a story", 24);
+  r.ignore_eos = true;
+  StreamOutput first = f.run(r);
+  StreamOutput second = late->wait();
+  ASSERT_TRUE(second.metrics.coalesced);
+  EXPECT_NEAR(first.metrics.tpot_seconds, 1.0, 0.1);
+  EXPECT_NEAR(second.metrics.tpot_seconds, 1.0, 0.2) << "not its seconds after joining over all 23 gaps";
+}
+
 TEST(Engine, CancellingOneOfTwoCoalescedRequestsKeepsTheOther) {
   std::latch release(1);
   EngineConfig config;
