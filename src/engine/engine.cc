@@ -583,7 +583,10 @@ void Engine::process_sample(Computation& c, const SampleResult& sample) {
     }
   }
   publish(c, {std::move(token)}, std::move(text));
-  if (done) finish(c, stopped || json_done ? FinishReason::kStop : FinishReason::kLength);
+  // JSON mode: "stop" means the object closed, so it parses; cut short by a stop string or a
+  // stop token before that, the answer is the start of one, as when cut by max_tokens.
+  const bool stop_reason = c.json ? json_done : stopped;
+  if (done) finish(c, stop_reason ? FinishReason::kStop : FinishReason::kLength);
 }
 
 void Engine::publish(Computation& c, std::vector<TokenOutput> tokens, std::string text) {

@@ -47,6 +47,27 @@ TEST(EngineJson, OutputsAreJsonObjectsEndedWhenTheyClose) {
   EXPECT_GT(num_complete, 0);
 }
 
+// "stop" promises an object that parses: cut short by a stop string, the answer is "length".
+TEST(EngineJson, AStopStringCutIsLengthNotStop) {
+  Fixture f;
+  Request r = json_request(f, "Write the answer as JSON:", 0.7f, 1);
+  const StreamOutput whole = f.run(r);
+  ASSERT_GT(whole.text.size(), 8u) << whole.text;
+  // A stop string from the middle of the whole answer (whole characters of it).
+  size_t at = whole.text.size() / 2;
+  while (at > 1 && (static_cast<uint8_t>(whole.text[at]) & 0xC0) == 0x80) --at;
+  size_t end = at + 1;
+  while (end < whole.text.size() && (static_cast<uint8_t>(whole.text[end]) & 0xC0) == 0x80) ++end;
+  r.stop_strings = {whole.text.substr(at, end - at)};
+  const StreamOutput cut = f.run(r);
+  SCOPED_TRACE(cut.text);
+  EXPECT_LT(cut.text.size(), whole.text.size());
+  EXPECT_EQ(cut.finish_reason, FinishReason::kLength);
+  JsonState s;
+  EXPECT_TRUE(s.feed(cut.text));
+  EXPECT_FALSE(s.done());
+}
+
 TEST(EngineJson, TheSameOutputAloneAmongOthersAndWithSpeculation) {
   std::vector<StreamOutput> alone;
   {
