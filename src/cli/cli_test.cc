@@ -184,6 +184,17 @@ TEST(Cli, DemoInfoSaysGibberish) {
   EXPECT_NE(o.out.find("RANDOM weights"), std::string::npos);
 }
 
+// An empty key on the command line (`--api-key "$KEY"`, KEY unset) is refused, not a server
+// that asks no key.
+TEST(Cli, AnEmptyKeyIsRefused) {
+  for (const char* cmd : {"serve --api-key ''", "route --backend http://127.0.0.1:1 --api-key ''",
+                          "route --backend http://127.0.0.1:1 --admin-key ''"}) {
+    Output o = run(cmd, true);
+    EXPECT_EQ(o.exit_code, 2) << cmd << "\n" << o.out;
+    EXPECT_NE(o.out.find("an empty key would turn authentication off"), std::string::npos) << cmd << "\n" << o.out;
+  }
+}
+
 // A leaf of `route rollout` / `route shadow` takes its command's options (--url, --admin-key,
 // --json) and its --help says so.
 TEST(Cli, RouteLeafHelpListsItsCommandsOptions) {

@@ -348,7 +348,7 @@ CommandFn add_route_command(CLI::App& app) {
   cmd->add_option("--admin-key", c.admin_key,
                   "Turns on the admin API (/admin/replicas: list, add, remove, drain, weight) for 'Authorization: "
                   "Bearer KEY' (also $SLUICE_ADMIN_KEY); off without it")
-      ->group(replicas);
+      ->check(required_key())->group(replicas);
   cmd->add_option("--rollout-db", c.rollout_db,
                   "SQLite file of canary rollouts (started, paused, resumed, promoted and aborted through the admin "
                   "API's /admin/rollouts, or `sluice route rollout`); a restarted router resumes the rollout in "
@@ -440,7 +440,7 @@ CommandFn add_route_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(0, 65535))->group(server);
   cmd->add_option("--threads", c.threads, "I/O threads")->capture_default_str()->check(CLI::Range(1, 256))->group(server);
   cmd->add_option("--api-key", c.api_key, "Clients must send 'Authorization: Bearer KEY' (also $SLUICE_API_KEY)")
-      ->group(server);
+      ->check(required_key())->group(server);
   cmd->add_option("--max-body-bytes", c.max_body_bytes, "Larger request bodies get 413")
       ->capture_default_str()->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40))->group(server);
   cmd->add_option("--idle-timeout", c.idle_timeout_seconds, "Seconds a client connection may stay silent")

@@ -155,7 +155,7 @@ CommandFn add_serve_command(CLI::App& app) {
   cmd->add_option("--api-key", o->http.api_key,
                   "Require 'Authorization: Bearer KEY' on /v1/*, /tokenize and /detokenize (default: env "
                   "SLUICE_API_KEY, else none)")
-      ->envname("SLUICE_API_KEY");
+      ->envname("SLUICE_API_KEY")->check(required_key());
   cmd->add_option("--chat-template", o->chat_template_file,
                   "Jinja chat template file for /v1/chat/completions, instead of the model's own");
   cmd->add_option("-t,--threads", o->threads, "Compute threads (0..256); 0 = one per core")

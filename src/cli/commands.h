@@ -46,6 +46,10 @@ CLI::Validator seed_validator();
 CLI::Validator positive_number();
 CLI::Validator non_negative_number();
 
+// A key a server requires (--api-key, --admin-key): an empty one given on the command line
+// (`--api-key "$KEY"` with KEY unset) is an error, not a server without authentication.
+CLI::Validator required_key();
+
 // A report file a command writes at its end (--json, --svg): checked when the flags are read,
 // so minutes of measuring are not lost to a typo — a name, not a folder, in a folder that
 // exists and can be written.

@@ -61,6 +61,14 @@ CLI::Validator number_check(bool allow_zero) {
 
 }  // namespace
 
+CLI::Validator required_key() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        return s.empty() ? "an empty key would turn authentication off: give a key, or leave the flag out" : "";
+      },
+      "KEY");
+}
+
 CLI::Validator output_file() {
   return CLI::Validator(
       [](std::string& s) -> std::string {

@@ -349,7 +349,9 @@ ApiResult<GenerationParams> parse_generation(const Json& body, bool chat) {
       p.seed = seed->get<uint64_t>();
     } else if (seed->is_number_integer()) {
       if (seed->get<int64_t>() != -1) p.seed = static_cast<uint64_t>(seed->get<int64_t>());
-    } else if (const double d = seed->get<double>(); d >= 0x1p64 || d < -0x1p63) {
+    } else if (const double d = seed->get<double>(); d >= 0x1p64 || d <= -0x1p63) {
+      // (An integer below -2^63 arrives as a float rounded to -2^63; -2^63 itself arrives as
+      // an integer.)
       return out_of_range();
     } else if (d >= 0) {
       p.seed = static_cast<uint64_t>(d);

@@ -50,6 +50,9 @@ TEST(ProtocolTest, CompletionDefaultsAndFields) {
     ASSERT_TRUE(r) << r.error().message;
     EXPECT_EQ(r->params.seed, static_cast<uint64_t>(int64_t{-42}));
   }
+  auto lowest = parse_completion_request(body(R"({"prompt": "x", "seed": -9223372036854775808})"));
+  ASSERT_TRUE(lowest) << lowest.error().message;
+  EXPECT_EQ(lowest->params.seed, uint64_t{1} << 63);
   EXPECT_EQ(p.min_tokens, 2);
   EXPECT_TRUE(p.include_stop_str_in_output);
   EXPECT_EQ(p.stop, std::vector<std::string>{"END"});
@@ -163,6 +166,8 @@ TEST(ProtocolTest, BadRequestsNameTheField) {
       {R"({"prompt": "x", "max_tokens": 1e30})", false, "'max_tokens' must be in [1, 2147483647], got 1e+30", "max_tokens"},
       {R"({"prompt": "x", "seed": 1180591620717411303424})", false, "'seed' must be in [-9223372036854775808, 18446744073709551615]", "seed"},
       {R"({"prompt": "x", "seed": -1e19})", false, "'seed' must be in [-9223372036854775808, 18446744073709551615]", "seed"},
+      // One below -2^63 parses as the float -2^63: refused, not taken as -2^63.
+      {R"({"prompt": "x", "seed": -9223372036854775809})", false, "'seed' must be in [-9223372036854775808, 18446744073709551615]", "seed"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "none"})", true,
        "'tool_choice' is only allowed when 'tools' are given", "tool_choice"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f", "strict": true}}]})",

@@ -38,9 +38,12 @@ ApiResult<std::optional<int64_t>> get_int(const Json& body, const char* key, int
   } else if (v->is_number_integer()) {
     x = v->get<int64_t>();
   } else {
-    // Integers past 64 bits arrive as floats too (JSON has one number type).
+    // Integers past 64 bits arrive as floats too (JSON has one number type), rounded: one just
+    // below -2^63 becomes -2^63, so a float is taken only strictly inside the int64 range.
     const double d = v->get<double>();
-    if (d < static_cast<double>(min) || d > static_cast<double>(max)) return std::unexpected(out_of_range());
+    if (d < static_cast<double>(min) || d > static_cast<double>(max) || d <= -0x1p63 || d >= 0x1p63) {
+      return std::unexpected(out_of_range());
+    }
     x = static_cast<int64_t>(d);
   }
   if (x < min || x > max) {
