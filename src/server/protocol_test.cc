@@ -113,6 +113,13 @@ TEST(ProtocolTest, IntegralFloatsAreIntegers) {
   EXPECT_EQ(r->params.max_tokens, 5);
   EXPECT_EQ(r->params.n, 1);
   EXPECT_EQ(r->params.seed, 7u);
+  auto tokens = parse_completion_request(body(R"({"prompt": [1.0, 2e0, 3]})"));
+  ASSERT_TRUE(tokens) << tokens.error().message;
+  EXPECT_EQ(tokens->prompts[0].tokens, (std::vector<int32_t>{1, 2, 3}));
+  auto half = parse_completion_request(body(R"({"prompt": [1.5]})"));
+  ASSERT_FALSE(half);
+  EXPECT_NE(half.error().message.find("must be a non-negative integer token id, got 1.5"), std::string::npos)
+      << half.error().message;
 }
 
 TEST(ProtocolTest, NullMeansAbsent) {

@@ -97,13 +97,15 @@ ApiResult<std::vector<int32_t>> token_array(const Json& v, const char* key) {
   ids.reserve(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
     const Json& t = v[i];
-    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+    // An integer written as a float (1.0, 1e1) is one, as in every integer field.
+    const double d = is_integral(t) ? t.get<double>() : -1;
+    if (d < 0 || d > std::numeric_limits<int32_t>::max()) {
       return std::unexpected(ApiError::invalid(
           fmt::format("'{}' token at index {} must be a non-negative integer token id, got {}", key, i,
-                      t.is_number_integer() ? t.dump() : json_type_name(t)),
+                      t.is_number() ? t.dump() : json_type_name(t)),
           key));
     }
-    ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    ids.push_back(static_cast<int32_t>(d));
   }
   return ids;
 }
