@@ -436,7 +436,11 @@ class Session : public std::enable_shared_from_this<Session> {
                                 std::string(http::obsolete_reason(static_cast<http::status>(status))));
     if (!content_type.empty()) h += fmt::format("Content-Type: {}\r\n", content_type);
     if (!cors_origin_.empty()) h += fmt::format("Access-Control-Allow-Origin: {}\r\nVary: Origin\r\n", cors_origin_);
-    if (close_after_) h += "Connection: close\r\n";
+    if (close_after_) {
+      h += "Connection: close\r\n";
+    } else if (http10_) {
+      h += "Connection: keep-alive\r\n";  // an HTTP/1.0 client takes a close unless told (RFC 9112 9.3)
+    }
     h += extra;
     return h;
   }

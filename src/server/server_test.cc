@@ -300,6 +300,19 @@ TEST_F(ServerTest, BytesSentDuringAGenerationLeaveItsAnswerWhole) {
   EXPECT_NE(r.find("\"completion_tokens\":200"), std::string::npos) << r;
 }
 
+// An HTTP/1.0 client that asks for keep-alive is told it is kept (else it takes a close), and
+// its next request is answered on the same connection; one that does not ask gets a close.
+TEST_F(ServerTest, Http10KeepAliveIsSaid) {
+  Connection c(server_->port());
+  c.send("GET /health HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+  const std::string first = c.read_until("\r\n\r\n");
+  EXPECT_NE(first.find("Connection: keep-alive\r\n"), std::string::npos) << first;
+  c.send("GET /health HTTP/1.0\r\n\r\n");
+  const std::string second = c.read_all();
+  EXPECT_NE(second.find("HTTP/1.1 200"), std::string::npos) << second;
+  EXPECT_NE(second.find("Connection: close\r\n"), std::string::npos) << second;
+}
+
 TEST_F(ServerTest, Http10StreamsAreUnframedAndEndWithTheConnection) {
   const std::string body = R"({"prompt": "a b", "max_tokens": 4, "temperature": 0, "stream": true})";
   const std::string r = exchange(fmt::format("POST /v1/completions HTTP/1.0\r\nContent-Length: {}\r\n\r\n{}",
