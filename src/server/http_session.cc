@@ -301,7 +301,9 @@ class Session : public std::enable_shared_from_this<Session> {
     auto& req = parser_->get();
     note_head();
     if (req.method() == http::verb::options) return options();
-    if (server_.draining) {
+    // While draining: no new work. /metrics is still read (no work), so that the last scrape
+    // sees the final counts; it goes through the API key check below as always.
+    if (server_.draining && route_ != "/metrics") {
       keep_alive_ = false;
       if (route_ == "/health") {
         return respond(503, "application/json", R"({"status":"draining"})", "Retry-After: 5\r\n");
@@ -537,7 +539,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<ApiError> refusal_before_body() const {
     const auto& req = parser_->get();
     const std::string_view route = route_of(req.target());
-    if (server_.draining) return ApiError::unavailable("the server is shutting down");
+    if (server_.draining && route != "/metrics") return ApiError::unavailable("the server is shutting down");
     if (auto refusal = auth_refusal(route)) return refusal;
     if (route == "other") return ApiError::not_found("no route " + std::string(req.target().substr(0, 200)));
     return std::nullopt;

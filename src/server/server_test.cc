@@ -667,7 +667,8 @@ TEST_F(ServerTest, HeadsFollowHttp11FramingRules) {
 }
 
 // While draining, the listener stays open and /health says 503, so a load balancer stops
-// sending; a second signal ends the drain at once, cancelling what still runs.
+// sending, and /metrics still answers; a second signal ends the drain at once, cancelling what
+// still runs.
 TEST_F(ServerTest, DrainAnswers503ThenASecondSignalCancels) {
   ServerConfig sc;
   sc.drain_seconds = 60;
@@ -686,6 +687,10 @@ TEST_F(ServerTest, DrainAnswers503ThenASecondSignalCancels) {
   EXPECT_NE(health.find(R"({"status":"draining"})"), std::string::npos) << health;
   const std::string refused = exchange(post("/v1/completions", R"({"prompt": "x"})"), srv->port());
   EXPECT_TRUE(refused.starts_with("HTTP/1.1 503")) << refused;
+  // /metrics still answers, so that the last scrape sees the final counts.
+  const std::string metrics = get("/metrics", srv->port());
+  EXPECT_TRUE(metrics.starts_with("HTTP/1.1 200")) << metrics;
+  EXPECT_NE(metrics.find("sluice_num_requests_running"), std::string::npos) << metrics;
   srv->request_immediate_shutdown();
   drain.join();  // well before drain_seconds
   const std::string r = running.read_all();
