@@ -195,6 +195,19 @@ TEST(Cli, AnEmptyKeyIsRefused) {
   }
 }
 
+// An origin a browser could never send (a path, a trailing slash, no scheme) is refused: it would
+// match nothing, without a word; so is an empty model name.
+TEST(Cli, ServeChecksOriginsAndTheModelName) {
+  for (const char* bad : {"notanorigin", "https://app.example/", "https://app.example/x"}) {
+    Output o = run(std::string("serve --allowed-origins ") + bad, true);
+    EXPECT_EQ(o.exit_code, 2) << bad << "\n" << o.out;
+    EXPECT_NE(o.out.find("is not an origin"), std::string::npos) << bad << "\n" << o.out;
+  }
+  Output empty = run("serve --served-model-name ''", true);
+  EXPECT_EQ(empty.exit_code, 2) << empty.out;
+  EXPECT_NE(empty.out.find("must not be empty"), std::string::npos) << empty.out;
+}
+
 // A leaf of `route rollout` / `route shadow` takes its command's options (--url, --admin-key,
 // --json) and its --help says so.
 TEST(Cli, RouteLeafHelpListsItsCommandsOptions) {

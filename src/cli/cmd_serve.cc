@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <regex>
 #include <sstream>
 
 #include "cli/chat_template_option.h"
@@ -151,7 +152,9 @@ CommandFn add_serve_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(0, 65535));
   cmd->add_option("--served-model-name", o->served_model_name,
                   "Model name in the API (requests must name it or leave 'model' out); default: the file's stem, "
-                  "or 'demo'");
+                  "or 'demo'")
+      ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("must not be empty") : std::string(); },
+                             "NAME"));
   cmd->add_option("--api-key", o->http.api_key,
                   "Require 'Authorization: Bearer KEY' on /v1/*, /tokenize and /detokenize (default: env "
                   "SLUICE_API_KEY, else none)")
@@ -182,7 +185,17 @@ CommandFn add_serve_command(CLI::App& app) {
   cmd->add_option("--allowed-origins", o->http.allowed_origins,
                   "Origins browsers may call the API from (CORS), e.g. https://app.example or '*'; repeat or "
                   "separate with commas (default: none)")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            // What a browser sends in Origin: scheme://host[:port], no path, no trailing slash.
+            static const std::regex kOrigin(R"([a-z][a-z0-9+.-]*://[^/\s?#]+)", std::regex::icase);
+            if (v == "*" || v == "null" || std::regex_match(v, kOrigin)) return {};
+            return fmt::format("'{}' is not an origin: a browser sends scheme://host[:port] (no path, no trailing "
+                               "slash), e.g. https://app.example; or '*' for any",
+                               v);
+          },
+          "ORIGIN"));
   o->engine.add_to(*cmd);
   return [o] { return run(*o); };
 }
