@@ -302,6 +302,13 @@ ApiResult<GenerationParams> parse_generation(const Json& body, bool chat) {
   }
   // max_tokens 0 scores the prompt without generating (echo: true, the legacy API's way).
   const int64_t min_max_tokens = p.echo ? 0 : 1, max_max_tokens = std::numeric_limits<int32_t>::max();
+  if (const Json* v = field(body, p.max_tokens_key); v && !p.echo && is_integral(*v) && v->get<double>() == 0) {
+    return std::unexpected(ApiError::invalid(
+        fmt::format("'{}' must be in [1, {}], got 0 (0, which scores the prompt and generates nothing, needs "
+                    "\"echo\": true)",
+                    p.max_tokens_key, max_max_tokens),
+        p.max_tokens_key));
+  }
   SLUICE_API_TRY(auto max_tokens, get_int(body, p.max_tokens_key, min_max_tokens, max_max_tokens));
   if (max_tokens) p.max_tokens = static_cast<int32_t>(*max_tokens);
   if (completion_key) {
