@@ -1,4 +1,6 @@
 // sluice serve: the OpenAI-compatible HTTP server on the engine (src/server).
+#include <algorithm>
+#include <cctype>
 #include <csignal>
 #include <cstdlib>
 #include <ctime>
@@ -186,10 +188,12 @@ CommandFn add_serve_command(CLI::App& app) {
                   "Origins browsers may call the API from (CORS), e.g. https://app.example or '*'; repeat or "
                   "separate with commas (default: none)")
       ->delimiter(',')
-      ->check(CLI::Validator(
+      ->transform(CLI::Validator(
           [](std::string& v) -> std::string {
             // What a browser sends in Origin: scheme://host[:port], no path, no trailing slash.
-            static const std::regex kOrigin(R"([a-z][a-z0-9+.-]*://[^/\s?#]+)", std::regex::icase);
+            // Browsers write the scheme and host in lower case; the server compares exactly.
+            std::ranges::transform(v, v.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+            static const std::regex kOrigin(R"([a-z][a-z0-9+.-]*://[^/\s?#]+)");
             if (v == "*" || v == "null" || std::regex_match(v, kOrigin)) return {};
             return fmt::format("'{}' is not an origin: a browser sends scheme://host[:port] (no path, no trailing "
                                "slash), e.g. https://app.example; or '*' for any",

@@ -585,7 +585,8 @@ void Engine::process_sample(Computation& c, const SampleResult& sample) {
   publish(c, {std::move(token)}, std::move(text));
   // JSON mode: "stop" means the object closed, so it parses; cut short by a stop string or a
   // stop token before that, the answer is the start of one, as when cut by max_tokens.
-  const bool stop_reason = c.json ? json_done : stopped;
+  // A stop string that matched as the object closed cut its end off too.
+  const bool stop_reason = c.json ? json_done && !(stopped && !stop_token) : stopped;
   if (done) finish(c, stop_reason ? FinishReason::kStop : FinishReason::kLength);
 }
 

@@ -68,6 +68,25 @@ TEST(EngineJson, AStopStringCutIsLengthNotStop) {
   EXPECT_FALSE(s.done());
 }
 
+// A stop string that matches the closing brace cuts it off: not "stop" either.
+TEST(EngineJson, AStopStringAtTheClosingBraceIsLength) {
+  Fixture f;
+  int checked = 0;
+  for (uint64_t seed = 1; seed <= 40 && checked < 2; ++seed) {
+    Request r = json_request(f, "Write the answer as JSON:", 1.0f, seed);
+    const StreamOutput whole = f.run(r);
+    // A flat object: its one '}' closes it.
+    if (whole.finish_reason != FinishReason::kStop || std::ranges::count(whole.text, '}') != 1) continue;
+    r.stop_strings = {"}"};
+    const StreamOutput cut = f.run(r);
+    SCOPED_TRACE(cut.text);
+    EXPECT_EQ(cut.finish_reason, FinishReason::kLength);
+    EXPECT_EQ(cut.text.find('}'), std::string::npos);
+    ++checked;
+  }
+  EXPECT_GT(checked, 0) << "no seed gave a flat object";
+}
+
 TEST(EngineJson, TheSameOutputAloneAmongOthersAndWithSpeculation) {
   std::vector<StreamOutput> alone;
   {

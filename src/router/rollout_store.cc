@@ -30,8 +30,9 @@ Json parse_json(const std::string& text) {
 
 Result<std::unique_ptr<RolloutStore>> RolloutStore::open(const std::string& path) {
   SLUICE_ASSIGN_OR_RETURN(sqlite3* db, sqlite::open(path, kSchema, kStore));
-  // Once open, the router writes under the lock that every request's routing takes, and retries
-  // what failed at its next tick (200 ms): another process's lock is waited for 20 ms, not 10 s.
+  // Once open, the router writes on its I/O threads (outside the lock that routing takes) and
+  // retries what failed at its next tick (200 ms): another process's lock is waited for 20 ms,
+  // not 10 s, so a locked file holds up that thread's other requests that long at most.
   sqlite3_busy_timeout(db, 20);
   return std::unique_ptr<RolloutStore>(new RolloutStore(db, path));
 }

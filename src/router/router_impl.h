@@ -230,7 +230,7 @@ struct Router::Impl {
                                       int64_t id);
   net::awaitable<void> follow_loop();
   // The current rollout with its decisions (and analyses), as GET /admin/rollouts has it; null if none.
-  Json current_rollout_json(bool with_analyses);
+  Json current_rollout_json(bool with_analyses) SLUICE_EXCLUDES(rollout_mu, rollout_store_mu);
   net::awaitable<bool> admin_rollouts(beast::tcp_stream& client, bhttp::request<bhttp::string_body>& req,
                                       std::string_view path, bool keep);
 

@@ -201,7 +201,8 @@ void Router::Impl::start_eval(double now) {
       unrecorded_analyses.emplace_back(id, StoredAnalysis{at, step, passed, reason, v ? v->metrics : nlohmann::json()});
       persist_rollout(rollout->record_eval(at, passed, reason));
     }
-    write_rollout_store();
+    // Not written here: the next tick of rollout_loop writes it. The loop joins this thread
+    // with rollout_mu held once eval_running is false, so the thread must take no lock after.
   });
 }
 
@@ -359,22 +360,39 @@ Json rollout_json(const Rollout& r, int64_t id, const std::vector<RolloutDecisio
 Json Router::Impl::current_rollout_json(bool with_analyses) {
   int64_t id = 0;
   std::optional<Rollout> copy;
+  // The store's history, then what is still queued for it (not yet written, or refused): all
+  // of it, each once (the writer holds rollout_store_mu while it moves entries).
+  if (!rollout_store) {  // a follower: the controller keeps the history
+    MutexLock lock(rollout_mu);
+    return rollout ? rollout_json(*rollout, rollout_id, {}) : Json(nullptr);
+  }
+  MutexLock store_lock(rollout_store_mu);
+  std::vector<RolloutDecision> queued;
+  std::vector<StoredAnalysis> queued_analyses;
   {
     MutexLock lock(rollout_mu);
     if (!rollout) return nullptr;
     copy = *rollout;
     id = rollout_id;
+    for (const auto& [i, d] : unrecorded_decisions) {
+      if (i == id) queued.push_back(d);
+    }
+    for (const auto& [i, a] : unrecorded_analyses) {
+      if (i == id) queued_analyses.push_back(a);
+    }
   }
-  if (!rollout_store) return rollout_json(*copy, id, {});  // a follower: the controller keeps the history
-  auto decisions = rollout_store->decisions(id);
-  Json out = rollout_json(*copy, id, decisions ? *decisions : std::vector<RolloutDecision>{});
+  auto stored = rollout_store->decisions(id);
+  std::vector<RolloutDecision> decisions = stored ? std::move(*stored) : std::vector<RolloutDecision>{};
+  decisions.insert(decisions.end(), queued.begin(), queued.end());
+  Json out = rollout_json(*copy, id, decisions);
   if (with_analyses) {
     Json list = Json::array();
-    if (auto analyses = rollout_store->analyses(id)) {
-      for (const StoredAnalysis& a : *analyses) {
-        list.push_back({{"at", a.at}, {"step", a.step}, {"passed", a.passed}, {"reason", a.reason},
-                        {"metrics", Json::parse(a.metrics.dump())}});
-      }
+    auto analyses = rollout_store->analyses(id);
+    if (!analyses) analyses = std::vector<StoredAnalysis>{};
+    analyses->insert(analyses->end(), queued_analyses.begin(), queued_analyses.end());
+    for (const StoredAnalysis& a : *analyses) {
+      list.push_back({{"at", a.at}, {"step", a.step}, {"passed", a.passed}, {"reason", a.reason},
+                      {"metrics", Json::parse(a.metrics.dump())}});
     }
     out["analyses"] = list;
   }

@@ -302,7 +302,7 @@ ApiResult<GenerationParams> parse_generation(const Json& body, bool chat) {
   }
   // max_tokens 0 scores the prompt without generating (echo: true, the legacy API's way).
   const int64_t min_max_tokens = p.echo ? 0 : 1, max_max_tokens = std::numeric_limits<int32_t>::max();
-  if (const Json* v = field(body, p.max_tokens_key); v && !p.echo && is_integral(*v) && v->get<double>() == 0) {
+  if (const Json* v = field(body, p.max_tokens_key); v && !chat && !p.echo && is_integral(*v) && v->get<double>() == 0) {
     return std::unexpected(ApiError::invalid(
         fmt::format("'{}' must be in [1, {}], got 0 (0, which scores the prompt and generates nothing, needs "
                     "\"echo\": true)",
