@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <regex>
 #include <sstream>
 
 #include "cli/chat_template_option.h"
@@ -75,6 +74,23 @@ std::string system_fingerprint(const gguf::File& f, const EngineConfig& c, std::
                     c.kv_eviction, c.pinned_prefixes.size()));
   for (const auto& p : c.pinned_prefixes) h.add(p.data(), p.size() * sizeof(int32_t));
   return fmt::format("fp_{:012x}", h.h & 0xFFFFFFFFFFFFull);
+}
+
+// What a browser sends in Origin, lower-cased: scheme "://" host[:port], where the scheme is a letter
+// then letters, digits, '+', '-' or '.', and the rest is not empty and holds no '/', '?', '#' or space.
+bool is_origin(std::string_view v) {
+  const size_t sep = v.find("://");
+  if (sep == std::string_view::npos || sep == 0 || !std::islower(static_cast<unsigned char>(v[0]))) return false;
+  for (const char c : v.substr(0, sep)) {
+    if (!std::islower(static_cast<unsigned char>(c)) && !std::isdigit(static_cast<unsigned char>(c)) &&
+        c != '+' && c != '-' && c != '.') {
+      return false;
+    }
+  }
+  const std::string_view rest = v.substr(sep + 3);
+  return !rest.empty() && std::ranges::none_of(rest, [](unsigned char c) {
+    return c == '/' || c == '?' || c == '#' || std::isspace(c);
+  });
 }
 
 std::string default_model_name(const std::string& model) {
@@ -193,8 +209,7 @@ CommandFn add_serve_command(CLI::App& app) {
             // What a browser sends in Origin: scheme://host[:port], no path, no trailing slash.
             // Browsers write the scheme and host in lower case; the server compares exactly.
             std::ranges::transform(v, v.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-            static const std::regex kOrigin(R"([a-z][a-z0-9+.-]*://[^/\s?#]+)");
-            if (v == "*" || v == "null" || std::regex_match(v, kOrigin)) return {};
+            if (v == "*" || v == "null" || is_origin(v)) return {};
             return fmt::format("'{}' is not an origin: a browser sends scheme://host[:port] (no path, no trailing "
                                "slash), e.g. https://app.example; or '*' for any",
                                v);
