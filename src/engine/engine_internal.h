@@ -1,6 +1,6 @@
 // The engine's per-request state (engine.h), shared by the files that implement the engine:
-// engine.cc (requests, steps, outputs) and engine_spec.cc (speculative drafting). Internal to
-// the engine library.
+// engine.cc (requests, the loop, steps), engine_output.cc (what a step sends subscribers) and
+// engine_spec.cc (speculative drafting). Internal to the engine library.
 #pragma once
 
 #include <memory>

@@ -1,5 +1,6 @@
 // The engine's streams and inbox (engine.h): the only state caller threads share with the
-// engine thread. Internal to the engine library: engine.cc and engine_stream.cc.
+// engine thread. Internal to the engine library: engine.cc, engine_output.cc and
+// engine_stream.cc.
 #pragma once
 
 #include <atomic>

@@ -1,11 +1,8 @@
 // OpenAiApi: the OpenAI API over one engine. Turns parsed requests (openai_protocol.h) into
-// engine Requests, and engine output into response bodies and server-sent events. It knows
-// nothing of sockets: the HTTP layer (http_server.h) moves bytes, this decides what they say,
-// so every response shape is tested here without a network (api_test.cc).
-//
-// A generation request becomes one engine request per choice (prompts x n). Its Generation
-// reads their streams without blocking (poll), so an event loop can drive many at once:
-// on_output() says when to poll again.
+// engine Requests, one per choice (prompts x n), and hands them to a Generation
+// (generation.h), which turns their output into response bodies and server-sent events. It
+// knows nothing of sockets: the HTTP layer (http_server.h) moves bytes, this decides what they
+// say.
 //
 // Decisions:
 //   - max_tokens defaults to 16 for completions (as OpenAI) and to the rest of the context for
@@ -15,13 +12,9 @@
 //   - Chat prompts are the model's template rendered with messages, tools (null if none),
 //     documents (null), add_generation_prompt, bos_token, eos_token, then chat_template_kwargs,
 //     and tokenized with special tokens parsed and no BOS added (the template has its own).
-//   - usage.prompt_tokens counts each prompt once, however many choices it has;
-//     prompt_tokens_details.cached_tokens is what the prefix cache served of them.
-//   - Text is valid UTF-8 on the wire: invalid bytes (random-weight models make them) are
-//     sent as U+FFFD; logprob tokens carry their raw "bytes" too.
+//   - All choices or none: an engine refusal of one (the queue full) submits nothing.
 //
-// Thread-safety: OpenAiApi is immutable after construction and may be used from many threads;
-// a Generation belongs to one thread at a time (the connection that drives it).
+// Thread-safety: OpenAiApi is immutable after construction and may be used from many threads.
 #pragma once
 
 #include <chrono>
@@ -33,79 +26,11 @@
 
 #include "chat/chat_template.h"
 #include "engine/engine.h"
+#include "server/generation.h"
 #include "server/openai_protocol.h"
 #include "tokenizer/tokenizer.h"
 
 namespace sluice::server {
-
-struct ApiConfig {
-  std::string model_name = "sluice";    // what /v1/models lists and requests must name
-  std::string system_fingerprint;       // changes with the model file and the engine config
-  int64_t created = 0;                  // unix seconds (model "created", start of serving)
-  std::function<std::chrono::system_clock::time_point()> now;  // default: system_clock::now
-};
-
-class Generation {
- public:
-  enum class Kind { kCompletion, kChat };
-  struct Choice;
-
-  ~Generation();
-  Generation(const Generation&) = delete;
-  Generation& operator=(const Generation&) = delete;
-
-  bool streaming() const { return stream_; }
-  // Reads whatever the engine has produced, without blocking. When streaming, appends the
-  // server-sent events for it to `events` ("data: {...}\n\n", ending with "data: [DONE]\n\n").
-  // Returns true once every choice has finished (then the response is complete).
-  bool poll(std::string& events);
-  // After poll() returned true, for non-streaming requests: the response body, or the error
-  // (500 if the engine failed, 503 if it shut down first).
-  ApiResult<std::string> response();
-  // Calls `callback` whenever any choice has new output (see RequestHandle::on_output).
-  void on_output(const std::function<void()>& callback);
-  // Cancels every unfinished choice (the client went away); their blocks are freed.
-  void cancel();
-  int32_t num_choices() const { return static_cast<int32_t>(choices_.size()); }
-
- private:
-  friend class OpenAiApi;
-  Generation(Kind kind, const Tokenizer& tokenizer, const ApiConfig& config);
-  void emit_text(Choice& c, const StreamOutput& out, std::string& events);
-  void emit_finish(Choice& c, std::string& events);
-  std::string chunk(Json choices) const;
-  Json usage() const;
-  Json logprobs_json(Choice& c, const std::vector<TokenOutput>& tokens) const;
-  // Legacy completions' top_logprobs of one token: its alternatives and the token itself.
-  Json legacy_top(const TokenOutput& t) const;
-  // Echo with logprobs: the prompt's tokens as legacy completions logprobs, the first one's
-  // logprob null (nothing comes before it); text offsets index the echoed text.
-  Json prompt_logprobs_json(Choice& c) const;
-  // A token as logprobs name it: its text ("bytes:\xNN..." where that is not valid UTF-8), or
-  // "token_id:N" (return_tokens_as_token_ids).
-  std::string token_name(int32_t id) const;
-  // Streaming echo: the prompt's chunk, once its logprobs (if asked for) are all there.
-  void emit_echo(Choice& c, bool finished, std::string& events);
-
-  Kind kind_;
-  const Tokenizer& tokenizer_;
-  const ApiConfig& config_;
-  std::string id_;
-  int64_t created_ = 0;  // when the request came: the same in every chunk (OpenAI's rule)
-  std::string model_;
-  bool stream_ = false;
-  bool include_usage_ = false;
-  bool logprobs_ = false;
-  bool echo_ = false;
-  bool tokens_as_ids_ = false;
-  std::vector<std::string> echo_texts_;               // per prompt, with echo
-  std::vector<bool> echo_from_text_;                  // per prompt, with echo: sent as text
-  std::vector<std::vector<int32_t>> echo_prompts_;    // per prompt, with echo and logprobs
-  std::vector<int32_t> prompt_lengths_;  // per prompt
-  std::vector<int32_t> prediction_;      // the prediction's tokens (predicted outputs)
-  std::vector<std::unique_ptr<Choice>> choices_;
-  bool done_ = false;
-};
 
 class OpenAiApi {
  public:

@@ -1,5 +1,5 @@
-// What the HTTP server's two files share (http_server.cc: listening, starting, draining;
-// http_session.cc: one connection). Not part of the server's interface.
+// What the HTTP server's files share (http_server.cc: listening, starting, draining;
+// http_session.h: one connection). Not part of the server's interface.
 #pragma once
 
 #include <atomic>
@@ -21,7 +21,7 @@ namespace net = boost::asio;
 namespace beast = boost::beast;
 using tcp = net::ip::tcp;
 
-class Session;  // http_session.cc
+class Session;  // http_session.h
 
 struct HttpServer::Impl {
   Impl(OpenAiApi& a, ServerConfig c) : api(a), config(std::move(c)) {}
