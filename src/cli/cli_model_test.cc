@@ -1,6 +1,7 @@
 // End-to-end tests of `sluice model` (make, quantize, info) and `sluice tokenize`: run the
 // binary as a user would and check what it prints and writes.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/cli_test_util.h"
 #include "common/utf8.h"

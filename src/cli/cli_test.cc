@@ -1,6 +1,8 @@
 // End-to-end tests of the sluice binary: run it as a user would and check what it prints.
 // Here: help, kernel paths, flags and bad input of every command, serve and route flags;
 // `model`/`tokenize` are in cli_model_test.cc, `generate`/`pair` in cli_generate_test.cc.
+#include <unistd.h>
+
 #include "cli/cli_test_util.h"
 #include "kernels/kernel_path.h"
 

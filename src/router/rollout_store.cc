@@ -21,6 +21,10 @@ CREATE INDEX IF NOT EXISTS decisions_by_rollout ON decisions (rollout_id);
 CREATE INDEX IF NOT EXISTS analyses_by_rollout ON analyses (rollout_id);
 )sql";
 
+// Bytes that are not UTF-8 (a suite's metric name, a path in a reason) become U+FFFD rather than
+// an exception on the writer thread.
+std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
 Json parse_json(const std::string& text) {
   Json j = Json::parse(text, nullptr, false);
   return j.is_discarded() ? Json(nullptr) : j;
@@ -45,7 +49,7 @@ RolloutStore::~RolloutStore() {
 Result<int64_t> RolloutStore::create(const Rollout& rollout, double now) {
   MutexLock lock(mu_);
   Stmt s(db_, "INSERT INTO rollouts (name, spec, state, phase, created, updated) VALUES (?, ?, ?, ?, ?, ?)");
-  s.text(1, rollout.spec().name).text(2, to_json(rollout.spec()).dump()).text(3, rollout.state().dump());
+  s.text(1, rollout.spec().name).text(2, dump(to_json(rollout.spec()))).text(3, dump(rollout.state()));
   s.text(4, std::string(phase_name(rollout.phase()))).real(5, now).real(6, now);
   if (!s.ok() || s.step() != SQLITE_DONE) return Error(sqlite::error(db_, kStore, path_, "creating a rollout"));
   return sqlite3_last_insert_rowid(db_);
@@ -54,7 +58,7 @@ Result<int64_t> RolloutStore::create(const Rollout& rollout, double now) {
 Status RolloutStore::save(int64_t id, const Rollout& rollout, double now) {
   MutexLock lock(mu_);
   Stmt s(db_, "UPDATE rollouts SET state = ?, phase = ?, updated = ? WHERE id = ?");
-  s.text(1, rollout.state().dump()).text(2, std::string(phase_name(rollout.phase()))).real(3, now).integer(4, id);
+  s.text(1, dump(rollout.state())).text(2, std::string(phase_name(rollout.phase()))).real(3, now).integer(4, id);
   if (!s.ok() || s.step() != SQLITE_DONE) return sqlite::error(db_, kStore, path_, "saving a rollout");
   return Status::ok();
 }
@@ -71,7 +75,7 @@ Status RolloutStore::record_analysis(int64_t id, const StoredAnalysis& a) {
   MutexLock lock(mu_);
   Stmt s(db_, "INSERT INTO analyses (rollout_id, at, step, passed, reason, metrics) VALUES (?, ?, ?, ?, ?, ?)");
   s.integer(1, id).real(2, a.at).integer(3, a.step).integer(4, a.passed ? 1 : 0).text(5, a.reason);
-  s.text(6, a.metrics.dump());
+  s.text(6, dump(a.metrics));
   if (!s.ok() || s.step() != SQLITE_DONE) return sqlite::error(db_, kStore, path_, "recording an analysis");
   return Status::ok();
 }

@@ -265,6 +265,7 @@ Router::~Router() {
   if (impl_->drainer.joinable()) impl_->drainer.join();
   if (impl_->shadow_thread.joinable()) impl_->shadow_thread.join();
   if (impl_->eval_thread.joinable()) impl_->eval_thread.join();  // its requests have their own timeouts
+  impl_->stop_rollout_writer();  // after every thread that queues for the store
   // What is left of the requests (frames on `ioc`) is destroyed with the members, shadow_ioc
   // before ioc: from here on no copy is told its primary's answer.
   impl_->torn_down = true;
@@ -278,7 +279,10 @@ void Router::start() {
   net::co_spawn(s.ioc, s.accept_loop(), net::detached);
   for (size_t b = 0; b < s.pool.size(); ++b) s.start_checks(static_cast<int>(b));
   for (const DiscoveryConfig& d : s.config.discover) net::co_spawn(net::make_strand(s.ioc), s.discovery_loop(d), net::detached);
-  if (s.rollout_store) net::co_spawn(net::make_strand(s.ioc), s.rollout_loop(), net::detached);
+  if (s.rollout_store) {
+    s.rollout_writer = std::thread([&s] { s.rollout_writer_loop(); });
+    net::co_spawn(net::make_strand(s.ioc), s.rollout_loop(), net::detached);
+  }
   if (!s.config.follow_url.empty()) net::co_spawn(net::make_strand(s.ioc), s.follow_loop(), net::detached);
   s.signals.async_wait([this](const beast::error_code& ec, int) {
     if (!ec) request_shutdown();

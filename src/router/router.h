@@ -52,7 +52,7 @@
 //   POST /admin/replicas/weight       {"url": U, "weight": W}
 // A change made there lives as long as the router: a restarted router starts from its flags.
 //
-// Canary rollouts (rollout.h; with rollout_db, through the admin API, router_rollout.cc):
+// Canary rollouts (rollout.h; with rollout_db, through the admin API, router_rollout_admin.cc):
 //   GET  /admin/rollouts                   the current rollout (state, decisions) and the latest ones
 //   POST /admin/rollouts                   a rollout spec (JSON): starts it (201); 409 while one runs
 //   POST /admin/rollouts/pause|resume|promote|abort   {"reason"?: text}

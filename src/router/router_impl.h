@@ -186,7 +186,7 @@ struct Router::Impl {
   Mutex rng_mu;
   std::mt19937_64 rng SLUICE_GUARDED_BY(rng_mu){std::random_device{}()};
 
-  // Canary rollouts (router_rollout.cc), with config.rollout_db.
+  // Canary rollouts (router_rollout.cc; the admin routes: router_rollout_admin.cc), with config.rollout_db.
   std::unique_ptr<RolloutStore> rollout_store;
   // Held by whoever writes the store (write_rollout_store, a rollout's start): one writer at a
   // time, and never while rollout_mu is held, which every routed request takes: a slow disk
@@ -204,6 +204,18 @@ struct Router::Impl {
   bool rollout_store_failing SLUICE_GUARDED_BY(rollout_mu) = false;  // said once, not at every retry
   // Writes what is queued and the current rollout's state if it changed since last written.
   void write_rollout_store() SLUICE_EXCLUDES(rollout_mu, rollout_store_mu);
+  // The store's writer thread: the loop's steps, analyses and evals, and the end of a warming,
+  // are written there, so that no I/O thread waits for the disk (a locked database file takes
+  // up to its busy timeout, a write an fsync). An admin action writes before it answers (a 200
+  // for an abort means the abort is stored); ~Router writes once more after the last thread.
+  std::thread rollout_writer;
+  Mutex rollout_writer_mu;
+  CondVar rollout_writer_cv;
+  bool rollout_write_wanted SLUICE_GUARDED_BY(rollout_writer_mu) = false;
+  bool rollout_writer_stop SLUICE_GUARDED_BY(rollout_writer_mu) = false;
+  void want_rollout_write() SLUICE_EXCLUDES(rollout_writer_mu);
+  void rollout_writer_loop() SLUICE_EXCLUDES(rollout_writer_mu, rollout_mu, rollout_store_mu);
+  void stop_rollout_writer() SLUICE_EXCLUDES(rollout_writer_mu, rollout_mu, rollout_store_mu);
   // The analysis window: what each version did since the last analysis.
   VersionWindow stable_window SLUICE_GUARDED_BY(rollout_mu), candidate_window SLUICE_GUARDED_BY(rollout_mu);
   double last_analysis SLUICE_GUARDED_BY(rollout_mu) = 0;
@@ -214,7 +226,7 @@ struct Router::Impl {
   // The version a request of this session goes to; "" when no rollout is loaded.
   std::string route_version(std::string_view session_key);
   // Logs the decisions and queues them for the store; the caller then calls write_rollout_store
-  // once it has let go of rollout_mu.
+  // (an admin action) or want_rollout_write once it has let go of rollout_mu.
   void persist_rollout(const std::vector<RolloutDecision>& decisions) SLUICE_REQUIRES(rollout_mu);
   net::awaitable<void> rollout_loop();
   // The prompt prefixes the traffic shares most; a rollout warms its candidate with them

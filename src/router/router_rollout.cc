@@ -2,7 +2,6 @@
 // the version each request goes to, the loop that moves the steps on and writes the store, the eval
 // thread and the warming of a candidate (the admin routes: router_rollout_admin.cc).
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
 
 #include "router/router_impl.h"
@@ -131,6 +130,48 @@ void Router::Impl::write_rollout_store() {
   rollout_store_failing = false;
 }
 
+void Router::Impl::want_rollout_write() {
+  MutexLock lock(rollout_writer_mu);
+  rollout_write_wanted = true;
+  rollout_writer_cv.notify_one();
+}
+
+void Router::Impl::rollout_writer_loop() {
+  for (bool stop = false; !stop;) {
+    {
+      MutexLock lock(rollout_writer_mu);
+      while (!rollout_write_wanted && !rollout_writer_stop) rollout_writer_cv.wait(lock);
+      rollout_write_wanted = false;
+      stop = rollout_writer_stop;
+    }
+    try {
+      write_rollout_store();  // the last one after the stop: what the final steps and evals queued
+    } catch (const std::exception& e) {  // out of memory, or a bug: logged, the rollout goes on in memory
+      fmt::print(stderr, "sluice route: writing the rollout store failed: {}\n", e.what());
+    }
+  }
+}
+
+void Router::Impl::stop_rollout_writer() {
+  if (!rollout_writer.joinable()) return;  // never started: nothing ran that queues
+  {
+    MutexLock lock(rollout_writer_mu);
+    rollout_writer_stop = true;
+    rollout_writer_cv.notify_one();
+  }
+  rollout_writer.join();
+  // The store refused even the last write (its file still locked): say what it lacks.
+  MutexLock lock(rollout_mu);
+  const bool state_unsaved = rollout && rollout->state().dump() != rollout_saved;
+  if (!unrecorded_decisions.empty() || !unrecorded_analyses.empty() || state_unsaved) {
+    fmt::print(stderr,
+               "sluice route: stopping with {} decision(s) and {} analysis(es) of rollout {} not in the rollout store{} "
+               "(the decisions are in the log above); a restart resumes from what the store holds\n",
+               unrecorded_decisions.size(), unrecorded_analyses.size(), rollout_id,
+               state_unsaved ? ", nor its latest state" : "");
+  }
+}
+
 void Router::Impl::record_outcome(const std::string& version, const RequestOutcome& outcome) {
   if (!rollout_store) return;  // a follower: the controller analyzes
   MutexLock lock(rollout_mu);
@@ -198,8 +239,8 @@ void Router::Impl::start_eval(double now) {
       unrecorded_analyses.emplace_back(id, StoredAnalysis{at, step, passed, reason, v ? v->metrics : nlohmann::json()});
       persist_rollout(rollout->record_eval(at, passed, reason));
     }
-    // Not written here: the next tick of rollout_loop writes it. The loop joins this thread
-    // with rollout_mu held once eval_running is false, so the thread must take no lock after.
+    // Not written here: the next tick of rollout_loop wakes the writer thread. The loop joins
+    // this thread with rollout_mu held once eval_running is false, so it must take no lock after.
   });
 }
 
@@ -217,7 +258,7 @@ net::awaitable<void> Router::Impl::rollout_loop() {
         if (!rollout->finished()) persist_rollout(rollout->advance(now));
       }
     }
-    write_rollout_store();  // also what the store refused before (an abort, a promotion), tried again
+    want_rollout_write();  // also what the store refused before (an abort, a promotion), tried again
     timer.expires_after(kRolloutTick);
     co_await timer.async_wait(kTuple);
   }
@@ -327,7 +368,7 @@ net::awaitable<void> Router::Impl::warm_candidate(std::vector<HotPrefixes::Hot> 
   for (RolloutDecision& d : rollout->advance(now)) decisions.push_back(std::move(d));
   persist_rollout(decisions);
   }
-  write_rollout_store();
+  want_rollout_write();
 }
 
 }  // namespace sluice::router

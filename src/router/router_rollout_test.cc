@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <mutex>
+#include <optional>
 
 #include <sqlite3.h>
 
@@ -271,6 +272,50 @@ TEST(Router, WhatTheRolloutStoreRefusedIsWrittenOnceItTakesWritesAgain) {
   EXPECT_GT(analyses.size(), analyses_before.size()) << analyses;
   sqlite3_close(lock);
   EXPECT_TRUE(admin(f, "POST", "/admin/rollouts", spec)) << "the old rollout's end is stored: a new one may start";
+}
+
+// A router stopped while its store refuses writes says what the store lacks, rather than
+// dropping it in silence; restarted, it resumes from what the store holds (the pause was never
+// stored, so the rollout is progressing again).
+TEST(Router, StoppingWithWritesTheStoreRefusedSaysWhatIsMissing) {
+  TestHttpServer a(named("a")), b(named("b"));
+  const std::string db = ::testing::TempDir() + "/router_store_refused_at_stop.db";
+  std::filesystem::remove(db);
+  auto configure = [&](RouterConfig& rc) {
+    rc.admin_key = "adm";
+    rc.rollout_db = db;
+    rc.backends.push_back(*parse_backend(a.url().to_string() + ",version=v1"));
+    rc.backends.push_back(*parse_backend(b.url().to_string() + ",version=v2"));
+  };
+  const std::string spec = R"({"name":"r","stable":"v1","candidate":"v2","steps":[{"setWeight":20},{"pause":{"duration":"1h"}}]})";
+  sqlite3* lock = nullptr;
+  {
+    std::optional<Fixture> f;
+    f.emplace(std::vector<TestHttpServer*>{}, "round_robin", std::vector<http::Url>{}, configure);
+    auto started = admin(*f, "POST", "/admin/rollouts", spec);
+    ASSERT_TRUE(started) << started.error().message;
+    EXPECT_EQ((*parse_json(started->body))["phase"], "progressing");
+    ASSERT_EQ(sqlite3_open(db.c_str(), &lock), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(lock, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+    ::testing::internal::CaptureStderr();
+    auto paused = admin(*f, "POST", "/admin/rollouts/pause", R"({"reason":"look at the dashboards"})");
+    EXPECT_TRUE(paused) << paused.error().message;  // in force in memory, answered
+    f.reset();  // the router stops: its last write is refused too
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("step 1: pause: look at the dashboards"), std::string::npos) << err;
+    EXPECT_NE(err.find("stopping with 1 decision(s) and 0 analysis(es) of rollout 1 not in the rollout store, nor its "
+                       "latest state"),
+              std::string::npos)
+        << err;
+  }
+  ASSERT_EQ(sqlite3_exec(lock, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(lock);
+  Fixture f({}, "round_robin", {}, configure);
+  auto state = admin(f, "GET", "/admin/rollouts");
+  ASSERT_TRUE(state) << state.error().message;
+  const Json current = (*parse_json(state->body))["current"];
+  EXPECT_EQ(current["phase"], "progressing") << current.dump();
+  EXPECT_EQ(current["weight"], 20) << current.dump();
 }
 
 // Two router instances: one runs the rollout, the other follows it; both send every session

@@ -17,8 +17,6 @@
 // Thread-safety: OpenAiApi is immutable after construction and may be used from many threads.
 #pragma once
 
-#include <chrono>
-#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>

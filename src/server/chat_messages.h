@@ -8,8 +8,9 @@
 namespace sluice::server {
 
 // `messages`: required, a non-empty array of {role, content, ...}. Content parts are joined
-// into one string (text only: images and audio are refused); an assistant's tool_calls get
-// `function.arguments` as a JSON object where the text holds one.
+// into one string (text and refusal parts; images and audio are refused; null content stays
+// null); an assistant's tool_calls get `function.arguments` as a JSON object where the text
+// holds one.
 ApiResult<Json> parse_messages(const Json& body);
 // What the chat template gets as `tools`: null when absent or when tool_choice is "none";
 // tool_choice "required" or a named tool is refused (sluice cannot force a call).

@@ -7,7 +7,8 @@
 // Decisions:
 //   - Text is valid UTF-8 on the wire: invalid bytes (random-weight models make them) are
 //     sent as U+FFFD; logprob tokens carry their raw "bytes" too.
-//   - Completions' text_offset counts bytes of the text returned (U+FFFD counts three).
+//   - Completions' text_offset counts bytes: of the text returned for generated tokens (U+FFFD
+//     counts three), of the tokens' raw pieces for an echoed prompt.
 //   - usage.prompt_tokens counts each prompt once, however many choices it has;
 //     prompt_tokens_details.cached_tokens is what the prefix cache served of them.
 //   - Every chunk of a stream carries the same id and "created" (when the request came).

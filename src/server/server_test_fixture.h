@@ -1,4 +1,5 @@
-// The in-process server fixture of the server tests (server_test.cc, generation_test.cc): the
+// The in-process server fixture of the server tests (server_test.cc, openai_api_test.cc,
+// generation_test.cc): the
 // demo model behind an engine with small limits and a real HttpServer on an ephemeral port, a
 // raw-socket Connection, and request helpers.
 #pragma once
