@@ -14,18 +14,25 @@ namespace {
 using namespace router_testing;
 using Json = nlohmann::ordered_json;
 
+// A router that runs rollouts (admin key "adm", its store at `db`) over replica `v1` of version
+// v1 and `v2` of version v2.
+std::function<void(RouterConfig&)> two_versions(const TestHttpServer& v1, const TestHttpServer& v2,
+                                                const std::string& db) {
+  return [&v1, &v2, db](RouterConfig& rc) {
+    rc.admin_key = "adm";
+    rc.rollout_db = db;
+    rc.backends.push_back(*parse_backend(v1.url().to_string() + ",version=v1"));
+    rc.backends.push_back(*parse_backend(v2.url().to_string() + ",version=v2"));
+  };
+}
+
 // A canary rollout through the admin API: sessions split by the weight and sticky, the rollout
 // resumed by a restarted router from its store, an abort sending everyone back to stable.
 TEST(Router, ARolloutSplitsStickySessionsByVersionAndResumesAfterARestart) {
   TestHttpServer a(named("a")), b(named("b"));
   const std::string db = ::testing::TempDir() + "/router_rollouts.db";
   std::filesystem::remove(db);
-  auto configure = [&](RouterConfig& rc) {
-    rc.admin_key = "adm";
-    rc.rollout_db = db;
-    rc.backends.push_back(*parse_backend(a.url().to_string() + ",version=v1"));
-    rc.backends.push_back(*parse_backend(b.url().to_string() + ",version=v2"));
-  };
+  auto configure = two_versions(a, b, db);
   // Which replica each of 200 sessions is answered by.
   auto route_sessions = [](Fixture& f) {
     std::vector<std::string> by;
@@ -281,12 +288,7 @@ TEST(Router, StoppingWithWritesTheStoreRefusedSaysWhatIsMissing) {
   TestHttpServer a(named("a")), b(named("b"));
   const std::string db = ::testing::TempDir() + "/router_store_refused_at_stop.db";
   std::filesystem::remove(db);
-  auto configure = [&](RouterConfig& rc) {
-    rc.admin_key = "adm";
-    rc.rollout_db = db;
-    rc.backends.push_back(*parse_backend(a.url().to_string() + ",version=v1"));
-    rc.backends.push_back(*parse_backend(b.url().to_string() + ",version=v2"));
-  };
+  auto configure = two_versions(a, b, db);
   const std::string spec = R"({"name":"r","stable":"v1","candidate":"v2","steps":[{"setWeight":20},{"pause":{"duration":"1h"}}]})";
   sqlite3* lock = nullptr;
   {
