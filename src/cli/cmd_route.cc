@@ -1,4 +1,6 @@
 // sluice route: one OpenAI endpoint over many replicas (src/router/router.h does the work).
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 
@@ -114,6 +116,9 @@ std::string describe_rollout(const nlohmann::ordered_json& r) {
   std::string out = fmt::format("rollout {} '{}' {} -> {}: {} at step {}, the candidate at {}%\n", r.value("id", 0),
                                 r.value("name", ""), r.value("stable", ""), r.value("candidate", ""),
                                 r.value("phase", ""), r.value("step", 0), r.value("weight", 0.0));
+  if (r.contains("held_for_version")) {
+    out += fmt::format("  its steps wait: no replica has version '{}'\n", r.value("held_for_version", ""));
+  }
   for (const auto& d : r.value("decisions", nlohmann::ordered_json::array())) {
     out += fmt::format("  step {}: {}: {}\n", d.value("step", 0), d.value("action", ""), d.value("reason", ""));
   }
@@ -157,7 +162,7 @@ void fill_rollout_request(const RolloutCliOptions& o, const http::Url& url, http
     } else {
       std::ifstream in(o.file);
       if (!in) {
-        problem = fmt::format("cannot read the rollout '{}'", o.file);
+        problem = fmt::format("cannot read the rollout '{}': {}", o.file, std::strerror(errno));
         return;
       }
       text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -469,7 +474,7 @@ CommandFn add_route_command(CLI::App& app) {
       ->callback([ro] { ro->action = "status"; });
   for (const char* action : {"pause", "resume", "promote", "abort"}) {
     CLI::App* a = rollout->add_subcommand(action, fmt::format("{} the current rollout by hand", action));
-    if (std::string_view(action) != "resume") a->add_option("--reason", ro->reason, "Why, recorded with the decision");
+    a->add_option("--reason", ro->reason, "Why, recorded with the decision");
     a->callback([ro, action] { ro->action = action; });
   }
   auto so = std::make_shared<ShadowCliOptions>();

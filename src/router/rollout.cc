@@ -419,7 +419,7 @@ Result<RolloutDecision> Rollout::pause(double now, const std::string& reason) {
   return decide(now, "pause", reason.empty() ? "paused by hand" : reason);
 }
 
-Result<RolloutDecision> Rollout::resume(double now) {
+Result<RolloutDecision> Rollout::resume(double now, const std::string& reason) {
   if (phase_ != RolloutPhase::kPaused) {
     return Error(StatusCode::kInvalid, "the rollout is {}: only a paused one resumes", phase_name(phase_));
   }
@@ -432,7 +432,7 @@ Result<RolloutDecision> Rollout::resume(double now) {
       enter_step(now);
     }
   }
-  return decide(now, "resume", "resumed by hand");
+  return decide(now, "resume", reason.empty() ? "resumed by hand" : reason);
 }
 
 Result<RolloutDecision> Rollout::promote(double now, const std::string& reason) {

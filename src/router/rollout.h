@@ -192,7 +192,7 @@ class Rollout {
 
   // By hand (the admin API). Errors when the rollout is finished (or not paused, for resume).
   Result<RolloutDecision> pause(double now, const std::string& reason);
-  Result<RolloutDecision> resume(double now);
+  Result<RolloutDecision> resume(double now, const std::string& reason = {});
   Result<RolloutDecision> promote(double now, const std::string& reason);
   Result<RolloutDecision> abort(double now, const std::string& reason);
 

@@ -163,12 +163,16 @@ TEST(Rollout, PausesResumesAndEndsByHand) {
   r.advance(0);
   EXPECT_EQ(r.phase(), RolloutPhase::kPaused);
   EXPECT_FALSE(r.pause(1, "").has_value());  // paused already
-  ASSERT_TRUE(r.resume(2).has_value());
+  auto resumed = r.resume(2);
+  ASSERT_TRUE(resumed.has_value());
+  EXPECT_EQ(resumed->reason, "resumed by hand");
   r.advance(2);
   EXPECT_EQ(r.weight(), 40);
   ASSERT_TRUE(r.pause(3, "looking at the dashboard").has_value());
   EXPECT_TRUE(r.advance(100).empty());       // paused by hand: nothing moves
-  ASSERT_TRUE(r.resume(100).has_value());
+  resumed = r.resume(100, "the dashboard looks fine");
+  ASSERT_TRUE(resumed.has_value());
+  EXPECT_EQ(resumed->reason, "the dashboard looks fine");
   ASSERT_EQ(r.advance(100).back().action, "promote");
   Rollout s(r.spec(), 0);
   s.advance(0);

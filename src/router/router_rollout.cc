@@ -37,9 +37,9 @@ Status Router::Impl::open_rollouts() {
     fmt::print(stderr, "sluice route: rollout {} '{}' was {}: every request goes to version '{}'\n", stored.id,
                stored.spec.name, phase_name(rollout->phase()), versions[0]);
   } else {
-    fmt::print(stderr, "sluice route: resuming rollout {} '{}' ({} -> {}) at step {}, the candidate at {}%\n",
+    fmt::print(stderr, "sluice route: resuming rollout {} '{}' ({} -> {}) at step {}, the candidate at {}%{}\n",
                stored.id, stored.spec.name, stored.spec.stable, stored.spec.candidate, rollout->step(),
-               rollout->weight());
+               rollout->weight(), rollout->phase() == RolloutPhase::kPaused ? ", paused (until resumed)" : "");
   }
   // Its versions' replicas may be gone since: the share of a version with none goes to the
   // other, and the analysis waits for requests it will not get.
@@ -48,7 +48,7 @@ Status Router::Impl::open_rollouts() {
     if (versions_known(config) && std::ranges::none_of(config.backends, has_v)) {
       fmt::print(stderr,
                  "sluice route: warning: no replica has version '{}' of rollout {}: its requests go to the other "
-                 "version (and an analysis waits) until one joins (admin API)\n",
+                 "version (and its steps wait) until one joins (admin API)\n",
                  v, stored.id);
     }
   }
@@ -164,11 +164,19 @@ void Router::Impl::stop_rollout_writer() {
   MutexLock lock(rollout_mu);
   const bool state_unsaved = rollout && rollout->state().dump() != rollout_saved;
   if (!unrecorded_decisions.empty() || !unrecorded_analyses.empty() || state_unsaved) {
+    std::string end;  // an abort or promotion lost is the one that matters: the rollout would go on
+    for (const auto& [id, d] : unrecorded_decisions) {
+      if (id == rollout_id && (d.action == "abort" || d.action == "promote")) end = d.action;
+    }
     fmt::print(stderr,
                "sluice route: stopping with {} decision(s) and {} analysis(es) of rollout {} not in the rollout store{} "
-               "(the decisions are in the log above); a restart resumes from what the store holds\n",
+               "(the decisions are in the log above); a restart resumes from what the store holds{}\n",
                unrecorded_decisions.size(), unrecorded_analyses.size(), rollout_id,
-               state_unsaved ? ", nor its latest state" : "");
+               state_unsaved ? ", nor its latest state" : "",
+               end.empty() ? ""
+                           : fmt::format(": its {} is among them, so restarted it goes on with the candidate at its "
+                                         "stored weight; {} it again then",
+                                         end == "abort" ? "abort" : "promotion", end));
   }
 }
 
@@ -247,15 +255,35 @@ void Router::Impl::start_eval(double now) {
 net::awaitable<void> Router::Impl::rollout_loop() {
   net::steady_timer timer(co_await net::this_coro::executor);
   while (!stopping) {
+    std::vector<std::string> versions;  // of the replicas present ("" for one not yet reported)
+    for (const BackendPool::Stats& b : pool.stats()) versions.push_back(b.version);
     {
       MutexLock lock(rollout_mu);
       if (rollout && !rollout->finished() && !warming) {
         const double now = epoch_now();
+        // A version with no replica (removed since the start, or missing after a restart) holds
+        // the steps: a timed pause must not promote a candidate that no request reached.
+        std::string missing;
+        for (const std::string& v : {rollout->spec().stable, rollout->spec().candidate}) {
+          if (missing.empty() && std::ranges::find(versions, v) == versions.end()) missing = v;
+        }
+        const bool all_reported = std::ranges::find(versions, std::string()) == versions.end();
+        if (missing != rollout_held_for && (missing.empty() || all_reported)) {
+          if (!missing.empty()) {
+            fmt::print(stderr, "sluice route: rollout {} '{}' holds at step {}: no replica has version '{}'; its steps "
+                       "wait until one joins\n", rollout_id, rollout->spec().name, rollout->step(), missing);
+          } else {
+            fmt::print(stderr, "sluice route: rollout {} '{}': every version has a replica again; its steps go on\n",
+                       rollout_id, rollout->spec().name);
+          }
+          rollout_held_for = missing;
+        }
         analyze_rollout(now);
-        if (rollout->wants_eval() && !eval_running && now - last_eval >= rollout->spec().analysis.interval_seconds) {
+        if (missing.empty() && rollout->wants_eval() && !eval_running &&
+            now - last_eval >= rollout->spec().analysis.interval_seconds) {
           start_eval(now);
         }
-        if (!rollout->finished()) persist_rollout(rollout->advance(now));
+        if (missing.empty() && !rollout->finished()) persist_rollout(rollout->advance(now));
       }
     }
     want_rollout_write();  // also what the store refused before (an abort, a promotion), tried again

@@ -47,11 +47,13 @@ Json Router::Impl::current_rollout_json(bool with_analyses) {
   MutexLock store_lock(rollout_store_mu);
   std::vector<RolloutDecision> queued;
   std::vector<StoredAnalysis> queued_analyses;
+  std::string held_for;
   {
     MutexLock lock(rollout_mu);
     if (!rollout) return nullptr;
     copy = *rollout;
     id = rollout_id;
+    if (!rollout->finished()) held_for = rollout_held_for;
     for (const auto& [i, d] : unrecorded_decisions) {
       if (i == id) queued.push_back(d);
     }
@@ -63,6 +65,7 @@ Json Router::Impl::current_rollout_json(bool with_analyses) {
   std::vector<RolloutDecision> decisions = stored ? std::move(*stored) : std::vector<RolloutDecision>{};
   decisions.insert(decisions.end(), queued.begin(), queued.end());
   Json out = rollout_json(*copy, id, decisions);
+  if (!held_for.empty()) out["held_for_version"] = held_for;  // its steps wait for a replica of it
   if (with_analyses) {
     Json list = Json::array();
     auto analyses = rollout_store->analyses(id);
@@ -191,8 +194,9 @@ net::awaitable<bool> Router::Impl::admin_rollouts(beast::tcp_stream& client, bht
       // rollout, all stored, cannot change before the new one replaces it.
       Result<int64_t> id = fresh ? rollout_store->create(*fresh, now) : Result<int64_t>(int64_t{0});
       if (fresh && !id) {
-        status = 500;
-        error = id.error().message();
+        status = 503;  // a locked or full file: nothing started, and a retry may succeed
+        error = fmt::format("{}: the rollout did not start; try again once the store takes writes",
+                            id.error().message());
       } else if (fresh) {
         MutexLock lock(rollout_mu);
         rollout = std::move(*fresh);
@@ -220,6 +224,7 @@ net::awaitable<bool> Router::Impl::admin_rollouts(beast::tcp_stream& client, bht
       }
     }
     write_rollout_store();
+    if (status == 503) co_return co_await respond(client, status, error_body(error, "server_error"), keep);
     if (status != 201) co_return co_await respond(client, status, bad(error), keep);
     co_return co_await respond(client, 201, current().dump(), keep);
   }
@@ -239,7 +244,7 @@ net::awaitable<bool> Router::Impl::admin_rollouts(beast::tcp_stream& client, bht
       error = "no rollout has been started";
     } else {
       Result<RolloutDecision> d = action == "pause"     ? rollout->pause(now, reason)
-                                  : action == "resume"  ? rollout->resume(now)
+                                  : action == "resume"  ? rollout->resume(now, reason)
                                   : action == "promote" ? rollout->promote(now, reason)
                                                         : rollout->abort(now, reason);
       if (!d) {

@@ -281,9 +281,9 @@ TEST(Router, WhatTheRolloutStoreRefusedIsWrittenOnceItTakesWritesAgain) {
   EXPECT_TRUE(admin(f, "POST", "/admin/rollouts", spec)) << "the old rollout's end is stored: a new one may start";
 }
 
-// A router stopped while its store refuses writes says what the store lacks, rather than
-// dropping it in silence; restarted, it resumes from what the store holds (the pause was never
-// stored, so the rollout is progressing again).
+// A store that refuses writes: a start is a 503 to retry; a router stopped meanwhile says what
+// the store lacks, rather than dropping it in silence; restarted, it resumes from what the store
+// holds (the pause was never stored, so the rollout is progressing again).
 TEST(Router, StoppingWithWritesTheStoreRefusedSaysWhatIsMissing) {
   TestHttpServer a(named("a")), b(named("b"));
   const std::string db = ::testing::TempDir() + "/router_store_refused_at_stop.db";
@@ -294,10 +294,19 @@ TEST(Router, StoppingWithWritesTheStoreRefusedSaysWhatIsMissing) {
   {
     std::optional<Fixture> f;
     f.emplace(std::vector<TestHttpServer*>{}, "round_robin", std::vector<http::Url>{}, configure);
+    // A start the store cannot take is a 503 to retry, and nothing starts.
+    ASSERT_EQ(sqlite3_open(db.c_str(), &lock), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(lock, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+    auto refused = admin(*f, "POST", "/admin/rollouts", spec);
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(refused.error().status, 503);
+    EXPECT_NE(refused.error().body.find("the rollout did not start; try again once the store takes writes"),
+              std::string::npos) << refused.error().body;
+    EXPECT_TRUE((*parse_json(admin(*f, "GET", "/admin/rollouts")->body))["current"].is_null());
+    ASSERT_EQ(sqlite3_exec(lock, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
     auto started = admin(*f, "POST", "/admin/rollouts", spec);
     ASSERT_TRUE(started) << started.error().message;
     EXPECT_EQ((*parse_json(started->body))["phase"], "progressing");
-    ASSERT_EQ(sqlite3_open(db.c_str(), &lock), SQLITE_OK);
     ASSERT_EQ(sqlite3_exec(lock, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
     ::testing::internal::CaptureStderr();
     auto paused = admin(*f, "POST", "/admin/rollouts/pause", R"({"reason":"look at the dashboards"})");
@@ -318,6 +327,39 @@ TEST(Router, StoppingWithWritesTheStoreRefusedSaysWhatIsMissing) {
   const Json current = (*parse_json(state->body))["current"];
   EXPECT_EQ(current["phase"], "progressing") << current.dump();
   EXPECT_EQ(current["weight"], 20) << current.dump();
+}
+
+// While a version has no replica, the steps hold: the timed pause passes, yet the candidate is
+// not given more traffic (let alone promoted) until a replica of it is back.
+TEST(Router, ARolloutsStepsHoldWhileAVersionHasNoReplica) {
+  TestHttpServer a(named("a")), b(named("b"));
+  const std::string db = ::testing::TempDir() + "/router_rollout_held.db";
+  std::filesystem::remove(db);
+  Fixture f({}, "round_robin", {}, two_versions(a, b, db));
+  auto started = admin(f, "POST", "/admin/rollouts",
+                       R"({"name":"r","stable":"v1","candidate":"v2","steps":[{"setWeight":20},)"
+                       R"({"pause":{"duration":0.2}},{"setWeight":50},{"pause":{}}]})");
+  ASSERT_TRUE(started) << started.error().message;
+  const std::string b_url = b.url().to_string();
+  ::testing::internal::CaptureStderr();
+  ASSERT_TRUE(admin(f, "POST", "/admin/replicas/remove", R"({"url":")" + b_url + R"("})"));
+  auto current = [&] { return (*parse_json(admin(f, "GET", "/admin/rollouts")->body))["current"]; };
+  Json state;
+  for (int i = 0; i < 200 && !(state = current()).contains("held_for_version"); ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(state.value("held_for_version", ""), "v2") << state.dump();
+  std::this_thread::sleep_for(500ms);  // past the 0.2 s pause: held all the same
+  state = current();
+  EXPECT_EQ(state["step"], 1) << state.dump();
+  EXPECT_EQ(state["weight"], 20) << state.dump();
+  ASSERT_TRUE(admin(f, "POST", "/admin/replicas", R"({"url":")" + b_url + R"(","version":"v2"})"));
+  for (int i = 0; i < 200 && (state = current())["phase"] != "paused"; ++i) std::this_thread::sleep_for(20ms);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(state["phase"], "paused") << state.dump();  // the open-ended pause after setWeight 50
+  EXPECT_EQ(state["weight"], 50) << state.dump();
+  EXPECT_FALSE(state.contains("held_for_version")) << state.dump();
+  EXPECT_NE(err.find("rollout 1 'r' holds at step 1: no replica has version 'v2'; its steps wait until one joins"),
+            std::string::npos) << err;
+  EXPECT_NE(err.find("rollout 1 'r': every version has a replica again; its steps go on"), std::string::npos) << err;
 }
 
 // Two router instances: one runs the rollout, the other follows it; both send every session
