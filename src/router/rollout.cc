@@ -368,16 +368,16 @@ std::vector<RolloutDecision> Rollout::advance(double now) {
     const RolloutStep& s = spec_.steps[static_cast<size_t>(step_)];
     if (s.kind == RolloutStep::Kind::kSetWeight) {
       weight_ = s.weight;
-      out.push_back(decide(now, "set weight", fmt::format("step {}: the candidate takes {}%", step_, s.weight)));
+      out.push_back(decide(now, "set weight", fmt::format("the candidate takes {}%", s.weight)));
     } else if (s.kind == RolloutStep::Kind::kPause) {
       if (s.pause_seconds < 0) {
         phase_ = RolloutPhase::kPaused;
-        out.push_back(decide(now, "pause", fmt::format("step {}: paused until resumed", step_)));
+        out.push_back(decide(now, "pause", "paused until resumed"));
         return out;
       }
       if (now - step_started_ < s.pause_seconds || requests_at_step_ < s.min_requests) return out;
-      out.push_back(decide(now, "pause done", fmt::format("step {}: {:.0f} s and {} requests at {}%", step_,
-                                                          now - step_started_, requests_at_step_, weight_)));
+      out.push_back(decide(now, "pause done", fmt::format("{:.0f} s and {} requests at {}%", now - step_started_,
+                                                          requests_at_step_, weight_)));
     } else {
       if (!analysis_passed_at_step_) return out;
       if (!spec_.analysis.eval_suite.empty() && !eval_passed_at_step_) return out;
@@ -424,7 +424,9 @@ Result<RolloutDecision> Rollout::resume(double now, const std::string& reason) {
     return Error(StatusCode::kInvalid, "the rollout is {}: only a paused one resumes", phase_name(phase_));
   }
   phase_ = RolloutPhase::kProgressing;
-  // An open-ended pause step is what was waited on: resuming passes it.
+  // Recorded at the step it was paused at; an open-ended pause step is what was waited on:
+  // resuming passes it.
+  RolloutDecision d = decide(now, "resume", reason.empty() ? "resumed by hand" : reason);
   if (step_ < static_cast<int32_t>(spec_.steps.size())) {
     const RolloutStep& s = spec_.steps[static_cast<size_t>(step_)];
     if (s.kind == RolloutStep::Kind::kPause && s.pause_seconds < 0) {
@@ -432,7 +434,7 @@ Result<RolloutDecision> Rollout::resume(double now, const std::string& reason) {
       enter_step(now);
     }
   }
-  return decide(now, "resume", reason.empty() ? "resumed by hand" : reason);
+  return d;
 }
 
 Result<RolloutDecision> Rollout::promote(double now, const std::string& reason) {

@@ -160,12 +160,16 @@ TEST(Rollout, FailedAnalysesPastTheLimitAbortAndSendEverySessionBack) {
 TEST(Rollout, PausesResumesAndEndsByHand) {
   Rollout r(spec_of(R"({"name": "r", "stable": "v1", "candidate": "v2",
       "steps": [{"setWeight": 20}, {"pause": {}}, {"setWeight": 40}, {"pause": {"duration": 10}}]})"), 0);
-  r.advance(0);
+  const std::vector<RolloutDecision> first = r.advance(0);
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0].reason, "the candidate takes 20%");  // the step is the decision's own field
   EXPECT_EQ(r.phase(), RolloutPhase::kPaused);
   EXPECT_FALSE(r.pause(1, "").has_value());  // paused already
   auto resumed = r.resume(2);
   ASSERT_TRUE(resumed.has_value());
   EXPECT_EQ(resumed->reason, "resumed by hand");
+  EXPECT_EQ(resumed->step, 1);  // the step it was paused at; the rollout goes on past it
+  EXPECT_EQ(r.step(), 2);
   r.advance(2);
   EXPECT_EQ(r.weight(), 40);
   ASSERT_TRUE(r.pause(3, "looking at the dashboard").has_value());
