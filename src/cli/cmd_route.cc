@@ -143,6 +143,10 @@ std::expected<nlohmann::ordered_json, int> call_admin(const std::string& base, s
     if (r.error().kind == http::ErrorKind::kStatus) {
       auto body = nlohmann::ordered_json::parse(r.error().body, nullptr, false);
       if (!body.is_discarded() && body.contains("error")) message = body["error"].value("message", message);
+      // A router answers an unknown admin path "no admin route ..."; anything else is no router.
+      if (r.error().status == 404 && message.starts_with("no route ")) {
+        message += fmt::format(" (is {} a router? `sluice serve` has no admin API; `sluice route` serves it)", base);
+      }
     }
     return std::unexpected(fail(message));
   }

@@ -102,6 +102,10 @@ class RolloutTest(unittest.TestCase):
                             "--backend", f"{v1},version=v1"], r"warning: (--rollout-db without --admin-key)")
         stop(p)
         self.assertEqual(warning, "--rollout-db without --admin-key")
+        # --url naming a replica, not the router: said so.
+        rc, out = self.cli(v1, "status")
+        self.assertEqual(rc, 1, out)
+        self.assertIn(f"(is {v1} a router? `sluice serve` has no admin API", out)
 
 
 if __name__ == "__main__":
