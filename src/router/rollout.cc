@@ -306,7 +306,8 @@ Json Rollout::state() const {
   return {{"phase", phase_name(phase_)}, {"step", step_},
           {"weight", weight_},           {"step_started", step_started_},
           {"requests_at_step", requests_at_step_}, {"analysis_passed_at_step", analysis_passed_at_step_},
-          {"eval_passed_at_step", eval_passed_at_step_}, {"failed_analyses", failed_}};
+          {"eval_passed_at_step", eval_passed_at_step_}, {"failed_analyses", failed_},
+          {"paused_at", paused_at_}};
 }
 
 Result<Rollout> Rollout::restore(RolloutSpec spec, const Json& state) {
@@ -326,6 +327,7 @@ Result<Rollout> Rollout::restore(RolloutSpec spec, const Json& state) {
     r.analysis_passed_at_step_ = state.at("analysis_passed_at_step").get<bool>();
     r.failed_ = state.at("failed_analyses").get<int32_t>();
     r.eval_passed_at_step_ = state.value("eval_passed_at_step", false);
+    r.paused_at_ = state.value("paused_at", 0.0);
   } catch (const nlohmann::json::exception& e) {
     return Error(StatusCode::kInvalid, "stored rollout state: {}", e.what());
   }
@@ -416,6 +418,7 @@ Result<RolloutDecision> Rollout::pause(double now, const std::string& reason) {
     return Error(StatusCode::kInvalid, "the rollout is {}: it cannot be paused", phase_name(phase_));
   }
   phase_ = RolloutPhase::kPaused;
+  paused_at_ = now;
   return decide(now, "pause", reason.empty() ? "paused by hand" : reason);
 }
 
@@ -432,8 +435,11 @@ Result<RolloutDecision> Rollout::resume(double now, const std::string& reason) {
     if (s.kind == RolloutStep::Kind::kPause && s.pause_seconds < 0) {
       ++step_;
       enter_step(now);
+    } else if (s.kind == RolloutStep::Kind::kPause && paused_at_ > 0) {
+      step_started_ += std::max(0.0, now - paused_at_);  // a timed pause counts the time it ran, not the time held
     }
   }
+  paused_at_ = 0;
   return d;
 }
 

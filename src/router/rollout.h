@@ -206,7 +206,8 @@ class Rollout {
   RolloutPhase phase_ = RolloutPhase::kProgressing;
   int32_t step_ = 0;
   double weight_ = 0;
-  double step_started_ = 0;        // when the current step was entered
+  double step_started_ = 0;        // when the current step was entered (less the time paused by hand)
+  double paused_at_ = 0;           // when it was paused by hand
   int64_t requests_at_step_ = 0;   // requests routed since then
   bool analysis_passed_at_step_ = false;
   bool eval_passed_at_step_ = false;

@@ -174,10 +174,19 @@ TEST(Rollout, PausesResumesAndEndsByHand) {
   EXPECT_EQ(r.weight(), 40);
   ASSERT_TRUE(r.pause(3, "looking at the dashboard").has_value());
   EXPECT_TRUE(r.advance(100).empty());       // paused by hand: nothing moves
+  auto restarted = Rollout::restore(r.spec(), r.state());  // a router restarted meanwhile keeps when
+  ASSERT_TRUE(restarted.has_value()) << restarted.error().message();  // the hand pause began
+  r = std::move(*restarted);
   resumed = r.resume(100, "the dashboard looks fine");
   ASSERT_TRUE(resumed.has_value());
   EXPECT_EQ(resumed->reason, "the dashboard looks fine");
-  ASSERT_EQ(r.advance(100).back().action, "promote");
+  // The 10 s pause ran 1 s (2 to 3) before the hand pause; the 97 s held do not count.
+  EXPECT_TRUE(r.advance(100).empty());
+  const std::vector<RolloutDecision> last = r.advance(109);
+  ASSERT_EQ(last.size(), 2u);
+  EXPECT_EQ(last[0].action, "pause done");
+  EXPECT_EQ(last[0].reason.substr(0, 5), "10 s ") << last[0].reason;
+  EXPECT_EQ(last[1].action, "promote");
   Rollout s(r.spec(), 0);
   s.advance(0);
   auto a = s.abort(5, "");
