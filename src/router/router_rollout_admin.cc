@@ -123,6 +123,10 @@ net::awaitable<bool> Router::Impl::admin_rollouts(beast::tcp_stream& client, bht
       }
     }
     Json out = {{"current", current()}, {"history", history}};
+    // The current rollout's row as it is now, not as last stored (a refusing store lags).
+    for (Json& h : out["history"]) {
+      if (!out["current"].is_null() && h["id"] == out["current"]["id"]) h["phase"] = out["current"]["phase"];
+    }
     co_return co_await respond(client, 200, out.dump(), keep);
   }
   auto parsed = parse_json(req.body().empty() ? std::string_view("{}") : std::string_view(req.body()));

@@ -253,6 +253,7 @@ TEST(Router, WhatTheRolloutStoreRefusedIsWrittenOnceItTakesWritesAgain) {
     std::this_thread::sleep_for(50ms);
   }
   ASSERT_EQ(state["current"]["phase"], "aborted") << state.dump();
+  EXPECT_EQ(state["history"][0]["phase"], "aborted") << state.dump();  // as it is, not as last stored
   // Nothing reached the file while it was locked; a new rollout waits for the old one's end.
   EXPECT_EQ(stored(phase_sql.c_str()), phase_before);
   EXPECT_EQ(stored(actions_sql.c_str()), actions_before);
