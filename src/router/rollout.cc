@@ -1,5 +1,6 @@
 #include "router/rollout.h"
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <tuple>
@@ -307,7 +308,7 @@ Json Rollout::state() const {
           {"weight", weight_},           {"step_started", step_started_},
           {"requests_at_step", requests_at_step_}, {"analysis_passed_at_step", analysis_passed_at_step_},
           {"eval_passed_at_step", eval_passed_at_step_}, {"failed_analyses", failed_},
-          {"paused_at", paused_at_}};
+          {"paused_at", paused_at_}, {"held_for", held_for_}, {"held_at", held_at_}};
 }
 
 Result<Rollout> Rollout::restore(RolloutSpec spec, const Json& state) {
@@ -328,6 +329,8 @@ Result<Rollout> Rollout::restore(RolloutSpec spec, const Json& state) {
     r.failed_ = state.at("failed_analyses").get<int32_t>();
     r.eval_passed_at_step_ = state.value("eval_passed_at_step", false);
     r.paused_at_ = state.value("paused_at", 0.0);
+    r.held_for_ = state.value("held_for", std::string());
+    r.held_at_ = state.value("held_at", 0.0);
   } catch (const nlohmann::json::exception& e) {
     return Error(StatusCode::kInvalid, "stored rollout state: {}", e.what());
   }
@@ -339,11 +342,36 @@ Result<Rollout> Rollout::restore(RolloutSpec spec, const Json& state) {
 }
 
 void Rollout::count_request(bool) {
-  if (!finished()) ++requests_at_step_;
+  if (!finished() && held_for_.empty()) ++requests_at_step_;
+}
+
+bool Rollout::hold(double now, const std::string& version) {
+  if (finished() || version.empty() || held_for_ == version) return false;
+  if (held_for_.empty()) held_at_ = now;
+  held_for_ = version;
+  return true;
+}
+
+// The clock of a pause stops while the rollout is held or paused by hand; when one of the two
+// ends, it moves step_started_ on by its own time less what overlaps the other, still going
+// (which counts that overlap when it ends), so time under both is taken off once.
+double Rollout::stopped_time(double since, double now, bool other_running, double other_since) {
+  const double own = std::max(0.0, now - since);
+  return other_running ? own - std::max(0.0, now - std::max(since, other_since)) : own;
+}
+
+bool Rollout::unhold(double now) {
+  if (held_for_.empty()) return false;
+  const bool paused_by_hand = phase_ == RolloutPhase::kPaused && paused_at_ > 0;
+  step_started_ += stopped_time(held_at_, now, paused_by_hand, paused_at_);
+  held_for_.clear();
+  held_at_ = 0;
+  return true;
 }
 
 void Rollout::enter_step(double now) {
   step_started_ = now;
+  if (!held_for_.empty()) held_at_ = now;  // (entered by a resume while held) the hold counts from here
   requests_at_step_ = 0;
   analysis_passed_at_step_ = false;
   eval_passed_at_step_ = false;
@@ -364,7 +392,7 @@ std::vector<RolloutDecision> Rollout::record_eval(double now, bool passed, const
 
 std::vector<RolloutDecision> Rollout::advance(double now) {
   std::vector<RolloutDecision> out;
-  if (phase_ != RolloutPhase::kProgressing) return out;
+  if (phase_ != RolloutPhase::kProgressing || !held_for_.empty()) return out;
   const auto num_steps = static_cast<int32_t>(spec_.steps.size());
   while (step_ < num_steps) {
     const RolloutStep& s = spec_.steps[static_cast<size_t>(step_)];
@@ -435,8 +463,8 @@ Result<RolloutDecision> Rollout::resume(double now, const std::string& reason) {
     if (s.kind == RolloutStep::Kind::kPause && s.pause_seconds < 0) {
       ++step_;
       enter_step(now);
-    } else if (s.kind == RolloutStep::Kind::kPause && paused_at_ > 0) {
-      step_started_ += std::max(0.0, now - paused_at_);  // a timed pause counts the time it ran, not the time held
+    } else if (paused_at_ > 0) {  // a timed pause counts the time it ran, not the time paused
+      step_started_ += stopped_time(paused_at_, now, !held_for_.empty(), held_at_);
     }
   }
   paused_at_ = 0;

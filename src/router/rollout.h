@@ -180,12 +180,20 @@ class Rollout {
   bool routes_to_candidate(std::string_view session) const {
     return phase_ != RolloutPhase::kAborted && assigned_to_candidate(session, weight_);
   }
-  // A request routed while the rollout runs, to the candidate or not (pause steps count them).
+  // A request routed while the rollout runs, to the candidate or not (pause steps count them;
+  // not while held).
   void count_request(bool to_candidate);
+
+  // Held while `version` (stable or candidate) has no replica to take its share: no step moves,
+  // and neither the time held nor the requests routed meanwhile count toward a pause, so the
+  // clock never promotes a candidate no request reached. Returns whether that changed anything.
+  bool hold(double now, const std::string& version);
+  bool unhold(double now);
+  const std::string& held_for() const { return held_for_; }  // "" when not held
 
   // Moves through every step whose condition holds at `now` (setWeight at once; a pause once
   // its duration has passed and its requests were seen; an analysis step once an analysis
-  // passed at it); past the last step, promotes. Nothing while paused by hand or finished.
+  // passed at it); past the last step, promotes. Nothing while paused by hand, held or finished.
   std::vector<RolloutDecision> advance(double now);
   // An analysis of the candidate against stable: a failure past failure_limit aborts.
   std::vector<RolloutDecision> record_analysis(double now, bool passed, const std::string& reason);
@@ -201,6 +209,7 @@ class Rollout {
     return {now, step_, std::move(action), std::move(reason)};
   }
   void enter_step(double now);
+  static double stopped_time(double since, double now, bool other_running, double other_since);
 
   RolloutSpec spec_;
   RolloutPhase phase_ = RolloutPhase::kProgressing;
@@ -208,6 +217,8 @@ class Rollout {
   double weight_ = 0;
   double step_started_ = 0;        // when the current step was entered (less the time paused by hand)
   double paused_at_ = 0;           // when it was paused by hand
+  std::string held_for_;           // the version whose missing replicas hold the steps
+  double held_at_ = 0;             // since when
   int64_t requests_at_step_ = 0;   // requests routed since then
   bool analysis_passed_at_step_ = false;
   bool eval_passed_at_step_ = false;

@@ -157,6 +157,34 @@ TEST(Rollout, FailedAnalysesPastTheLimitAbortAndSendEverySessionBack) {
   EXPECT_FALSE(r.resume(30).has_value());
 }
 
+// Held (a version without replicas): no step moves, and neither the time held nor the requests
+// routed meanwhile count toward a pause; the time under both a hold and a hand pause counts once.
+TEST(Rollout, AHoldStopsThePausesClockAndCount) {
+  Rollout r(spec_of(R"({"name": "r", "stable": "v1", "candidate": "v2",
+      "steps": [{"setWeight": 20}, {"pause": {"duration": 10, "minRequests": 2}}, {"setWeight": 50}]})"), 0);
+  r.advance(0);
+  r.count_request(true);                 // 1 request, 1 s into the pause
+  EXPECT_TRUE(r.hold(1, "v2"));
+  EXPECT_FALSE(r.hold(2, "v2"));         // held already
+  EXPECT_EQ(r.held_for(), "v2");
+  for (int i = 0; i < 5; ++i) r.count_request(false);  // all to stable: they do not count
+  EXPECT_TRUE(r.advance(50).empty());
+  auto restarted = Rollout::restore(r.spec(), r.state());  // the hold survives a restart
+  ASSERT_TRUE(restarted.has_value()) << restarted.error().message();
+  r = std::move(*restarted);
+  EXPECT_EQ(r.held_for(), "v2");
+  ASSERT_TRUE(r.pause(40, "").has_value());  // paused by hand inside the hold, resumed after it
+  EXPECT_TRUE(r.unhold(50));
+  ASSERT_TRUE(r.resume(60).has_value());     // stopped from 1 to 60: the pause has run 1 s
+  EXPECT_TRUE(r.advance(68).empty());        // 9 s
+  r.count_request(true);
+  const std::vector<RolloutDecision> d = r.advance(69);  // 10 s and 2 requests
+  ASSERT_GE(d.size(), 2u);
+  EXPECT_EQ(d[0].action, "pause done");
+  EXPECT_EQ(d[0].reason, "10 s and 2 requests at 20%");
+  EXPECT_EQ(r.weight(), 100);  // set weight 50, then past the last step: promoted
+}
+
 TEST(Rollout, PausesResumesAndEndsByHand) {
   Rollout r(spec_of(R"({"name": "r", "stable": "v1", "candidate": "v2",
       "steps": [{"setWeight": 20}, {"pause": {}}, {"setWeight": 40}, {"pause": {"duration": 10}}]})"), 0);

@@ -219,8 +219,6 @@ struct Router::Impl {
   // The analysis window: what each version did since the last analysis.
   VersionWindow stable_window SLUICE_GUARDED_BY(rollout_mu), candidate_window SLUICE_GUARDED_BY(rollout_mu);
   double last_analysis SLUICE_GUARDED_BY(rollout_mu) = 0;
-  // The version whose lack of replicas holds the steps (rollout_loop), "" when none: said once.
-  std::string rollout_held_for SLUICE_GUARDED_BY(rollout_mu);
   // A request routed to `version` by the rollout ended so.
   void record_outcome(const std::string& version, const RequestOutcome& outcome);
   void analyze_rollout(double now) SLUICE_REQUIRES(rollout_mu);

@@ -255,35 +255,37 @@ void Router::Impl::start_eval(double now) {
 net::awaitable<void> Router::Impl::rollout_loop() {
   net::steady_timer timer(co_await net::this_coro::executor);
   while (!stopping) {
-    std::vector<std::string> versions;  // of the replicas present ("" for one not yet reported)
-    for (const BackendPool::Stats& b : pool.stats()) versions.push_back(b.version);
+    // The versions of the replicas present and not draining ("" for one not yet reported).
+    std::vector<std::string> versions;
+    for (const BackendPool::Stats& b : pool.stats()) {
+      if (!b.draining) versions.push_back(b.version);
+    }
     {
       MutexLock lock(rollout_mu);
       if (rollout && !rollout->finished() && !warming) {
         const double now = epoch_now();
-        // A version with no replica (removed since the start, or missing after a restart) holds
-        // the steps: a timed pause must not promote a candidate that no request reached.
+        // A version with no replica to take its share (removed or drained since the start, or
+        // missing after a restart) holds the steps (Rollout::hold).
         std::string missing;
         for (const std::string& v : {rollout->spec().stable, rollout->spec().candidate}) {
           if (missing.empty() && std::ranges::find(versions, v) == versions.end()) missing = v;
         }
-        const bool all_reported = std::ranges::find(versions, std::string()) == versions.end();
-        if (missing != rollout_held_for && (missing.empty() || all_reported)) {
-          if (!missing.empty()) {
-            fmt::print(stderr, "sluice route: rollout {} '{}' holds at step {}: no replica has version '{}'; its steps "
-                       "wait until one joins\n", rollout_id, rollout->spec().name, rollout->step(), missing);
-          } else {
-            fmt::print(stderr, "sluice route: rollout {} '{}': every version has a replica again; its steps go on\n",
-                       rollout_id, rollout->spec().name);
-          }
-          rollout_held_for = missing;
+        if (!missing.empty() && rollout->hold(now, missing)) {
+          const auto unreported = std::ranges::count(versions, std::string());
+          fmt::print(stderr, "sluice route: rollout {} '{}' holds at step {}: no replica takes version '{}'{}; its "
+                     "steps wait until one does\n", rollout_id, rollout->spec().name, rollout->step(), missing,
+                     unreported > 0 ? fmt::format(" ({} replica(s) have not reported their version yet)", unreported)
+                                    : std::string());
+        } else if (missing.empty() && rollout->unhold(now)) {
+          fmt::print(stderr, "sluice route: rollout {} '{}': every version has a replica again; its steps go on\n",
+                     rollout_id, rollout->spec().name);
         }
         analyze_rollout(now);
         if (missing.empty() && rollout->wants_eval() && !eval_running &&
             now - last_eval >= rollout->spec().analysis.interval_seconds) {
           start_eval(now);
         }
-        if (missing.empty() && !rollout->finished()) persist_rollout(rollout->advance(now));
+        if (!rollout->finished()) persist_rollout(rollout->advance(now));
       }
     }
     want_rollout_write();  // also what the store refused before (an abort, a promotion), tried again

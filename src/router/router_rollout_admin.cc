@@ -47,13 +47,11 @@ Json Router::Impl::current_rollout_json(bool with_analyses) {
   MutexLock store_lock(rollout_store_mu);
   std::vector<RolloutDecision> queued;
   std::vector<StoredAnalysis> queued_analyses;
-  std::string held_for;
   {
     MutexLock lock(rollout_mu);
     if (!rollout) return nullptr;
     copy = *rollout;
     id = rollout_id;
-    if (!rollout->finished()) held_for = rollout_held_for;
     for (const auto& [i, d] : unrecorded_decisions) {
       if (i == id) queued.push_back(d);
     }
@@ -65,7 +63,7 @@ Json Router::Impl::current_rollout_json(bool with_analyses) {
   std::vector<RolloutDecision> decisions = stored ? std::move(*stored) : std::vector<RolloutDecision>{};
   decisions.insert(decisions.end(), queued.begin(), queued.end());
   Json out = rollout_json(*copy, id, decisions);
-  if (!held_for.empty()) out["held_for_version"] = held_for;  // its steps wait for a replica of it
+  if (!copy->finished() && !copy->held_for().empty()) out["held_for_version"] = copy->held_for();
   if (with_analyses) {
     Json list = Json::array();
     auto analyses = rollout_store->analyses(id);
