@@ -330,6 +330,29 @@ TEST(Router, StoppingWithWritesTheStoreRefusedSaysWhatIsMissing) {
   EXPECT_EQ(current["weight"], 20) << current.dump();
 }
 
+// An abort the store never took is named on the way out: restarted, the rollout would go on.
+TEST(Router, StoppingWithALostAbortSaysSo) {
+  TestHttpServer a(named("a")), b(named("b"));
+  const std::string db = ::testing::TempDir() + "/router_store_lost_abort.db";
+  std::filesystem::remove(db);
+  std::optional<Fixture> f;
+  f.emplace(std::vector<TestHttpServer*>{}, "round_robin", std::vector<http::Url>{}, two_versions(a, b, db));
+  ASSERT_TRUE(admin(*f, "POST", "/admin/rollouts", R"({"name":"r","stable":"v1","candidate":"v2","steps":[{"setWeight":20},{"pause":{}}]})"));
+  sqlite3* lock = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &lock), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(lock, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  ::testing::internal::CaptureStderr();
+  EXPECT_TRUE(admin(*f, "POST", "/admin/rollouts/abort", R"({"reason":"errors"})"));
+  f.reset();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("its abort is among them, so restarted it goes on with the candidate at its stored weight; abort it "
+                     "again then"),
+            std::string::npos)
+      << err;
+  ASSERT_EQ(sqlite3_exec(lock, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(lock);
+}
+
 // While a version has no replica, the steps hold: the timed pause does not run out, and the
 // candidate is not given more traffic (let alone promoted) until a replica of it is back.
 TEST(Router, ARolloutsStepsHoldWhileAVersionHasNoReplica) {
