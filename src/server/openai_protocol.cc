@@ -7,6 +7,7 @@
 
 #include "common/json.h"
 #include "server/chat_messages.h"
+#include "server/request_checks.h"
 #include "server/request_fields.h"
 
 namespace sluice::server {
@@ -84,161 +85,6 @@ ApiResult<Json> parse_body(std::string_view body) {
 
 namespace {
 
-enum Route : unsigned { kCompletion = 1, kChat = 2, kTokenize = 4, kDetokenize = 8 };
-
-// Every field a route implements (or accepts at certain values, checked below).
-struct KnownField {
-  const char* name;
-  unsigned routes;
-};
-constexpr KnownField kKnownFields[] = {
-    {"model", kCompletion | kChat | kTokenize | kDetokenize},
-    {"prompt", kCompletion | kTokenize},
-    {"messages", kChat | kTokenize},
-    {"tokens", kDetokenize},
-    {"max_tokens", kCompletion | kChat},
-    {"max_completion_tokens", kChat},
-    {"min_tokens", kCompletion | kChat},
-    {"temperature", kCompletion | kChat},
-    {"top_p", kCompletion | kChat},
-    {"top_k", kCompletion | kChat},
-    {"min_p", kCompletion | kChat},
-    {"n", kCompletion | kChat},
-    {"stop", kCompletion | kChat},
-    {"stop_token_ids", kCompletion | kChat},
-    {"include_stop_str_in_output", kCompletion | kChat},
-    {"ignore_eos", kCompletion | kChat},
-    {"seed", kCompletion | kChat},
-    {"logprobs", kCompletion | kChat},
-    {"top_logprobs", kChat},
-    {"presence_penalty", kCompletion | kChat},
-    {"frequency_penalty", kCompletion | kChat},
-    {"repetition_penalty", kCompletion | kChat},
-    {"stream", kCompletion | kChat},
-    {"stream_options", kCompletion | kChat},
-    {"user", kCompletion | kChat},
-    {"priority", kCompletion | kChat},
-    {"prediction", kCompletion | kChat},
-    {"speculative", kCompletion | kChat},
-    {"echo", kCompletion},
-    {"return_tokens_as_token_ids", kCompletion | kChat},
-    {"tools", kChat | kTokenize},
-    {"tool_choice", kChat | kTokenize},
-    {"parallel_tool_calls", kChat},
-    {"chat_template_kwargs", kChat | kTokenize},
-    {"add_generation_prompt", kChat | kTokenize},
-    {"add_special_tokens", kTokenize},
-    // Accepted at their no-op values only (refuse_unsupported):
-    {"suffix", kCompletion},
-    {"best_of", kCompletion},
-    {"logit_bias", kCompletion | kChat},
-    {"response_format", kCompletion | kChat},
-    {"skip_special_tokens", kCompletion | kChat},
-    {"spaces_between_special_tokens", kCompletion | kChat},
-    {"use_beam_search", kCompletion | kChat},
-    {"modalities", kChat},
-};
-
-// What a refused field is, for its message.
-constexpr std::pair<const char*, const char*> kRefusedFields[] = {
-    {"guided_json", "structured output (guided decoding)"},
-    {"guided_regex", "structured output (guided decoding)"},
-    {"guided_choice", "structured output (guided decoding)"},
-    {"guided_grammar", "structured output (guided decoding)"},
-    {"guided_decoding_backend", "structured output (guided decoding)"},
-    {"structured_outputs", "structured output (guided decoding)"},
-    {"functions", "the deprecated function calling API (use tools)"},
-    {"function_call", "the deprecated function calling API (use tools)"},
-    {"audio", "audio output"},
-    {"reasoning_effort", "reasoning effort"},
-    {"web_search_options", "web search"},
-    {"prompt_logprobs", "prompt logprobs"},
-    {"allowed_token_ids", "token restrictions"},
-    {"bad_words", "token restrictions"},
-    {"truncate_prompt_tokens", "prompt truncation"},
-    {"continue_final_message", "continuing the final message"},
-    {"documents", "documents for the chat template"},
-};
-
-ApiResult<bool> check_field_names(const Json& body, unsigned route) {
-  for (auto it = body.begin(); it != body.end(); ++it) {
-    const std::string& key = it.key();
-    if (it->is_null()) continue;  // null counts as absent
-    bool known = false;
-    for (const KnownField& f : kKnownFields) {
-      if (key == f.name && (f.routes & route)) known = true;
-    }
-    for (const char* f : kIgnoredFields) {
-      if (key != f) continue;
-      // Ignored, yet of the type OpenAI takes: a wrong one is a client bug worth a 400 there too.
-      const bool ok = key == "store"      ? it->is_boolean()
-                      : key == "metadata" ? it->is_object() && std::ranges::all_of(*it, [](const Json& v) { return v.is_string(); })
-                                          : it->is_string();
-      if (!ok) {
-        return std::unexpected(wrong_type(key, key == "store"      ? "a boolean"
-                                               : key == "metadata" ? "an object of strings"
-                                                                   : "a string",
-                                          *it));
-      }
-      known = true;
-    }
-    if (known) continue;
-    for (const auto& [name, what] : kRefusedFields) {
-      if (key == name) {
-        return std::unexpected(ApiError::invalid(
-            fmt::format("'{}' is not supported: sluice does not implement {}", key, what), key));
-      }
-    }
-    return std::unexpected(ApiError::invalid(
-        fmt::format("unknown field '{}'; sluice refuses fields it does not implement rather than ignore them "
-                    "(the README lists the fields it accepts)",
-                    key.substr(0, 100)),
-        key.substr(0, 100)));
-  }
-  return true;
-}
-
-// Fields that change what is generated but that sluice does not implement: refusing them is
-// better than answering as if they had been applied.
-ApiResult<bool> refuse_unsupported(const Json& body) {
-  if (auto v = field(body, "logit_bias"); v && !(v->is_object() && v->empty())) {
-    return std::unexpected(ApiError::invalid("'logit_bias' is not supported", "logit_bias"));
-  }
-  // best_of: at least n (OpenAI's rule); only best_of = n (every candidate returned) is done.
-  auto best_of = get_int(body, "best_of", 1, 1 << 20);
-  if (!best_of) return std::unexpected(best_of.error());
-  if (*best_of) {
-    auto n = get_int(body, "n", 1, 1 << 20);
-    const int64_t choices = n && *n ? **n : 1;
-    if (**best_of < choices) {
-      return std::unexpected(ApiError::invalid(
-          fmt::format("'best_of' ({}) must be at least n ({})", **best_of, choices), "best_of"));
-    }
-    if (**best_of != choices) {
-      return std::unexpected(ApiError::invalid("'best_of' other than n is not supported", "best_of"));
-    }
-  }
-  if (auto v = field(body, "suffix"); v && !(v->is_string() && v->get<std::string>().empty())) {
-    return std::unexpected(ApiError::invalid("'suffix' is not supported", "suffix"));
-  }
-  for (const char* key : {"skip_special_tokens", "spaces_between_special_tokens"}) {
-    if (auto v = field(body, key); v && !(v->is_boolean() && v->get<bool>())) {
-      return std::unexpected(ApiError::invalid(fmt::format("'{}' other than true is not supported", key), key));
-    }
-  }
-  if (auto v = field(body, "use_beam_search"); v && !(v->is_boolean() && !v->get<bool>())) {
-    return std::unexpected(ApiError::invalid("'use_beam_search' is not supported", "use_beam_search"));
-  }
-  if (auto v = field(body, "modalities"); v && *v != Json::array({"text"})) {
-    return std::unexpected(ApiError::invalid("only 'modalities' [\"text\"] is supported", "modalities"));
-  }
-  if (auto v = field(body, "parallel_tool_calls"); v && !(v->is_boolean() && v->get<bool>())) {
-    return std::unexpected(ApiError::invalid(
-        "'parallel_tool_calls' false is not supported (sluice does not constrain tool calls)", "parallel_tool_calls"));
-  }
-  return true;
-}
-
 // response_format: {"type": "text"} or {"type": "json_object"} (JSON mode: engine/json_constraint.h).
 // json_schema (structured outputs) is refused: a schema the output would not follow is worse
 // than a clear error.
@@ -269,16 +115,9 @@ ApiResult<ResponseFormat> parse_response_format(const Json& body) {
   return *type == "json_object" ? ResponseFormat::kJsonObject : ResponseFormat::kText;
 }
 
-ApiResult<GenerationParams> parse_generation(const Json& body, bool chat) {
-  GenerationParams p;
-  SLUICE_API_TRY([[maybe_unused]] bool names_ok, check_field_names(body, chat ? kChat : kCompletion));
-  SLUICE_API_TRY([[maybe_unused]] bool ok, refuse_unsupported(body));
-  SLUICE_API_TRY(auto model, get_string(body, "model"));
-  p.model = model.value_or("");
-  SLUICE_API_TRY(auto n, get_int(body, "n", 1, kMaxChoices));
-  p.n = static_cast<int32_t>(n.value_or(1));
-
-  // Chat's max_completion_tokens is the newer name of max_tokens; both at once must agree.
+// max_tokens (chat: or its newer name max_completion_tokens; both at once must agree), echo,
+// min_tokens and include_stop_str_in_output.
+ApiResult<bool> parse_lengths(const Json& body, bool chat, GenerationParams& p) {
   const bool completion_key = chat && field(body, "max_completion_tokens");
   if (completion_key) p.max_tokens_key = "max_completion_tokens";
   if (!chat) {
@@ -313,45 +152,53 @@ ApiResult<GenerationParams> parse_generation(const Json& body, bool chat) {
   }
   SLUICE_API_TRY(auto include_stop, get_bool(body, "include_stop_str_in_output"));
   p.include_stop_str_in_output = include_stop.value_or(false);
+  return true;
+}
 
+ApiResult<SamplingParams> parse_sampling(const Json& body) {
+  SamplingParams s;
   SLUICE_API_TRY(auto temperature, get_number_in(body, "temperature", 0, 2));
-  p.sampling.temperature = static_cast<float>(temperature.value_or(1.0));
+  s.temperature = static_cast<float>(temperature.value_or(1.0));
   SLUICE_API_TRY(auto top_p, get_number_in(body, "top_p", 0, 1, /*min_open=*/true));
-  p.sampling.top_p = static_cast<float>(top_p.value_or(1.0));
+  s.top_p = static_cast<float>(top_p.value_or(1.0));
   SLUICE_API_TRY(auto top_k, get_int(body, "top_k", -1, std::numeric_limits<int32_t>::max()));
-  p.sampling.top_k = static_cast<int32_t>(std::max<int64_t>(0, top_k.value_or(0)));
+  s.top_k = static_cast<int32_t>(std::max<int64_t>(0, top_k.value_or(0)));
   SLUICE_API_TRY(auto min_p, get_number_in(body, "min_p", 0, 1));
-  p.sampling.min_p = static_cast<float>(min_p.value_or(0.0));
+  s.min_p = static_cast<float>(min_p.value_or(0.0));
   SLUICE_API_TRY(auto presence, get_number_in(body, "presence_penalty", -2, 2));
-  p.sampling.presence_penalty = static_cast<float>(presence.value_or(0.0));
+  s.presence_penalty = static_cast<float>(presence.value_or(0.0));
   SLUICE_API_TRY(auto frequency, get_number_in(body, "frequency_penalty", -2, 2));
-  p.sampling.frequency_penalty = static_cast<float>(frequency.value_or(0.0));
+  s.frequency_penalty = static_cast<float>(frequency.value_or(0.0));
   SLUICE_API_TRY(auto repetition, get_number_in(body, "repetition_penalty", 0, 100, /*min_open=*/true));
-  p.sampling.repetition_penalty = static_cast<float>(repetition.value_or(1.0));
+  s.repetition_penalty = static_cast<float>(repetition.value_or(1.0));
+  return s;
+}
 
-  // -1 means "no seed" (a fresh one per request), as llama.cpp's. Every other integer is a
-  // seed (OpenAI takes any int64; a negative one is its two's-complement bits).
-  if (const Json* seed = field(body, "seed")) {
-    if (!is_integral(*seed)) return std::unexpected(wrong_type("seed", "an integer", *seed));
-    const auto out_of_range = [&] {
-      return std::unexpected(ApiError::invalid(
-          fmt::format("'seed' must be in [{}, {}], got {}", INT64_MIN, UINT64_MAX, seed->dump()), "seed"));
-    };
-    if (seed->is_number_unsigned()) {
-      p.seed = seed->get<uint64_t>();
-    } else if (seed->is_number_integer()) {
-      if (seed->get<int64_t>() != -1) p.seed = static_cast<uint64_t>(seed->get<int64_t>());
-    } else if (const double d = seed->get<double>(); d >= 0x1p64 || d <= -0x1p63) {
-      // (An integer below -2^63 arrives as a float rounded to -2^63; -2^63 itself arrives as
-      // an integer.)
-      return out_of_range();
-    } else if (d >= 0) {
-      p.seed = static_cast<uint64_t>(d);
-    } else if (d != -1) {
-      p.seed = static_cast<uint64_t>(static_cast<int64_t>(d));
-    }
+// -1 means "no seed" (a fresh one per request), as llama.cpp's. Every other integer is a seed
+// (OpenAI takes any int64; a negative one is its two's-complement bits).
+ApiResult<std::optional<uint64_t>> parse_seed(const Json& body) {
+  const Json* seed = field(body, "seed");
+  if (!seed) return std::nullopt;
+  if (!is_integral(*seed)) return std::unexpected(wrong_type("seed", "an integer", *seed));
+  if (seed->is_number_unsigned()) return seed->get<uint64_t>();
+  if (seed->is_number_integer()) {
+    const int64_t v = seed->get<int64_t>();
+    return v == -1 ? std::nullopt : std::optional<uint64_t>(static_cast<uint64_t>(v));
   }
+  const double d = seed->get<double>();
+  if (d >= 0x1p64 || d <= -0x1p63) {
+    // (An integer below -2^63 arrives as a float rounded to -2^63; -2^63 itself arrives as an
+    // integer.)
+    return std::unexpected(ApiError::invalid(
+        fmt::format("'seed' must be in [{}, {}], got {}", INT64_MIN, UINT64_MAX, seed->dump()), "seed"));
+  }
+  if (d >= 0) return static_cast<uint64_t>(d);
+  if (d == -1) return std::nullopt;
+  return static_cast<uint64_t>(static_cast<int64_t>(d));
+}
 
+// stop (a string or up to kMaxStopStrings of them, none empty), stop_token_ids and ignore_eos.
+ApiResult<bool> parse_stops(const Json& body, GenerationParams& p) {
   if (const Json* stop = field(body, "stop")) {
     if (stop->is_string()) {
       p.stop.push_back(stop->get<std::string>());
@@ -377,39 +224,99 @@ ApiResult<GenerationParams> parse_generation(const Json& body, bool chat) {
   }
   SLUICE_API_TRY(auto ignore_eos, get_bool(body, "ignore_eos"));
   p.ignore_eos = ignore_eos.value_or(false);
+  return true;
+}
 
+// stream, and stream_options (only with stream; include_usage its one field).
+ApiResult<bool> parse_stream(const Json& body, GenerationParams& p) {
   SLUICE_API_TRY(auto stream, get_bool(body, "stream"));
   p.stream = stream.value_or(false);
-  if (const Json* so = field(body, "stream_options")) {
-    if (!so->is_object()) return std::unexpected(wrong_type("stream_options", "an object", *so));
-    if (!p.stream) {
-      return std::unexpected(ApiError::invalid("'stream_options' is only allowed when 'stream' is true", "stream_options"));
-    }
-    SLUICE_API_TRY(auto include_usage, get_bool(*so, "include_usage"));
-    p.include_usage = include_usage.value_or(false);
-    for (auto it = so->begin(); it != so->end(); ++it) {
-      if (it.key() != "include_usage" && !it->is_null()) {
-        return std::unexpected(ApiError::invalid(
-            fmt::format("unknown field 'stream_options.{}'", it.key().substr(0, 100)), "stream_options"));
-      }
+  const Json* so = field(body, "stream_options");
+  if (!so) return true;
+  if (!so->is_object()) return std::unexpected(wrong_type("stream_options", "an object", *so));
+  if (!p.stream) {
+    return std::unexpected(ApiError::invalid("'stream_options' is only allowed when 'stream' is true", "stream_options"));
+  }
+  SLUICE_API_TRY(auto include_usage, get_bool(*so, "include_usage"));
+  p.include_usage = include_usage.value_or(false);
+  for (auto it = so->begin(); it != so->end(); ++it) {
+    if (it.key() != "include_usage" && !it->is_null()) {
+      return std::unexpected(ApiError::invalid(
+          fmt::format("unknown field 'stream_options.{}'", it.key().substr(0, 100)), "stream_options"));
     }
   }
+  return true;
+}
 
-  if (chat) {
-    SLUICE_API_TRY(auto logprobs, get_bool(body, "logprobs"));
-    p.logprobs = logprobs.value_or(false);
-    SLUICE_API_TRY(auto top, get_int(body, "top_logprobs", 0, kMaxTopLogprobs));
-    if (top && !p.logprobs && *top > 0) {
-      return std::unexpected(ApiError::invalid("'top_logprobs' needs 'logprobs' set to true", "top_logprobs"));
-    }
-    p.sampling.top_logprobs = static_cast<int32_t>(top.value_or(0));
-  } else {
-    // Legacy completions: logprobs is the number of alternatives (0: the chosen token only).
+// Chat: logprobs (a boolean) and top_logprobs; legacy completions: logprobs is the number of
+// alternatives (0: the chosen token only).
+ApiResult<bool> parse_logprobs(const Json& body, bool chat, GenerationParams& p) {
+  if (!chat) {
     SLUICE_API_TRY(auto logprobs, get_int(body, "logprobs", 0, kMaxTopLogprobs));
     p.logprobs = logprobs.has_value();
     p.sampling.top_logprobs = static_cast<int32_t>(logprobs.value_or(0));
+    return true;
   }
+  SLUICE_API_TRY(auto logprobs, get_bool(body, "logprobs"));
+  p.logprobs = logprobs.value_or(false);
+  SLUICE_API_TRY(auto top, get_int(body, "top_logprobs", 0, kMaxTopLogprobs));
+  if (top && !p.logprobs && *top > 0) {
+    return std::unexpected(ApiError::invalid("'top_logprobs' needs 'logprobs' set to true", "top_logprobs"));
+  }
+  p.sampling.top_logprobs = static_cast<int32_t>(top.value_or(0));
+  return true;
+}
 
+// prediction: {"type": "content", "content": a string or text parts (concatenated, as OpenAI
+// takes them)}.
+ApiResult<std::optional<std::string>> parse_prediction(const Json& body) {
+  const Json* pred = field(body, "prediction");
+  if (!pred) return std::nullopt;
+  const Json* type = pred->is_object() ? field(*pred, "type") : nullptr;
+  if (!type || *type != "content") {
+    return std::unexpected(ApiError::invalid(
+        "'prediction' must be an object {\"type\": \"content\", \"content\": ...}", "prediction"));
+  }
+  for (auto it = pred->begin(); it != pred->end(); ++it) {
+    if (it.key() != "type" && it.key() != "content" && !it->is_null()) {
+      return std::unexpected(ApiError::invalid(
+          fmt::format("unknown field 'prediction.{}'", it.key().substr(0, 100)), "prediction"));
+    }
+  }
+  const Json* content = field(*pred, "content");
+  if (content && content->is_string()) return content->get<std::string>();
+  if (!content || !content->is_array()) {
+    return std::unexpected(ApiError::invalid("'prediction.content' must be a string or an array of text parts",
+                                             "prediction"));
+  }
+  std::string text;
+  for (const Json& part : *content) {
+    const Json* t = part.is_object() ? field(part, "type") : nullptr;
+    const Json* pt = part.is_object() ? field(part, "text") : nullptr;
+    if (!t || *t != "text" || !pt || !pt->is_string()) {
+      return std::unexpected(ApiError::invalid("'prediction.content' parts must be {\"type\": \"text\", \"text\": ...}",
+                                               "prediction"));
+    }
+    text += pt->get<std::string>();
+  }
+  return text;
+}
+
+// The fields both generating routes share, in the order a client's mistakes are reported.
+ApiResult<GenerationParams> parse_generation(const Json& body, bool chat) {
+  GenerationParams p;
+  SLUICE_API_TRY([[maybe_unused]] bool names_ok, check_field_names(body, chat ? kChat : kCompletion));
+  SLUICE_API_TRY([[maybe_unused]] bool ok, refuse_unsupported(body));
+  SLUICE_API_TRY(auto model, get_string(body, "model"));
+  p.model = model.value_or("");
+  SLUICE_API_TRY(auto n, get_int(body, "n", 1, kMaxChoices));
+  p.n = static_cast<int32_t>(n.value_or(1));
+  SLUICE_API_TRY([[maybe_unused]] bool lengths_ok, parse_lengths(body, chat, p));
+  SLUICE_API_TRY(p.sampling, parse_sampling(body));
+  SLUICE_API_TRY(p.seed, parse_seed(body));
+  SLUICE_API_TRY([[maybe_unused]] bool stops_ok, parse_stops(body, p));
+  SLUICE_API_TRY([[maybe_unused]] bool stream_ok, parse_stream(body, p));
+  SLUICE_API_TRY([[maybe_unused]] bool logprobs_ok, parse_logprobs(body, chat, p));
   SLUICE_API_TRY(auto as_ids, get_bool(body, "return_tokens_as_token_ids"));
   p.tokens_as_ids = as_ids.value_or(false);
   SLUICE_API_TRY(auto user, get_string(body, "user"));
@@ -420,39 +327,7 @@ ApiResult<GenerationParams> parse_generation(const Json& body, bool chat) {
   SLUICE_API_TRY(auto speculative, get_bool(body, "speculative"));
   p.speculative = speculative.value_or(true);
   SLUICE_API_TRY(p.response_format, parse_response_format(body));
-  if (const Json* pred = field(body, "prediction")) {
-    const Json* type = pred->is_object() ? field(*pred, "type") : nullptr;
-    if (!type || *type != "content") {
-      return std::unexpected(ApiError::invalid(
-          "'prediction' must be an object {\"type\": \"content\", \"content\": ...}", "prediction"));
-    }
-    for (auto it = pred->begin(); it != pred->end(); ++it) {
-      if (it.key() != "type" && it.key() != "content" && !it->is_null()) {
-        return std::unexpected(ApiError::invalid(
-            fmt::format("unknown field 'prediction.{}'", it.key().substr(0, 100)), "prediction"));
-      }
-    }
-    const Json* content = field(*pred, "content");
-    std::string text;
-    if (content && content->is_string()) {
-      text = content->get<std::string>();
-    } else if (content && content->is_array()) {
-      // Text parts, as OpenAI accepts them: concatenated.
-      for (const Json& part : *content) {
-        const Json* t = part.is_object() ? field(part, "type") : nullptr;
-        const Json* pt = part.is_object() ? field(part, "text") : nullptr;
-        if (!t || *t != "text" || !pt || !pt->is_string()) {
-          return std::unexpected(ApiError::invalid("'prediction.content' parts must be {\"type\": \"text\", \"text\": ...}",
-                                                   "prediction"));
-        }
-        text += pt->get<std::string>();
-      }
-    } else {
-      return std::unexpected(ApiError::invalid("'prediction.content' must be a string or an array of text parts",
-                                               "prediction"));
-    }
-    p.prediction = std::move(text);
-  }
+  SLUICE_API_TRY(p.prediction, parse_prediction(body));
   return p;
 }
 
