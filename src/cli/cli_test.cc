@@ -3,6 +3,8 @@
 // `model`/`tokenize` are in cli_model_test.cc, `generate`/`pair` in cli_generate_test.cc.
 #include <unistd.h>
 
+#include <utility>
+
 #include "cli/cli_test_util.h"
 #include "kernels/kernel_path.h"
 
@@ -58,6 +60,17 @@ TEST(Cli, AnEmptyKeyIsRefused) {
     Output o = run(cmd, true);
     EXPECT_EQ(o.exit_code, 2) << cmd << "\n" << o.out;
     EXPECT_NE(o.out.find("an empty key would turn authentication off"), std::string::npos) << cmd << "\n" << o.out;
+  }
+  // So is an empty variable (`-e SLUICE_API_KEY=$KEY`, KEY unset), which CLI11 alone would skip.
+  const std::string bin = sluice::testing::binary_dir() + "/src/cli/sluice";
+  const char* route = " route --backend http://127.0.0.1:1";
+  for (auto [var, args] : {std::pair{"SLUICE_API_KEY", " serve"}, std::pair{"SLUICE_API_KEY", route},
+                           std::pair{"SLUICE_ADMIN_KEY", route}}) {
+    const std::string line = std::string(var) + "= " + bin + args;
+    const std::string out = shell(line + " 2>&1; echo exit=$?");
+    EXPECT_NE(out.find("is set but empty, and an empty key would turn authentication off"), std::string::npos)
+        << line << "\n" << out;
+    EXPECT_NE(out.find("exit=2"), std::string::npos) << line << "\n" << out;
   }
 }
 

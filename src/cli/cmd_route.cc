@@ -3,6 +3,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <utility>
 
 #include "cli/commands.h"
 #include "common/http_client.h"
@@ -79,8 +80,11 @@ int run_route(RouteOptions& o) {
     }
     c.eval_gate = make_rollout_eval_gate(eval_db);
   }
-  if (const char* key = std::getenv("SLUICE_API_KEY"); key && c.api_key.empty()) c.api_key = key;
-  if (const char* key = std::getenv("SLUICE_ADMIN_KEY"); key && c.admin_key.empty()) c.admin_key = key;
+  for (auto [name, key] : {std::pair{"SLUICE_API_KEY", &c.api_key}, std::pair{"SLUICE_ADMIN_KEY", &c.admin_key}}) {
+    if (!key->empty()) continue;
+    if (std::string why = empty_key_variable(name); !why.empty()) return fail_usage(why);
+    if (const char* v = std::getenv(name)) *key = v;
+  }
   if (!c.admin_key.empty() && c.admin_key == c.api_key) {
     return fail_usage("--admin-key must differ from --api-key: a client could change the replicas otherwise");
   }

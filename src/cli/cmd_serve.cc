@@ -101,6 +101,9 @@ std::string default_model_name(const std::string& model) {
 
 int run(ServeOptions& o) {
   std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error code, not a signal
+  if (o.http.api_key.empty()) {
+    if (std::string why = empty_key_variable("SLUICE_API_KEY"); !why.empty()) return fail_usage(why);
+  }
   auto loaded = load_model(o.model, terminal_progress("loading " + o.model));
   if (!loaded) return fail(loaded.error().message());
   const Tokenizer& tok = *loaded->tokenizer;

@@ -49,6 +49,9 @@ CLI::Validator non_negative_number();
 // A key a server requires (--api-key, --admin-key): an empty one given on the command line
 // (`--api-key "$KEY"` with KEY unset) is an error, not a server without authentication.
 CLI::Validator required_key();
+// The same for a key's environment variable set to nothing (`-e SLUICE_API_KEY=$KEY` with KEY
+// unset): the error message, or "" where the variable is unset or holds a key.
+std::string empty_key_variable(const char* name);
 
 // A report file a command writes at its end (--json, --svg): checked when the flags are read,
 // so minutes of measuring are not lost to a typo — a name, not a folder, in a folder that

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -67,6 +68,13 @@ CLI::Validator required_key() {
         return s.empty() ? "an empty key would turn authentication off: give a key, or leave the flag out" : "";
       },
       "KEY");
+}
+
+std::string empty_key_variable(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v != '\0') return {};
+  return fmt::format("{} is set but empty, and an empty key would turn authentication off: give a key, or unset it",
+                     name);
 }
 
 CLI::Validator output_file() {
