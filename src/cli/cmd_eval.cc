@@ -227,6 +227,9 @@ int gate(eval::Store& store, const Loaded& base, const Loaded& cand, const EvalO
 }
 
 int run_eval_run(EvalOptions& o) {
+  if ((!o.report.markdown.empty() || !o.report.html.empty()) && o.baseline.empty()) {
+    return fail_usage("--markdown and --html report a comparison: give --baseline (a run alone goes to --junit or --json)");
+  }
   auto suite = eval::load_suite(o.suite);
   if (!suite) return fail_usage(suite.error().message());
   if (o.strict && !suite->not_run.empty()) {
@@ -412,7 +415,13 @@ int run_eval_show(EvalOptions& o, bool export_json) {
 
 void add_gate_options(CLI::App* cmd, EvalOptions& o) {
   cmd->add_option("--max-drop", o.gate.max_drop, "The largest drop that is not a regression: 2pp (points of a rate), 2%, or a score difference such as 0.02")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            auto d = parse_drop(s);
+            return d ? std::string() : d.error().message();
+          },
+          "DROP"));
   cmd->add_option("--alpha", o.gate.alpha, "Significance level of the paired tests, after Holm's correction")
       ->check(CLI::Range(1e-6, 0.5))->capture_default_str();
   cmd->add_option("--fail-on", o.gate.fail_on,
@@ -426,10 +435,12 @@ void add_gate_options(CLI::App* cmd, EvalOptions& o) {
 
 void add_report_options(CLI::App* cmd, EvalOptions& o, bool with_pages) {
   cmd->add_flag("--json", o.report.json, "Print JSON instead of the table");
-  cmd->add_option("--junit", o.report.junit, "Write JUnit XML here (one testcase per item)");
+  cmd->add_option("--junit", o.report.junit, "Write JUnit XML here (one testcase per item)")->check(output_file());
   if (with_pages) {
-    cmd->add_option("--markdown", o.report.markdown, "Write a Markdown summary here (for a pull-request comment)");
-    cmd->add_option("--html", o.report.html, "Write a self-contained HTML report with SVG charts here");
+    cmd->add_option("--markdown", o.report.markdown, "Write a Markdown summary of the comparison here (for a pull-request comment)")
+        ->check(output_file());
+    cmd->add_option("--html", o.report.html, "Write a self-contained HTML report of the comparison, with SVG charts, here")
+        ->check(output_file());
   }
 }
 

@@ -354,9 +354,11 @@ Result<Grade> grade(const TestCase& test, const Reply& reply, const Json& vars, 
     g.results.push_back({.type = "threshold", .pass = false, .score = g.score, .weight = 0,
                          .reason = fmt::format("score {:.3f} < threshold {:g}", g.score, *test.threshold)});
   }
-  // Checks that could not run: the test fails, saying which.
+  // Checks that could not run: the test fails and scores 0, saying which (a score from the
+  // checks that ran alone would count it as well as a test that ran every check).
   for (const std::string& why : test.not_run) {
     g.pass = false;
+    g.score = 0;
     g.results.push_back({.type = "not-run", .pass = false, .score = 0, .weight = 0, .reason = why});
   }
   return g;

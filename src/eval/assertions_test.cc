@@ -168,7 +168,8 @@ TEST(Assertions, WeightsThresholdsAndNegatedScores) {
   ASSERT_TRUE(under);
   EXPECT_FALSE(under->pass);
   EXPECT_EQ(under->results.back().reason, "score 0.750 < threshold 0.8");
-  // A test with a check that could not run fails, whatever the checks that ran say.
+  // A test with a check that could not run fails and scores 0, whatever the checks that ran say
+  // (none at all included).
   t.threshold.reset();
   t.asserts.resize(1);
   t.not_run = {"test 1, assertion 2: assertion type 'frobnicate' is not implemented (the test fails)"};
@@ -177,6 +178,12 @@ TEST(Assertions, WeightsThresholdsAndNegatedScores) {
   EXPECT_FALSE(incomplete->pass);
   EXPECT_EQ(incomplete->results.back().type, "not-run");
   EXPECT_EQ(incomplete->results.back().reason, t.not_run[0]);
+  EXPECT_EQ(incomplete->score, 0.0);
+  t.asserts.clear();
+  auto none_ran = grade(t, answer("abc"), Json::object(), std::nullopt, nullptr);
+  ASSERT_TRUE(none_ran);
+  EXPECT_FALSE(none_ran->pass);
+  EXPECT_EQ(none_ran->score, 0.0);
   Assertion lev{.type = "levenshtein", .negate = true, .value = "abcd"};
   auto r = check_assertion(lev, answer("abc"), Json::object(), std::nullopt, nullptr);
   EXPECT_DOUBLE_EQ(r->score, 0.25);  // 1 - (1 - 1/4)

@@ -160,14 +160,15 @@ Result<Reply> call(const Provider& provider, const Json& body, const CallOptions
       return Error(StatusCode::kInvalid, "{} refused the request (HTTP {}): {}", provider.base_url, e.status, message);
     }
     last_error = e.message;
-    if (attempt >= options.max_retries) break;
+    if (attempt >= options.max_retries || (!options.retry_transport && e.kind != http::ErrorKind::kStatus)) {
+      return Error(StatusCode::kUnavailable, "{} failed after {} attempt{}: {}", provider.base_url, attempt + 1,
+                   attempt == 0 ? "" : "s", last_error);
+    }
     auto wait = options.backoff * (int64_t{1} << std::min(attempt, 16));
     wait = std::min<std::chrono::milliseconds>(wait, std::chrono::milliseconds(30'000));
     std::uniform_int_distribution<int64_t> jitter(0, wait.count());
     std::this_thread::sleep_for(std::chrono::milliseconds(jitter(rng)));
   }
-  return Error(StatusCode::kUnavailable, "{} failed after {} attempts: {}", provider.base_url, options.max_retries + 1,
-               last_error);
 }
 
 }  // namespace sluice::eval

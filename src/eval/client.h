@@ -26,6 +26,9 @@ struct CallOptions {
   std::chrono::milliseconds timeout{120'000};   // per attempt
   int32_t max_retries = 4;
   std::chrono::milliseconds backoff{500};       // before the first retry; doubles each time
+  // Whether a failed connection or a timeout is retried too (429 and 5xx always are): not by
+  // the probe before a run, which must say at once that an endpoint is down or hung.
+  bool retry_transport = true;
 };
 
 // A completion as eval reads it.

@@ -74,7 +74,14 @@ std::string run_text(const RunRow& run, const std::vector<ResultRow>& rows, cons
       out += fmt::format("  pass rate {} of items (passFraction of their samples), {} of samples   score {:.3f}\n",
                          pct(s["item_pass_rate"]), pct(s["pass_rate"]), s.value("score", 0.0));
     } else if (s.contains("pass_rate")) {
-      out += fmt::format("  pass rate {}   score {:.3f}\n", pct(s["pass_rate"]), s.value("score", 0.0));
+      out += fmt::format("  pass rate {}   score {:.3f}", pct(s["pass_rate"]), s.value("score", 0.0));
+      // With likelihood tasks beside the tests, say what the rate counts (their items are in
+      // the metrics below, not in it).
+      const int64_t test_samples = s.value("test_samples", int64_t{-1});
+      if (test_samples >= 0 && test_samples != s.value("samples", int64_t{0})) {
+        out += fmt::format("   (of the {} test samples; likelihood items: their metrics below)", test_samples);
+      }
+      out += "\n";
     }
     for (const auto& [key, v] : s.items()) {
       if (key.starts_with("pass@") || key.starts_with("pass^")) out += fmt::format("  {:<8} {:.3f}\n", key, v.get<double>());
@@ -99,6 +106,10 @@ std::string run_text(const RunRow& run, const std::vector<ResultRow>& rows, cons
           break;
         }
       }
+    }
+    if (why.empty() && r.grades.is_object() && r.grades.value("kind", std::string()) == "multiple-choice") {
+      why = fmt::format("the most likely choice is {}, the gold one {}", r.grades.value("pred", -1),
+                        r.grades.value("gold", -1));
     }
     out += fmt::format("  FAIL [{}] {} #{}: {}\n       output: {}\n", r.provider, one_line(r.test, 60), r.sample,
                        one_line(why, 160), one_line(r.output, 160));

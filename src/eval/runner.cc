@@ -16,6 +16,9 @@
 namespace sluice::eval {
 namespace {
 
+// The longest the probe before a run waits for an endpoint's one-token answer.
+constexpr std::chrono::milliseconds kProbeTimeout{30'000};
+
 std::string hex64(uint64_t x) { return fmt::format("{:016x}", x); }
 
 Json likelihood_body(const Provider& p, const std::string& prompt) {
@@ -124,11 +127,16 @@ Result<Plan> plan_run(const Suite& suite_in, const RunOptions& options) {
     }
   }
 
-  // Probe each endpoint: is it there, and what is its system_fingerprint?
+  // Probe each endpoint: is it there, and what is its system_fingerprint? One attempt of at
+  // most kProbeTimeout where the connection fails or hangs: an endpoint that is down or stuck
+  // is said at once, not after every retry of the run's own timeout.
+  CallOptions probe = options.call;
+  probe.retry_transport = false;
+  probe.timeout = std::min(probe.timeout, kProbeTimeout);
   for (const Provider& p : suite.providers) {
     SLUICE_ASSIGN_OR_RETURN(Json body, build_body(p, "Hello", nullptr, Json{{"max_tokens", 1}, {"temperature", 0}}, std::nullopt));
     body.erase("stop");
-    auto reply = call(p, body, options.call);
+    auto reply = call(p, body, probe);
     if (!reply) {
       if (reply.error().code() == StatusCode::kInvalid) {
         return Error(StatusCode::kInvalid, "provider '{}': {}", p.label, reply.error().message());
@@ -326,7 +334,7 @@ Result<RunOutcome> execute_run(const Plan& plan, Store& store, const RunOptions&
     }
     if (t.kind == Task::kTest) {
       const TestCase& test = suite.tests[t.test];
-      row.test = test.description;
+      row.test = test.name();
       row.vars = test.vars;
       if (error.empty()) {
         const Reply& r = answers[i].reply;
@@ -407,6 +415,7 @@ Result<RunOutcome> execute_run(const Plan& plan, Store& store, const RunOptions&
   Json summary = {{"samples", outcome.num_samples}, {"items", outcome.num_items}, {"passed", outcome.num_passed},
                   {"failed", outcome.num_failed}, {"errors", outcome.num_errors}};
   if (tests.n > 0) {
+    summary["test_samples"] = tests.n;  // the pass rate's and score's count: likelihood items are not in them
     summary["pass_rate"] = static_cast<double>(tests.passed) / static_cast<double>(tests.n);
     summary["score"] = tests.score / static_cast<double>(tests.n);
   }

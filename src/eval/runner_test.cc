@@ -12,6 +12,7 @@
 
 #include "common/http_test_server.h"
 #include "common/mutex.h"
+#include "eval/report.h"
 #include "eval/runner.h"
 
 namespace sluice::eval {
@@ -257,6 +258,32 @@ TEST(EvalRun, RetriesOverloadButNotARefusal) {
   EXPECT_EQ(bad.error().code(), StatusCode::kInvalid);
   EXPECT_NE(bad.error().message().find("no thanks"), std::string::npos);
   EXPECT_EQ(server.requests() - before, 1);
+}
+
+// A run with likelihood tasks says what its pass rate counts (tests only), and a multiple-choice
+// item that failed says which choice won.
+TEST(EvalReport, LikelihoodItemsAreNamedApartFromTheTestsPassRate) {
+  RunRow run{.id = 1, .suite = "s", .status = "done"};
+  run.summary = {{"items", 3}, {"samples", 3}, {"passed", 2}, {"failed", 1}, {"errors", 0}, {"test_samples", 1},
+                 {"pass_rate", 1.0}, {"score", 1.0}};
+  ResultRow cloze{.provider = "p", .test = "cloze q1"};
+  cloze.grades = {{"kind", "multiple-choice"}, {"pred", 1}, {"gold", 0}};
+  const std::string text = run_text(run, {cloze}, {});
+  EXPECT_NE(text.find("pass rate 100.0%   score 1.000   (of the 1 test samples; likelihood items"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("FAIL [p] cloze q1 #0: the most likely choice is 1, the gold one 0"), std::string::npos) << text;
+}
+
+// The probe before a run retries a 503 (an overloaded server), though not a failed connection
+// or a timeout (tests/eval: a hung endpoint is asked once).
+TEST(EvalRun, TheProbeRetriesAnOverloadedEndpoint) {
+  ScriptedServer server;
+  server.fail_from = 1;  // 503: retried, as an overloaded server's answer is
+  RunOptions o = fast_options();
+  auto plan = plan_run(suite_for(server.url(), 1), o);
+  ASSERT_FALSE(plan);
+  EXPECT_EQ(server.requests(), 3);  // 1 + max_retries
+  EXPECT_NE(plan.error().message().find("failed after 3 attempts"), std::string::npos) << plan.error().message();
 }
 
 TEST(EvalRun, AnUnreachableEndpointIsAnInfrastructureError) {

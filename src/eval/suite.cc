@@ -333,6 +333,15 @@ struct Reader {
         RETURN_IF_FAILED(var_file(it.value(), fmt::format("{}: var '{}'", where, it.key())));
       }
       TestCase one = t;
+      if (combinations->size() > 1) {
+        for (auto it = t.vars.begin(); it != t.vars.end(); ++it) {
+          if (!it.value().is_array() || !vars.contains(it.key()) || vars[it.key()].is_array()) continue;
+          const Json& v = vars[it.key()];
+          const std::string text = v.is_string() ? v.get<std::string>() : v.dump();
+          if (!one.combination.empty()) one.combination += ", ";
+          one.combination += it.key() + "=" + (text.size() > 40 ? text.substr(0, 37) + "..." : text);
+        }
+      }
       one.vars = std::move(vars);
       suite.tests.push_back(std::move(one));
     }

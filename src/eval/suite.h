@@ -79,6 +79,9 @@ struct Assertion {
 
 struct TestCase {
   std::string description;
+  // The values of the list vars this test is one combination of ("topic=a, lang=fr"), so the
+  // reports tell the combinations apart; empty for a test that was not expanded.
+  std::string combination;
   Json vars = Json::object();
   std::vector<Assertion> asserts;
   std::optional<double> threshold;   // on the weighted mean score
@@ -86,6 +89,10 @@ struct TestCase {
   // What of this test could not run (an assertion type not implemented, a field not
   // supported): the test then fails with these reasons, never passes on the checks that ran.
   std::vector<std::string> not_run;
+
+  // The name the reports give it: the description, and the combination in brackets. (Items
+  // are joined by the description and vars, so the name can change without breaking baselines.)
+  std::string name() const { return combination.empty() ? description : description + " [" + combination + "]"; }
 };
 
 struct LikelihoodItem {

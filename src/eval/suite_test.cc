@@ -3,6 +3,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -335,6 +337,11 @@ tests:
   EXPECT_EQ(s->tests[0].vars["lang"], "French");
   EXPECT_EQ(s->tests[5].vars["word"], "goodbye");
   EXPECT_EQ(s->tests[5].vars["lang"], "Italian");
+  // The reports name each combination by its list vars' values.
+  EXPECT_EQ(s->tests[5].name(), s->tests[5].description + " [word=goodbye, lang=Italian]");
+  std::set<std::string> names;
+  for (const TestCase& t : s->tests) names.insert(t.name());
+  EXPECT_EQ(names.size(), 6u);
   EXPECT_EQ(s->tests[3].vars["text"], "A long article.\n");
   EXPECT_EQ(s->tests[3].vars["who"], Json({{"name", "Bo"}}));
   // Lists of anything but strings, and a file holding a list, are one value each.

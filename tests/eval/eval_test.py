@@ -211,6 +211,52 @@ class EvalTest(unittest.TestCase):
         rc, out = self.eval("compare", "--baseline", "nothing")
         self.assertEqual(rc, 2, out)
 
+    def test_a_hung_endpoint_is_probed_once_not_retried(self):
+        import socket
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        accepted = []
+
+        def accept():
+            while True:
+                try:
+                    conn, _ = listener.accept()
+                except OSError:
+                    return
+                accepted.append(conn)  # read nothing, answer nothing
+
+        threading.Thread(target=accept, daemon=True).start()
+        try:
+            suite = os.path.join(ROOT, "evals", "api", "suite.yaml")
+            url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+            rc, out = self.eval("run", suite, "--timeout", "1", "--retries", "4", url=url)
+            self.assertEqual(rc, 3, out)
+            self.assertIn("cannot be reached", out)
+            self.assertIn("failed after 1 attempt:", out)
+            self.assertEqual(len(accepted), 1, out)
+        finally:
+            listener.close()
+            for c in accepted:
+                c.close()
+
+    def test_bad_flags_and_report_files_are_refused_before_any_request(self):
+        server, received, lock = scripted_endpoint()
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        try:
+            suite = self.questions_suite(2)
+            for args, why in [(["--baseline", "b", "--max-drop", "banana"], "--max-drop 'banana' must be a number"),
+                              (["--max-drop", "banana"], "--max-drop 'banana' must be a number"),
+                              (["--baseline", "b", "--html", "/nonexistent/r.html"], "/nonexistent"),
+                              (["--junit", self.dir], "is a folder, not a file"),
+                              (["--markdown", os.path.join(self.dir, "pr.md")], "--markdown and --html report a comparison")]:
+                rc, out = self.eval("run", suite, *args, url=url)
+                self.assertEqual(rc, 2, f"{args}: {out}")
+                self.assertIn(why, out, args)
+            self.assertEqual(received, [])
+        finally:
+            server.shutdown()
+
     def test_the_api_suite_and_the_promptfoo_template_run(self):
         rc, out = self.eval("run", os.path.join(ROOT, "evals", "api", "suite.yaml"))
         self.assertEqual(rc, 0, out)
