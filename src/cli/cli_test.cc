@@ -102,6 +102,17 @@ TEST(Cli, RouteLeafHelpListsItsCommandsOptions) {
   Output o = run("route rollout status --url http://127.0.0.1:1 --admin-key k --json", true);
   EXPECT_EQ(o.exit_code, 1) << o.out;
   EXPECT_NE(o.out.find("127.0.0.1:1"), std::string::npos) << o.out;
+  // A rollout file that is a folder, empty, or not a mapping is named as such before any call.
+  const std::string dir = ::testing::TempDir(), empty = dir + "/empty_rollout.yaml", text = dir + "/text_rollout.yaml";
+  std::ofstream(empty) << "";
+  std::ofstream(text) << "just words\n";
+  for (auto [file, why] : {std::pair{dir, "it is a folder, not a file"}, std::pair{empty, "not an empty file"},
+                           std::pair{text, "not a string"}}) {
+    Output r = run("route rollout start " + file + " --url http://127.0.0.1:1 --admin-key k", true);
+    EXPECT_NE(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find(why), std::string::npos) << file << "\n" << r.out;
+    EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
+  }
 }
 
 TEST(Cli, EngineFlagsAreCheckedWithClearErrors) {

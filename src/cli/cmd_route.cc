@@ -1,6 +1,7 @@
 // sluice route: one OpenAI endpoint over many replicas (src/router/router.h does the work).
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <utility>
@@ -168,6 +169,11 @@ void fill_rollout_request(const RolloutCliOptions& o, const http::Url& url, http
     if (o.file == "-") {
       text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
     } else {
+      std::error_code ec;
+      if (std::filesystem::is_directory(o.file, ec)) {
+        problem = fmt::format("cannot read the rollout '{}': it is a folder, not a file", o.file);
+        return;
+      }
       std::ifstream in(o.file);
       if (!in) {
         problem = fmt::format("cannot read the rollout '{}': {}", o.file, std::strerror(errno));
@@ -178,6 +184,11 @@ void fill_rollout_request(const RolloutCliOptions& o, const http::Url& url, http
     auto spec = eval::parse_yaml(text);
     if (!spec) {
       problem = fmt::format("{}: {}", o.file, spec.error().message());
+      return;
+    }
+    if (!spec->is_object()) {
+      problem = fmt::format("{}: a rollout is a mapping (version, steps, ...: see `sluice route rollout --help`), "
+                            "not {}", o.file, spec->is_null() ? "an empty file" : "a " + std::string(spec->type_name()));
       return;
     }
     req.method = "POST";

@@ -205,6 +205,13 @@ TEST(Router, ARolloutIsPromotedOrRolledBackByItsAnalysis) {
         EXPECT_EQ(r->body, R"({"replica":"stable"})");
       }
     }
+    // The version that now answers every client cannot be shadowed: nothing would be copied to it.
+    const std::string sole = candidate_works ? "v2" : "v1";
+    auto shadowed = admin(f, "POST", "/admin/shadow", fmt::format(R"({{"version":"{}","fraction":1}})", sole));
+    ASSERT_FALSE(shadowed);
+    EXPECT_EQ(shadowed.error().status, 400);
+    EXPECT_NE(shadowed.error().body.find("answers every client since the rollout ended"), std::string::npos)
+        << shadowed.error().body;
   }
 }
 

@@ -378,6 +378,22 @@ net::awaitable<bool> Router::Impl::admin_shadow(beast::tcp_stream& client, bhttp
     if (!found) {
       co_return co_await respond(client, 400, bad(fmt::format("no replica has version '{}'", shadow->version)), keep);
     }
+    // A rollout that has ended (promoted, aborted) sends every client to one version: shadowed,
+    // it answers them still, and no answer of another version is left to copy to it.
+    std::string sole;
+    {
+      MutexLock lock(rollout_mu);
+      if (rollout && rollout->phase() == RolloutPhase::kPromoted) sole = rollout->spec().candidate;
+      if (rollout && rollout->phase() == RolloutPhase::kAborted) sole = rollout->spec().stable;
+    }
+    if (sole == shadow->version && shadow->fraction > 0) {
+      co_return co_await respond(
+          client, 400,
+          bad(fmt::format("version '{}' answers every client since the rollout ended: no answer of another version "
+                          "is left to copy to it; shadow another version",
+                          shadow->version)),
+          keep);
+    }
     if (!other && shadow->fraction > 0) {
       // Its replicas answer no client while it is shadowed: nobody would be left to.
       co_return co_await respond(
