@@ -136,7 +136,7 @@ int run_pair(PairCliOptions& o) {
   std::vector<LoadedModel> drafts;
   std::vector<pair::Candidate> candidates;
   for (const std::string& path : o.drafts) {
-    if (same_file(path, o.target)) {
+    if (same_file(path, o.target) || same_bytes(path, o.target)) {
       drafts.push_back({});  // not loaded again: the target's own model stands in
       continue;
     }
@@ -176,6 +176,9 @@ int run_pair(PairCliOptions& o) {
   pair::rank(candidates);
   for (int32_t i = 0; i < o.confirm && i < static_cast<int32_t>(candidates.size()); ++i) {
     if (!candidates[i].refused.empty()) break;
+    // Predicted to save nothing (best k 0): no configuration to confirm (and ranked after
+    // every one that has one).
+    if (candidates[i].best_k.empty() || candidates[i].best_k[0] == 0) break;
     std::cerr << "confirming " << candidates[i].name << " end to end...\n";
     if (Status s = pair::confirm(*target->model, *target->tokenizer, pool, prompts, o.pair, candidates[i]); !s) {
       return fail(s.message());

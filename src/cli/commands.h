@@ -60,6 +60,9 @@ CLI::Validator output_file();
 // Whether two paths name one file, however spelt (relative, through a symbolic or hard link);
 // either may not exist yet. False when either is empty.
 bool same_file(const std::string& a, const std::string& b);
+// Whether two existing files hold the same bytes (a copy of a model under another name): sizes
+// first, then the contents up to the first difference. False when either cannot be read.
+bool same_bytes(const std::string& a, const std::string& b);
 
 // Flushes stdout; an error (a full disk, a closed descriptor) is reported and gives kExitError.
 int finish_stdout();

@@ -86,7 +86,10 @@ void measure_draft_costs(ThreadPool& pool, int32_t context, const PairOptions& o
 void predict_speedup(const TargetCosts& costs, const PairOptions& options, Candidate& c);
 
 // Step 5: the engine end to end over the prompts, one at a time, with speculation (the
-// candidate, at its best k for batch 1, adaptive off) and without.
+// candidate, at its best k for batch 1, adaptive off) and without, in kConfirmRounds rounds;
+// each figure is the best of its rounds. REQUIRES: a best k for batch 1 above 0 (a candidate
+// predicted to save nothing has no configuration to confirm).
+inline constexpr int32_t kConfirmRounds = 3;
 Status confirm(Model& target, const Tokenizer& tokenizer, ThreadPool& pool,
                const std::vector<std::vector<int32_t>>& prompts, const PairOptions& options, Candidate& c);
 
