@@ -274,6 +274,14 @@ std::string describe_shadow(const nlohmann::ordered_json& b) {
 std::string describe_shadow_report(const nlohmann::ordered_json& b) {
   using J = nlohmann::ordered_json;
   std::string out = describe_shadow(b);
+  if (b.contains("candidate_versions") && b["candidate_versions"].size() > 1) {
+    std::string list;
+    for (auto it = b["candidate_versions"].begin(); it != b["candidate_versions"].end(); ++it) {
+      list += fmt::format("{}{} {}", list.empty() ? "" : ", ", it.key(), it->get<int64_t>());
+    }
+    out += fmt::format("the candidate pairs below are of {} versions ({}): --version V reports one\n",
+                       b["candidate_versions"].size(), list);
+  }
   for (const char* arm : {"candidate", "noise"}) {
     const J& s = b["arms"][arm];
     if (s.value("pairs", 0) == 0) {
@@ -281,7 +289,8 @@ std::string describe_shadow_report(const nlohmann::ordered_json& b) {
       continue;
     }
     out += fmt::format(
-        "{:<9} {} pairs ({} shadow errors, {} sampled): exact match {} (of those not sampled), disagreement {}, "
+        "{:<9} {} pairs ({} shadow errors, {} sampled): exact match {} (of those not sampled), disagreement {} "
+        "(shadow errors included), "
         "finish reasons agree {}; "
         "edit distance (sampled pairs too) mean {} p90 {}; first differing token p50 {}; length ratio p50 {}; "
         "logprob gap {} ({} pairs)\n",

@@ -37,6 +37,7 @@ struct Row {
   int64_t id = 0;
   double at = 0;
   std::string arm;
+  std::string version;  // the shadow's
   bool answered = false;
   Json c;  // the comparison
 };
@@ -167,7 +168,7 @@ Status ShadowStore::record(const ShadowPair& p, int64_t retention) {
 Result<nlohmann::ordered_json> ShadowStore::report(const ShadowReportOptions& o) {
   MutexLock lock(mu_);
   Stmt s(db_,
-         "SELECT id, at, arm, shadow_status, shadow_error, comparison FROM shadow_pairs "
+         "SELECT id, at, arm, shadow_status, shadow_error, comparison, shadow_version FROM shadow_pairs "
          "WHERE at >= ? AND (? = '' OR shadow_version = ?) ORDER BY id");
   s.real(1, o.since).text(2, o.version).text(3, o.version);
   SLUICE_ASSIGN_OR_RETURN(
@@ -180,12 +181,18 @@ Result<nlohmann::ordered_json> ShadowStore::report(const ShadowReportOptions& o)
                                    r.arm = st.col_text(2);
                                    r.c = Json::parse(st.col_text(5), nullptr, false);
                                    r.answered = r.c.is_object();
+                                   r.version = st.col_text(6);
                                    return r;
                                  },
                                  db_, kStore, path_, "reading shadow pairs"));
   std::vector<const Row*> candidate, noise;
   for (const Row& r : rows) (r.arm == "noise" ? noise : candidate).push_back(&r);
   Json report = {{"pairs", rows.size()}};
+  // The candidate pairs by shadow version: a report over several (pairs of shadows set one after
+  // another) says so, rather than counting them all as the one in force.
+  Json versions = Json::object();
+  for (const Row* r : candidate) versions[r->version] = versions.value(r->version, int64_t{0}) + 1;
+  report["candidate_versions"] = versions;
   report["arms"] = {{"candidate", arm_stats(candidate)}, {"noise", arm_stats(noise)}};
   const Json& cd = report["arms"]["candidate"]["disagreement_rate"];
   const Json& nd = report["arms"]["noise"]["disagreement_rate"];

@@ -250,6 +250,9 @@ TEST(ShadowStore, KeepsTheNewestPairsAndReportsRatesHistogramsAndTheWorst) {
   auto noise_only = (*store)->report({.version = "v1"});
   ASSERT_TRUE(noise_only);
   EXPECT_EQ((*noise_only)["arms"]["candidate"]["pairs"], 0);
+  // The candidate pairs by shadow version.
+  ASSERT_EQ(r["candidate_versions"].size(), 1u) << r["candidate_versions"].dump();
+  EXPECT_EQ(r["candidate_versions"].begin()->get<int64_t>(), cand["pairs"].get<int64_t>());
   auto late = (*store)->report({.since = 1350});
   ASSERT_TRUE(late);
   EXPECT_EQ((*late)["pairs"], 1);

@@ -182,6 +182,21 @@ class CanaryTest(unittest.TestCase):
         self.assertEqual(cand["logprob_gap"]["pairs"], 0)  # the clients asked for no logprobs
         text = self.cli(url, "shadow", "report")
         self.assertIn("exact match 100.0%", text)
+        # Promoted, v2 answers every client: shadowing it is refused (nothing would be copied);
+        # shadowing v1, the report says its pairs and v2's are of two versions.
+        r = subprocess.run([BIN, "route", "shadow", "set", "--url", url, "--version", "v2", "--fraction", "1"],
+                           capture_output=True, text=True, env=dict(os.environ, SLUICE_ADMIN_KEY=KEY), timeout=60)
+        self.assertNotEqual(r.returncode, 0, r.stdout)
+        self.assertIn("answers every client since the rollout ended", r.stdout + r.stderr)
+        self.cli(url, "shadow", "set", "--version", "v1", "--fraction", "1")
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            self.request(url, 0)
+            report = json.loads(self.cli(url, "shadow", "report", as_json=True))
+            if report["candidate_versions"].get("v1", 0) > 0:
+                break
+        self.assertIn("v1", report["candidate_versions"], report)
+        self.assertIn("the candidate pairs below are of 2 versions (", self.cli(url, "shadow", "report"))
 
     def test_a_different_model_is_rolled_back_for_its_answers(self):
         s1, s2 = (self.serve(STORIES)[1] for _ in range(2))
