@@ -28,6 +28,12 @@ TEST(Cli, GenerateStreamsAndSummarizes) {
   EXPECT_NE(o.out.find("demo model has random weights"), std::string::npos);
   EXPECT_NE(o.out.find("generated tokens: 5 (length)"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("decode:"), std::string::npos);
+  // `echo TEXT | ... --stdin` prompts as -p TEXT does: echo's newline is not part of the prompt.
+  const std::string bin = sluice::testing::binary_dir() + "/src/cli/sluice";
+  const std::string piped = shell("echo 'hello there' | " + bin + " generate --stdin -n 4 --json 2>/dev/null");
+  const auto from_stdin = nlohmann::json::parse(piped), from_flag = nlohmann::json::parse(run("generate -p 'hello there' -n 4 --json").out);
+  ASSERT_EQ(from_stdin["tokens"].size(), 4u) << piped;
+  EXPECT_EQ(from_stdin["tokens"], from_flag["tokens"]) << piped;
 }
 
 TEST(Cli, GenerateRunsAPromptsFileConcurrently) {
@@ -62,6 +68,10 @@ TEST(Cli, GenerateParallelCopiesSummarizeTheRun) {
             std::string::npos)
       << o.out;
   EXPECT_NE(o.out.find("requests: 4 (0 failed), output tokens: 24"), std::string::npos) << o.out;
+  // A cache of a few blocks is said in KiB, not as "0.0 MiB".
+  Output tiny = run("generate -p hello -n 2 --kv-cache-memory 64KiB", true);
+  ASSERT_EQ(tiny.exit_code, 0) << tiny.out;
+  EXPECT_NE(tiny.out.find("KV cache: 64.0 KiB f16, 2 blocks of 16"), std::string::npos) << tiny.out;
   EXPECT_NE(o.out.find("--- [3] 6 tokens (length)"), std::string::npos) << o.out;
   // Greedy copies are one computation.
   Output g = run("generate -p hello -n 6 --ignore-eos --parallel 4", true);

@@ -182,6 +182,8 @@ TEST(Cli, BadInputIsAClearErrorWithExitCode) {
        "--ctx: must be an integer in -2147483648..2147483647, got 99999999999"},
       {"generate -p hi --stop ''", "--stop: must not be empty"},
       {"model quantise a b", "unknown model command 'quantise' (model commands: info, make, quantize;"},
+      {"route rollout statuz", "unknown route rollout command 'statuz' (route rollout commands: "},
+      {"route shadow sett --fraction 1", "unknown route shadow command 'sett'"},
       {"generate -p hi --stop-token 999999", "stop token id 999999 is outside the vocabulary"},
       {"generate -p hi --seed -1", "--seed must be an integer"},
   };
@@ -208,6 +210,11 @@ TEST(Cli, OutputThatCannotBeWrittenIsAnError) {
   EXPECT_NE(o.out.find("cannot write to standard output"), std::string::npos) << o.out;
   Output j = run("model info demo", true, "/dev/full");
   EXPECT_EQ(j.exit_code, 1);
+  for (const char* args : {"--help", "--version", "route rollout --help"}) {
+    Output h = run(args, true, "/dev/full");
+    EXPECT_EQ(h.exit_code, 1) << args;
+    EXPECT_NE(h.out.find("cannot write to standard output"), std::string::npos) << args << ": " << h.out;
+  }
 }
 
 // A KV cache smaller than one context bounds every sequence: said at start.

@@ -259,7 +259,13 @@ int run(const GenerateOptions& o) {
     }
   } else {
     std::string prompt = o.prompt;
-    if (o.prompt_from_stdin) prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    if (o.prompt_from_stdin) {
+      prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+      // The one newline `echo` ends with (as a shell's $(...) drops it): `echo TEXT | ... --stdin`
+      // prompts with what -p TEXT does.
+      if (prompt.ends_with("\r\n")) prompt.resize(prompt.size() - 2);
+      else if (prompt.ends_with('\n')) prompt.pop_back();
+    }
     prompts.assign(std::max(1, o.parallel), prompt);
   }
   auto loaded = load_model(o.model, terminal_progress("loading " + o.model));
@@ -348,7 +354,7 @@ CommandFn add_generate_command(CLI::App& app) {
   cmd->add_option("-m,--model", o->model, "GGUF model file, or 'demo' for the built-in random-weight demo model")
       ->capture_default_str();
   auto* prompt = cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
-  auto* stdin_flag = cmd->add_flag("--stdin", o->prompt_from_stdin, "Read the prompt from standard input")->excludes(prompt);
+  auto* stdin_flag = cmd->add_flag("--stdin", o->prompt_from_stdin, "Read the prompt from standard input (one final newline, as echo ends with, is dropped)")->excludes(prompt);
   cmd->add_option("-n,--max-tokens", o->max_tokens, "Maximum number of tokens to generate")
       ->capture_default_str()->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--temp,--temperature", o->sampling.temperature, "Sampling temperature in [0, 2]; 0 = greedy")

@@ -85,8 +85,8 @@ int run_info(const std::string& path, bool all_metadata) {
   std::printf("parameters:      %s (%llu)\n", human_count(params).c_str(), static_cast<unsigned long long>(params));
   std::printf("tensors:         %zu\n", f.tensors().size());
   for (const auto& [type, e] : by_type) {
-    std::printf("  %-6s %5d tensors, %s, %.2f bits per weight\n", type.c_str(), e.first.first,
-                human_bytes(e.first.second).c_str(), 8.0 * e.first.second / std::max<uint64_t>(1, e.second));
+    std::printf("  %-6s %5d tensor%s, %s, %.2f bits per weight\n", type.c_str(), e.first.first,
+                e.first.first == 1 ? "" : "s", human_bytes(e.first.second).c_str(), 8.0 * e.first.second / std::max<uint64_t>(1, e.second));
   }
   uint64_t total_bytes = 0;
   for (const auto& t : f.tensors()) total_bytes += t.num_bytes;

@@ -238,8 +238,11 @@ std::string describe_kernels(const Model& model) {
 
 std::string describe_kv_cache(const Engine& engine, const ModelConfig& model) {
   const KvType type = engine.config().kv_type;
-  std::string out = fmt::format("KV cache: {:.1f} MiB {}, {} blocks of {} = {} tokens ({} bytes per token)",
-                                static_cast<double>(engine.kv_cache_bytes()) / (1024.0 * 1024.0),
+  // Under 0.1 MiB (a cache of a few blocks, in tests) in KiB, not as "0.0 MiB".
+  const double bytes = static_cast<double>(engine.kv_cache_bytes());
+  const std::string size = bytes < 0.1 * 1024 * 1024 ? fmt::format("{:.1f} KiB", bytes / 1024.0)
+                                                     : fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0));
+  std::string out = fmt::format("KV cache: {} {}, {} blocks of {} = {} tokens ({} bytes per token)", size,
                                 kernels::kv_type_name(type), engine.num_kv_blocks(), engine.config().block_size,
                                 engine.kv_capacity_tokens(), KvPool::bytes_per_token(model, type));
   // A sequence on none of the pinned prefixes cannot count on their blocks.

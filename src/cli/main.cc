@@ -176,28 +176,37 @@ int main(int argc, char** argv) {
       std::cerr << "sluice: error: unknown command '" << argv[1] << "' (commands: serve, generate, tokenize, model, bench, pair, route, eval; see sluice --help)\n";
       return kExitUsage;
     }
-    // The same for a command's own commands (`sluice model quantise`), where it has some: the
-    // word right after it names one.
-    const std::vector<CLI::App*> subs = app.get_subcommand(argv[1])->get_subcommands({});
-    if (!subs.empty() && argc > 2 && argv[2][0] != '-') {
+    // The same for a command's own commands (`sluice model quantise`, `sluice route rollout
+    // statuz`), at every level that has some: the word right after a command names one.
+    CLI::App* cmd = app.get_subcommand(argv[1]);
+    std::string path = argv[1];
+    for (int i = 2; i < argc && argv[i][0] != '-'; ++i) {
+      const std::vector<CLI::App*> subs = cmd->get_subcommands({});
+      if (subs.empty()) break;
       std::string names;
-      bool sub_known = false;
-      for (const CLI::App* sub : subs) {
+      CLI::App* next = nullptr;
+      for (CLI::App* sub : subs) {
         names += (names.empty() ? "" : ", ") + sub->get_name();
-        sub_known = sub_known || sub->get_name() == argv[2];
+        if (sub->get_name() == argv[i]) next = sub;
       }
-      if (!sub_known) {
-        std::cerr << "sluice: error: unknown " << argv[1] << " command '" << argv[2] << "' (" << argv[1]
-                  << " commands: " << names << "; see sluice " << argv[1] << " --help)\n";
+      if (next == nullptr) {
+        std::cerr << "sluice: error: unknown " << path << " command '" << argv[i] << "' (" << path
+                  << " commands: " << names << "; see sluice " << path << " --help)\n";
         return kExitUsage;
       }
+      cmd = next;
+      path += " " + next->get_name();
     }
   }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
-    return code == 0 ? kExitOk : kExitUsage;
+    if (code != 0) return kExitUsage;
+    // --help, --version: their text must have reached stdout too (a full disk is exit 1).
+    std::cout.flush();
+    if (!std::cout) return fail("cannot write to standard output");
+    return finish_stdout();
   }
   // Library code reports failures as values; anything thrown here (out of memory, no threads
   // left) still ends with a message rather than an abort.

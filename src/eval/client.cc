@@ -157,7 +157,10 @@ Result<Reply> call(const Provider& provider, const Json& body, const CallOptions
       std::string message = !j.is_discarded() && j.contains("error") && j["error"].is_object()
                                 ? j["error"].value("message", e.body)
                                 : e.body.substr(0, 300);
-      return Error(StatusCode::kInvalid, "{} refused the request (HTTP {}): {}", provider.base_url, e.status, message);
+      // A base URL without its /v1 (http://HOST:PORT) reaches no route of an OpenAI server.
+      const bool no_v1 = e.status == 404 && !provider.base_url.ends_with("/v1") && !provider.base_url.ends_with("/v1/");
+      return Error(StatusCode::kInvalid, "{} refused the request (HTTP {}): {}{}", provider.base_url, e.status, message,
+                   no_v1 ? fmt::format(" (an OpenAI base URL ends in /v1: {}/v1?)", provider.base_url) : "");
     }
     last_error = e.message;
     if (attempt >= options.max_retries || (!options.retry_transport && e.kind != http::ErrorKind::kStatus)) {

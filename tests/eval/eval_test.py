@@ -210,6 +210,10 @@ class EvalTest(unittest.TestCase):
         self.assertIn("cannot be reached", out)
         rc, out = self.eval("compare", "--baseline", "nothing")
         self.assertEqual(rc, 2, out)
+        # A base URL without its /v1 gets 404 from every route: the error suggests the URL.
+        rc, out = self.eval("run", suite, url=self.url[:-len("/v1")])
+        self.assertEqual(rc, 2, out)
+        self.assertIn(f"(an OpenAI base URL ends in /v1: {self.url}?)", out)
 
     def test_a_hung_endpoint_is_probed_once_not_retried(self):
         import socket
