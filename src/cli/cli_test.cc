@@ -88,6 +88,19 @@ TEST(Cli, ServeChecksOriginsAndTheModelName) {
   EXPECT_NE(empty.out.find("must not be empty"), std::string::npos) << empty.out;
 }
 
+// A --backends-file's bad line is named by its number; a file that lists none is said so.
+TEST(Cli, RouteNamesTheBackendsFilesBadLine) {
+  const std::string bad = ::testing::TempDir() + "/backends_bad.txt", none = ::testing::TempDir() + "/backends_none.txt";
+  std::ofstream(bad) << "# replicas\nhttp://127.0.0.1:1\n\nnot a url\n";
+  std::ofstream(none) << "# nothing yet\n\n";
+  Output b = run("route --backends-file " + bad, true);
+  EXPECT_EQ(b.exit_code, 2) << b.out;
+  EXPECT_NE(b.out.find("--backends-file '" + bad + "' line 4: "), std::string::npos) << b.out;
+  Output n = run("route --backends-file " + none, true);
+  EXPECT_EQ(n.exit_code, 2) << n.out;
+  EXPECT_NE(n.out.find("lists no backend"), std::string::npos) << n.out;
+}
+
 // A leaf of `route rollout` / `route shadow` takes its command's options (--url, --admin-key,
 // --json) and its --help says so.
 TEST(Cli, RouteLeafHelpListsItsCommandsOptions) {

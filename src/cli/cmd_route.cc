@@ -40,7 +40,9 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 int run_route(RouteOptions& o) {
   router::RouterConfig& c = o.config;
-  std::vector<std::string> lines = o.backends;
+  // Each backend's text, and where it came from for errors ("" for --backend).
+  std::vector<std::pair<std::string, std::string>> lines;
+  for (const std::string& b : o.backends) lines.emplace_back(b, "");
   if (!o.backends_file.empty()) {
     std::ifstream in(o.backends_file);
     if (!in) {
@@ -48,17 +50,24 @@ int run_route(RouteOptions& o) {
                               std::error_code(errno, std::generic_category()).message()));
     }
     std::string line;
-    while (std::getline(in, line)) {
+    size_t from_file = 0;
+    for (int number = 1; std::getline(in, line); ++number) {
       const size_t hash = line.find('#');
       if (hash != std::string::npos) line.resize(hash);
       line.erase(0, line.find_first_not_of(" \t\r"));
       line.erase(line.find_last_not_of(" \t\r") + 1);
-      if (!line.empty()) lines.push_back(line);
+      if (line.empty()) continue;
+      lines.emplace_back(line, fmt::format("--backends-file '{}' line {}: ", o.backends_file, number));
+      ++from_file;
+    }
+    if (from_file == 0 && o.backends.empty() && o.discover.empty()) {
+      return fail_usage(fmt::format("--backends-file '{}' lists no backend (one URL a line; # starts a comment)",
+                                    o.backends_file));
     }
   }
-  for (const std::string& text : lines) {
+  for (const auto& [text, where] : lines) {
     auto b = router::parse_backend(text);
-    if (!b) return fail_usage(b.error().message());
+    if (!b) return fail_usage(where + b.error().message());
     c.backends.push_back(*b);
   }
   for (const std::string& text : o.discover) {

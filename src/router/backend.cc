@@ -216,50 +216,64 @@ uint64_t BackendPool::begin(int i) {
 
 void BackendPool::end(int i, Outcome outcome) {
   const auto now = Clock::now();
-  MutexLock lock(mu_);
-  State& s = states_[i];
-  --s.in_flight;
-  if (!s.present) return;  // removed meanwhile: its health is nobody's concern now
-  if (outcome == Outcome::kSuccess) {
+  std::string event;
+  {
+    MutexLock lock(mu_);
+    State& s = states_[i];
+    --s.in_flight;
+    if (!s.present) return;  // removed meanwhile: its health is nobody's concern now
+    if (outcome == Outcome::kSuccess) {
+      s.failures_in_a_row = 0;
+      if (now >= s.ejected_until) s.ejections_in_a_row = 0;
+      return;
+    }
+    if (outcome != Outcome::kFailure || ++s.failures_in_a_row < health_.eject_after) return;
+    // At most half the replicas present ejected at once.
+    size_t ejected = 0, present = 0;
+    for (const State& o : states_) {
+      present += o.present;
+      ejected += o.present && now < o.ejected_until;
+    }
+    if (now < s.ejected_until || 2 * (ejected + 1) > present) return;
+    const double seconds =
+        std::min(health_.eject_max_seconds, health_.eject_base_seconds * std::pow(2.0, s.ejections_in_a_row));
+    s.ejected_until = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+    ++s.ejections_in_a_row;
+    ++s.ejections;
+    event = fmt::format("replica {}: ejected for {:g} s after {} failed requests in a row", s.config->name, seconds,
+                        s.failures_in_a_row);
     s.failures_in_a_row = 0;
-    if (now >= s.ejected_until) s.ejections_in_a_row = 0;
-    return;
   }
-  if (outcome != Outcome::kFailure || ++s.failures_in_a_row < health_.eject_after) return;
-  // At most half the replicas present ejected at once.
-  size_t ejected = 0, present = 0;
-  for (const State& o : states_) {
-    present += o.present;
-    ejected += o.present && now < o.ejected_until;
-  }
-  if (now < s.ejected_until || 2 * (ejected + 1) > present) return;
-  const double seconds =
-      std::min(health_.eject_max_seconds, health_.eject_base_seconds * std::pow(2.0, s.ejections_in_a_row));
-  s.ejected_until = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-  ++s.ejections_in_a_row;
-  ++s.ejections;
-  s.failures_in_a_row = 0;
+  if (on_event_) on_event_(event);
 }
 
 void BackendPool::health_check(int i, bool passed, std::optional<uint64_t> generation) {
-  MutexLock lock(mu_);
-  State& s = states_[i];
-  if (generation && *generation != s.generation) return;
-  if (passed) {
-    s.checks_in_a_row = std::max(0, s.checks_in_a_row) + 1;
-    if (!s.up && s.checks_in_a_row >= health_.rise) {
-      // Seen down and up again: a new process, whatever ejected the old one.
-      s.up = true;
-      s.up_since = Clock::now();
-      s.ejected_until = {};
-      s.ejections_in_a_row = 0;
-      s.failures_in_a_row = 0;
+  std::string event;
+  {
+    MutexLock lock(mu_);
+    State& s = states_[i];
+    if (generation && *generation != s.generation) return;
+    if (passed) {
+      s.checks_in_a_row = std::max(0, s.checks_in_a_row) + 1;
+      if (!s.up && s.checks_in_a_row >= health_.rise) {
+        // Seen down and up again: a new process, whatever ejected the old one.
+        s.up = true;
+        s.up_since = Clock::now();
+        s.ejected_until = {};
+        s.ejections_in_a_row = 0;
+        s.failures_in_a_row = 0;
+        event = fmt::format("replica {}: up ({} health checks passed in a row)", s.config->name, s.checks_in_a_row);
+      }
+    } else {
+      ++s.health_failures;
+      s.checks_in_a_row = std::min(0, s.checks_in_a_row) - 1;
+      if (s.up && -s.checks_in_a_row >= health_.fall) {
+        s.up = false;
+        event = fmt::format("replica {}: down ({} health checks failed in a row)", s.config->name, -s.checks_in_a_row);
+      }
     }
-  } else {
-    ++s.health_failures;
-    s.checks_in_a_row = std::min(0, s.checks_in_a_row) - 1;
-    if (s.up && -s.checks_in_a_row >= health_.fall) s.up = false;
   }
+  if (on_event_ && !event.empty()) on_event_(event);
 }
 
 void BackendPool::set_reported_load(int i, int64_t waiting, double kv_usage, std::optional<uint64_t> generation) {

@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -105,6 +106,11 @@ class BackendPool {
  public:
   BackendPool(std::vector<BackendConfig> backends, HealthConfig health);
 
+  // Called with a line for each change of a replica's health an operator wants in the log (down,
+  // up again, ejected), outside the pool's lock. Set before the pool is used from more threads.
+  using EventFn = std::function<void(const std::string&)>;
+  void set_on_event(EventFn fn) { on_event_ = std::move(fn); }
+
   // Slots, present or free: indices run 0..size()-1.
   size_t size() const;
   // The configuration of slot i (a free slot: its last replica's).
@@ -181,6 +187,7 @@ class BackendPool {
   int find_locked(std::string_view name) const SLUICE_REQUIRES(mu_);
 
   const HealthConfig health_;
+  EventFn on_event_;
   mutable Mutex mu_;
   std::vector<State> states_ SLUICE_GUARDED_BY(mu_);
 };

@@ -77,6 +77,8 @@ TEST(Backend, ParsesUrlAndKeyAndRefusesTheRest) {
 
 TEST(Backend, HealthChecksMarkDownAndUpAndFailuresEjectAtMostHalf) {
   BackendPool pool(backends(4), HealthConfig{.fall = 2, .rise = 2, .eject_after = 3, .eject_base_seconds = 60});
+  std::vector<std::string> events;  // what the router logs
+  pool.set_on_event([&](const std::string& e) { events.push_back(e); });
   pool.health_check(0, false);
   EXPECT_TRUE(pool.snapshot()[0].available);
   pool.health_check(0, false);
@@ -109,6 +111,15 @@ TEST(Backend, HealthChecksMarkDownAndUpAndFailuresEjectAtMostHalf) {
   EXPECT_LT(pool.snapshot()[0].ramp, 0.2);
   EXPECT_EQ(pool.snapshot()[2].ramp, 1.0);
   EXPECT_FALSE(pool.snapshot()[1].available);  // still ejected: its checks never failed
+  const std::string name0 = pool.config(0)->name, name1 = pool.config(1)->name;
+  EXPECT_EQ(events, (std::vector<std::string>{
+                        "replica " + name0 + ": down (2 health checks failed in a row)",
+                        "replica " + name0 + ": up (2 health checks passed in a row)",
+                        "replica " + name0 + ": ejected for 60 s after 3 failed requests in a row",
+                        "replica " + name1 + ": ejected for 60 s after 3 failed requests in a row",
+                        "replica " + name0 + ": down (2 health checks failed in a row)",
+                        "replica " + name0 + ": up (2 health checks passed in a row)",
+                    }));
 }
 
 TEST(Policies, EveryPolicyChoosesOnlyAvailableAndNotExcludedReplicas) {

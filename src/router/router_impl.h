@@ -24,6 +24,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <fmt/format.h>
 
 #include "common/http_client.h"
 #include "common/json.h"
@@ -144,7 +145,10 @@ inline Outcome outcome_of(int status) {
 
 struct Router::Impl {
   explicit Impl(RouterConfig c)
-      : config(std::move(c)), pool(config.backends, config.health), idle(config.backends.size()) {}
+      : config(std::move(c)), pool(config.backends, config.health), idle(config.backends.size()) {
+    // A replica going down, coming back or ejected is in the log, as the rollout's decisions are.
+    pool.set_on_event([](const std::string& event) { fmt::print(stderr, "sluice route: {}\n", event); });
+  }
 
   // Membership changes, one at a time (the admin API, DNS discovery): the pool, idle
   // connections, the policy's ring and the slot's health checks move together.
