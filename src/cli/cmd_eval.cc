@@ -78,8 +78,10 @@ std::string default_db() {
 // Ctrl-C during `eval run`: the run stops after the requests in flight and is stored as
 // interrupted; a second one ends the process at once (the default action is back).
 std::atomic<bool> g_stop{false};
+std::atomic<int> g_stop_signal{SIGINT};  // which one: the exit status is 128 + it, as a shell's
 
 extern "C" void on_stop_signal(int sig) {
+  g_stop_signal.store(sig);
   g_stop.store(true);
   static constexpr char kSaid[] = "\nsluice eval: stopping after the requests in flight (again to quit now)\n";
   [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, kSaid, sizeof kSaid - 1);
@@ -306,7 +308,7 @@ int run_eval_run(EvalOptions& o) {
     std::cerr << fmt::format("sluice eval: interrupted: run {} is stored as interrupted, ungraded; {} of {} answers "
                              "are in the cache, and a re-run resumes from them\n",
                              outcome->run_id, outcome->num_sent, plan->tasks.size());
-    return 128 + SIGINT;
+    return 128 + g_stop_signal.load();
   }
   auto run = (*store)->run(outcome->run_id);
   auto rows = (*store)->results(outcome->run_id);
@@ -454,9 +456,16 @@ CommandFn add_eval_command(CLI::App& app) {
   cmd->require_subcommand(1);
   cmd->footer(
       "Exit codes: 0 ok, 1 regressed, 2 bad usage or suite, 3 infrastructure (endpoint unreachable, answers "
-      "missing, nothing compared), 4 inconclusive (--fail-on inconclusive), 130 interrupted (Ctrl-C during run). "
+      "missing, nothing compared), 4 inconclusive (--fail-on inconclusive), 130 interrupted (Ctrl-C during run; 143 for SIGTERM). "
       "The store is SQLite: --db (before or after the command), or $SLUICE_EVAL_DB, or ./sluice-eval.db.");
-  cmd->add_option("--db", o->db, "The run store and request cache (SQLite)")->capture_default_str();
+  cmd->add_option("--db", o->db, "The run store and request cache (SQLite)")->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            std::error_code ec;
+            return std::filesystem::is_directory(s, ec) ? fmt::format("'{}' is a folder: give the SQLite file", s)
+                                                        : std::string();
+          },
+          "FILE"));
 
   CLI::App* run = cmd->add_subcommand("run", "Run a suite (sluice's or a promptfooconfig.yaml) and store the run");
   run->add_option("suite", o->suite, "Suite file (YAML or JSON)")->required()->check(CLI::ExistingFile);

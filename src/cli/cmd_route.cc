@@ -81,6 +81,11 @@ int run_route(RouteOptions& o) {
   if (c.shadow.fraction > 0 && c.shadow.version.empty()) {
     return fail_usage("--shadow-fraction needs --shadow VERSION: the version the copies go to");
   }
+  if (!c.shadow.version.empty() && c.shadow.fraction == 0 && c.shadow.noise_fraction == 0) {
+    return fail_usage(fmt::format("--shadow {} copies nothing without --shadow-fraction (the share of requests "
+                                  "copied, e.g. 0.1)",
+                                  c.shadow.version));
+  }
   if (o.controller && c.rollout_db.empty()) c.rollout_db = "sluice-rollouts.db";
   if (!c.rollout_db.empty()) {
     std::string eval_db = o.eval_db;
@@ -101,7 +106,8 @@ int run_route(RouteOptions& o) {
   auto r = router::Router::create(c);
   if (!r) return r.error().code() == StatusCode::kInvalid ? fail_usage(r.error().message()) : fail(r.error().message());
   if (!c.rollout_db.empty() && c.admin_key.empty()) {
-    std::cerr << "sluice route: warning: --rollout-db without --admin-key: a rollout in the store resumes and runs, "
+    std::cerr << "sluice route: warning: " << (o.controller ? "--rollout-controller" : "--rollout-db")
+              << " without --admin-key: a rollout in the store resumes and runs, "
                  "but none can be started, paused or aborted (the admin API is off)\n";
   }
   (*r)->start();

@@ -413,9 +413,9 @@ class EvalTest(unittest.TestCase):
             while time.time() < deadline and len(judged) < 2:
                 time.sleep(0.01)
             self.assertEqual(len(received), 10)  # every answer came before grading began
-            run.send_signal(signal.SIGINT)
+            run.send_signal(signal.SIGTERM)  # as Ctrl-C, with the status of SIGTERM, 128 + 15
             out, err = run.communicate(timeout=60)
-            self.assertEqual(run.returncode, 130, out + err)
+            self.assertEqual(run.returncode, 143, out + err)
             self.assertIn("is stored as interrupted", err)
             with lock:
                 self.assertLess(len(judged), 10)
