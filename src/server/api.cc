@@ -104,7 +104,9 @@ namespace {
 // One render per such name, each cheap next to the prompt's prefill, and at most
 // kMaxUnnamed of each kind: a request naming thousands would cost thousands of renders.
 template <typename Render, typename Names>
-ApiResult<bool> check_rendered(const Json& messages, const std::string& prompt, Render&& render, Names&& names) {
+// `original`: the messages as the request sent them (roles before "developer" became "system").
+ApiResult<bool> check_rendered(const Json& messages, const Json& original, const std::string& prompt, Render&& render,
+                               Names&& names) {
   constexpr size_t kMaxUnnamed = 8;
   // Fields every template may go without: the message's own shape and ids.
   static constexpr std::string_view kCore[] = {"role", "content", "tool_calls", "tool_call_id"};
@@ -160,10 +162,12 @@ ApiResult<bool> check_rendered(const Json& messages, const std::string& prompt, 
     auto other = render(without);
     if (other && *other == prompt) {
       const size_t i = first_index([&](const Json& m) { return m.value("role", std::string()) == role; });
+      const std::string sent = original[i].value("role", std::string());
       return std::unexpected(ApiError::invalid(
-          fmt::format("'messages[{}]': this model's chat template does not render messages with role '{}', so the "
+          fmt::format("'messages[{}]': this model's chat template does not render messages with role '{}'{}, so the "
                       "model would never see them",
-                      i, role.substr(0, 100)),
+                      i, role.substr(0, 100),
+                      sent == role ? std::string() : fmt::format(" (the '{}' message is sent as one)", sent.substr(0, 100))),
           fmt::format("messages[{}]", i)));
     }
   }
@@ -214,7 +218,7 @@ ApiResult<std::string> OpenAiApi::render_chat(const Json& request_messages, cons
   auto prompt = render(messages);
   if (prompt) {
     SLUICE_API_TRY([[maybe_unused]] bool ok,
-                   check_rendered(messages, *prompt, render, [&](const std::string& n) { return chat_template_.names(n); }));
+                   check_rendered(messages, request_messages, *prompt, render, [&](const std::string& n) { return chat_template_.names(n); }));
   }
   if (!prompt) {
     // raise_exception() in a template means the messages are wrong; anything else is the

@@ -189,6 +189,13 @@ TEST_F(ServerTest, MessagesTheTemplateWouldDropAreRefused) {
   EXPECT_EQ(outcome(*known_roles, R"([{"role": "user", "content": "x"}, {"role": "user", "content": "y", "foo": 1}])"),
             "'messages[1].foo': this model's chat template does not render a message's 'foo', so the model would never "
             "see it");
+  // One with no place for system messages: a developer message, sent as one, is named as sent.
+  const auto user_only = api_with(
+      "{% for m in messages %}{% if m.role == 'user' %}<u>{{ m.content }}{% elif m.role == 'assistant' %}<a>"
+      "{{ m.content }}{% endif %}{% endfor %}");
+  EXPECT_EQ(outcome(*user_only, R"([{"role": "developer", "content": "be brief"}, {"role": "user", "content": "x"}])"),
+            "'messages[0]': this model's chat template does not render messages with role 'system' (the 'developer' "
+            "message is sent as one), so the model would never see them");
   // An empty system message says nothing, dropped or not; ids are never required to show.
   EXPECT_TRUE(outcome(*known_roles, R"([{"role": "tool", "content": ""}, {"role": "user", "content": "x"}])").starts_with("["));
   // A template that renders names and any role takes them.

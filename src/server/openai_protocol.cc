@@ -348,11 +348,12 @@ ApiResult<CompletionRequest> parse_completion_request(const Json& body) {
       SLUICE_API_TRY(auto ids, token_array(*prompt, "prompt"));
       r.prompts.push_back({.is_tokens = true, .tokens = std::move(ids)});
     } else {
-      for (const Json& p : *prompt) {
+      for (size_t i = 0; i < prompt->size(); ++i) {
+        const Json& p = (*prompt)[i];
         if (p.is_string()) {
           r.prompts.push_back({.text = p.get<std::string>()});
         } else if (p.is_array() && !p.empty()) {
-          SLUICE_API_TRY(auto ids, token_array(p, "prompt"));
+          SLUICE_API_TRY(auto ids, token_array(p, fmt::format("prompt[{}]", i).c_str()));
           r.prompts.push_back({.is_tokens = true, .tokens = std::move(ids)});
         } else {
           return std::unexpected(ApiError::invalid(
@@ -369,7 +370,7 @@ ApiResult<CompletionRequest> parse_completion_request(const Json& body) {
     return std::unexpected(ApiError::invalid(
         fmt::format("{} prompts x n = {} asks for {} choices; at most {} per request", r.prompts.size(), r.params.n,
                     r.prompts.size() * r.params.n, kMaxChoices),
-        "n"));
+        r.params.n > 1 ? "n" : "prompt"));
   }
   return r;
 }

@@ -168,6 +168,7 @@ TEST(ProtocolTest, BadRequestsNameTheField) {
       {R"({"prompt": []})", false, "'prompt' must not be empty", "prompt"},
       {R"({"prompt": [1, "a"]})", false, "'prompt' token at index 1 must be a non-negative integer token id, got string", "prompt"},
       {R"({"prompt": [[]]})", false, "found an element of type empty array", "prompt"},
+      {R"({"prompt": [[1, 2], [3, [4]]]})", false, "'prompt[1]' token at index 1 must be a non-negative integer", "prompt[1]"},
       {R"({"prompt": [-3]})", false, "got -3", "prompt"},
       {R"({"prompt": "x", "n": 2.5})", false, "'n' must be an integer, got number", "n"},
       {R"({"prompt": "x", "max_tokens": 1e30})", false, "'max_tokens' must be in [1, 2147483647], got 1e+30", "max_tokens"},
