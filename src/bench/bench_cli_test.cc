@@ -95,6 +95,18 @@ TEST_F(BenchCli, EveryRequestFailingExitsNonZeroWithTheFirstError) {
   EXPECT_NE(out_.find("http_500"), std::string::npos) << out_;  // the table is printed all the same
 }
 
+// A server that refuses the random prompts' token ids (a small vocabulary): the error says which
+// flag moves them.
+TEST_F(BenchCli, PromptIdsPastTheVocabularyNameTheFlag) {
+  FakeOpenAi server(FakeBehaviour{.fail_all_with = 400,
+                                  .fail_message = "'prompt' token 3000 (at index 0) is outside the vocabulary (0..511)"});
+  EXPECT_EQ(bench(fmt::format("--url {} -n 2 -m m", server.url())), 1);
+  EXPECT_NE(err_.find("(the random prompts take token ids from --token-range 100:4000: give a range inside the "
+                      "model's vocabulary)"),
+            std::string::npos)
+      << err_;
+}
+
 // Ctrl-C stops the run with a report of what ended and its files written, exit 130; the
 // requests in flight are cancelled.
 TEST_F(BenchCli, AnInterruptedRunStillReports) {

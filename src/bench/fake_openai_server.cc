@@ -45,7 +45,10 @@ net::awaitable<void> FakeOpenAi::handle(const ReceivedRequest& r, TestExchange& 
 
 net::awaitable<void> FakeOpenAi::respond(const nlohmann::json& body, bool chat, int arrival, TestExchange& ex) {
   if (behaviour_.fail_all_with > 0) {
-    co_await ex.respond(behaviour_.fail_all_with, R"({"error":{"message":"engine is broken"}})");
+    nlohmann::json error;  // built apart: GCC 12 cannot keep an initializer list across co_await
+    error["error"]["message"] = behaviour_.fail_message;
+    const std::string text = error.dump();
+    co_await ex.respond(behaviour_.fail_all_with, text);
     co_return;
   }
   if (behaviour_.reject_every > 0 && arrival % behaviour_.reject_every == 0) {

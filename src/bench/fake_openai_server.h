@@ -25,6 +25,7 @@ struct FakeBehaviour {
   int reject_every = 0;       // the k-th, 2k-th, ... request (from 1) gets 429
   int drop_every = 0;         // the k-th, ... request (not rejected) is cut off after two tokens
   int fail_all_with = 0;      // every request gets this status
+  const char* fail_message = "engine is broken";  // with this error message
   bool hang = false;          // stream the head, then nothing
   bool report_cached = true;  // usage has prompt_tokens_details.cached_tokens
   bool no_stream = false;     // answer with one JSON body, as if "stream" were false

@@ -239,7 +239,8 @@ TEST(Cli, PairRanksDraftsAndWritesItsReports) {
   EXPECT_EQ(self_report["target_step_seconds"][1].size(), 3u);  // k + 1 = 1..3 tokens
   EXPECT_GT(self_report["target_step_seconds"][1][2].get<double>(), 0);
   Output empty = run("pair --target " + q + "F32.gguf --ngram -p x -p ''", true);
-  EXPECT_NE(empty.out.find("prompt 1 is empty"), std::string::npos) << empty.out;
+  EXPECT_EQ(empty.exit_code, 2) << empty.out;  // a flag's value: checked before the model loads
+  EXPECT_NE(empty.out.find("a prompt must not be empty"), std::string::npos) << empty.out;
 }
 
 // pair --suite: an eval suite's prompts (a completion template and a chat prompt, over each

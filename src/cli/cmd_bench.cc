@@ -139,7 +139,15 @@ int run(BenchOptions& o, bool count_given, bool duration_given) {
   }
   if (report->summary.num_ok == 0) {
     for (const bench::RequestRecord& r : report->records) {
-      if (!r.ok) return fail("every request failed; the first: " + r.error);
+      if (!r.ok) {
+        // Random prompts of ids past a small vocabulary are refused, each one: say which flag moves them.
+        const bool ids = r.error.find("token") != std::string::npos && r.error.find("vocabulary") != std::string::npos;
+        return fail("every request failed; the first: " + r.error +
+                    (ids ? fmt::format(" (the random prompts take token ids from --token-range {}: give a range "
+                                       "inside the model's vocabulary)",
+                                       o.token_range)
+                         : std::string()));
+      }
     }
     return fail("no request was sent");
   }
