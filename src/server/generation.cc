@@ -209,6 +209,8 @@ void Generation::emit_text(Choice& c, const StreamOutput& out, std::string& even
 
 void Generation::emit_finish(Choice& c, std::string& events) {
   if (c.reason == FinishReason::kError || c.reason == FinishReason::kCancelled) {
+    if (error_event_sent_) return;
+    error_event_sent_ = true;
     const ApiError e = c.reason == FinishReason::kError
                            ? ApiError::internal(c.error)
                            : ApiError::unavailable("the server shut down before the request finished");

@@ -97,6 +97,9 @@ class Generation {
   std::vector<int32_t> prediction_;      // the prediction's tokens (predicted outputs)
   std::vector<std::unique_ptr<Choice>> choices_;
   bool done_ = false;
+  // A stream carries one error event: the first choice's error ends it for the client (OpenAI's
+  // error events name no choice), and n choices cut short by a shutdown are not n alike events.
+  bool error_event_sent_ = false;
 };
 
 }  // namespace sluice::server

@@ -425,6 +425,33 @@ TEST_F(ServerTest, DrainAnswers503ThenASecondSignalCancels) {
   // The engine has shut down: the fixture's TearDown still finds every block free.
 }
 
+// A stream of n choices cut short by the shutdown carries one error event, not n alike ones
+// (n = 2: the fixture queues 2 at most).
+TEST_F(ServerTest, AStreamCutShortByShutdownCarriesOneErrorEvent) {
+  ServerConfig sc;
+  sc.drain_seconds = 60;
+  auto srv = make_server(sc);
+  Connection running(srv->port());
+  running.send(post("/v1/completions",
+                    R"({"prompt": "x", "max_tokens": 1900, "ignore_eos": true, "n": 2, "stream": true})"));
+  for (int i = 0; i < 2000 && engine_->metrics().num_running < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(engine_->metrics().num_running, 2) << running.read_all().substr(0, 400);
+  srv->request_shutdown();
+  std::thread drain([&] { srv->run_until_shutdown(); });
+  for (int i = 0; i < 200 && !get("/health", srv->port()).starts_with("HTTP/1.1 503"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  srv->request_immediate_shutdown();
+  drain.join();
+  const std::string r = running.read_all();
+  EXPECT_TRUE(r.starts_with("HTTP/1.1 200")) << r.substr(0, 400);
+  int errors = 0;
+  for (size_t at = r.find("data: {\"error\""); at != std::string::npos; at = r.find("data: {\"error\"", at + 1)) ++errors;
+  EXPECT_EQ(errors, 1) << r.substr(r.size() > 2000 ? r.size() - 2000 : 0);
+}
+
 TEST_F(ServerTest, HostNamesResolveAndBadHostsAreClearErrors) {
   ServerConfig sc;
   sc.host = "localhost";
