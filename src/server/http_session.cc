@@ -206,7 +206,13 @@ void Session::on_read_error(beast::error_code ec) {
     begin_request();
     keep_alive_ = false;
     route_ = "other";
-    return respond_error(ApiError::invalid("malformed HTTP request: " + ec.message()));
+    // Beast's "bad version" also stands for a request line not ended by CRLF (bare LF, as a
+    // hand-typed request sends) and for HTTP/2's preface: say what is served.
+    const std::string why = ec == http::error::bad_version
+                                ? "the request line must end with HTTP/1.1 (or HTTP/1.0) and CRLF; HTTP/2 and bare LF "
+                                  "line ends are not served"
+                                : ec.message();
+    return respond_error(ApiError::invalid("malformed HTTP request: " + why));
   }
   // A request cut off half-sent: Beast has closed the socket at the deadline, so no 408
   // can be written; it is counted.

@@ -378,6 +378,12 @@ TEST_F(ServerTest, HeadsFollowHttp11FramingRules) {
   }
   EXPECT_TRUE(exchange("POST /v1/completions HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
                   .starts_with("HTTP/1.1 400"));
+  // A request line ended by a bare LF, or HTTP/2's preface: 400 saying what is served.
+  for (const char* head : {"GET /health HTTP/1.1\nHost: x\n\n", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"}) {
+    const std::string refused = exchange(head);
+    EXPECT_TRUE(refused.starts_with("HTTP/1.1 400")) << refused;
+    EXPECT_NE(refused.find("must end with HTTP/1.1 (or HTTP/1.0) and CRLF"), std::string::npos) << refused;
+  }
   // The absolute form of a target (RFC 9112 section 3.2.2) reaches its route.
   EXPECT_TRUE(exchange("GET http://localhost:8000/health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
                   .starts_with("HTTP/1.1 200"));
