@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,11 @@ CommandFn add_bench_command(CLI::App& app);
 CommandFn add_pair_command(CLI::App& app);
 CommandFn add_route_command(CLI::App& app);
 CommandFn add_eval_command(CLI::App& app);
+// `route rollout ...` and `route shadow ...` under route's command (cmd_route_admin.cc): the
+// returned function runs the one given, if any (its exit code); `router_admin_key`: route's own
+// --admin-key, which serves them when they name none.
+std::function<std::optional<int>()> add_route_admin_commands(CLI::App& route_cmd,
+                                                             std::function<std::string()> router_admin_key);
 
 // Exit codes shared by all commands.
 inline constexpr int kExitOk = 0;
