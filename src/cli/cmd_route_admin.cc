@@ -269,6 +269,14 @@ int run_shadow(const ShadowCliOptions& o) {
   return finish_stdout();
 }
 
+// What `route rollout` and `route shadow` share: a leaf is required, and the router to call.
+void add_client_options(CLI::App& cmd, std::string& url, std::string& admin_key, bool& json) {
+  cmd.require_subcommand(1);
+  cmd.add_option("--url", url, "The router's base URL")->capture_default_str();
+  cmd.add_option("--admin-key", admin_key, "The router's admin key (also $SLUICE_ADMIN_KEY)");
+  cmd.add_flag("--json", json, "Print the router's JSON answer");
+}
+
 }  // namespace
 
 std::function<std::optional<int>()> add_route_admin_commands(CLI::App& route_cmd,
@@ -278,10 +286,7 @@ std::function<std::optional<int>()> add_route_admin_commands(CLI::App& route_cmd
   CLI::App* rollout = cmd->add_subcommand(
       "rollout", "Canary rollouts on a running router (its admin API, /admin/rollouts; the router needs "
                  "--admin-key and --rollout-db)");
-  rollout->require_subcommand(1);
-  rollout->add_option("--url", ro->url, "The router's base URL")->capture_default_str();
-  rollout->add_option("--admin-key", ro->admin_key, "The router's admin key (also $SLUICE_ADMIN_KEY)");
-  rollout->add_flag("--json", ro->json, "Print the router's JSON answer");
+  add_client_options(*rollout, ro->url, ro->admin_key, ro->json);
   CLI::App* start = rollout->add_subcommand(
       "start", "Start a rollout from a spec file (YAML or JSON, '-' for stdin): name, stable, candidate, steps "
                "(setWeight, pause, analysis), analysis thresholds; see the README");
@@ -297,10 +302,7 @@ std::function<std::optional<int>()> add_route_admin_commands(CLI::App& route_cmd
   auto so = std::make_shared<ShadowCliOptions>();
   CLI::App* shadow_cmd = cmd->add_subcommand(
       "shadow", "Shadow traffic on a running router (its admin API, /admin/shadow; the router needs --admin-key)");
-  shadow_cmd->require_subcommand(1);
-  shadow_cmd->add_option("--url", so->url, "The router's base URL")->capture_default_str();
-  shadow_cmd->add_option("--admin-key", so->admin_key, "The router's admin key (also $SLUICE_ADMIN_KEY)");
-  shadow_cmd->add_flag("--json", so->json, "Print the router's JSON answer");
+  add_client_options(*shadow_cmd, so->url, so->admin_key, so->json);
   CLI::App* report = shadow_cmd->add_subcommand(
       "report", "Compared pairs: exact-match and disagreement rates per arm (candidate, noise floor), edit distance, "
                 "first differing token, length ratio, finish reasons, JSON validity, logprob gap, the worst pairs");
