@@ -53,6 +53,14 @@ TEST(Cli, ModelQuantizeThenInfoAndGenerate) {
   Output gen = run("generate -m " + path + " -p abc -n 4 --ignore-eos --json");
   ASSERT_EQ(gen.exit_code, 0);
   EXPECT_EQ(nlohmann::json::parse(gen.out)["tokens"].size(), 4u);
+  // On a terminal (script(1) gives it one) the progress counts weights, and says so: the F32
+  // model's 5.25 million, not MiB.
+  if (std::system("command -v script >/dev/null 2>&1") == 0) {
+    const std::string bin = sluice::testing::binary_dir() + "/src/cli/sluice";
+    const std::string tty = shell("script -qec '" + bin + " model quantize " + in + " " + path + ".tty --type q8_0 -t 2' /dev/null");
+    EXPECT_NE(tty.find("100% (5 / 5 M weights)"), std::string::npos) << tty;
+    std::filesystem::remove(path + ".tty");
+  }
   Output again = run("model quantize " + path + " " + path + ".2 --type q4_0", true);
   EXPECT_EQ(again.exit_code, 1);
   EXPECT_NE(again.out.find("is Q4_K: quantize from a file of F32, F16 or BF16 weights"), std::string::npos) << again.out;

@@ -183,7 +183,7 @@ int run_quantize(const QuantizeOptions& o) {
   if (!in) return fail(in.error().message());
   ThreadPool pool(o.threads);
   const bool tty = !o.no_progress && isatty(STDERR_FILENO);
-  auto progress = tty ? terminal_progress("quantizing " + o.input) : std::function<void(uint64_t, uint64_t)>();
+  auto progress = tty ? terminal_progress("quantizing " + o.input, /*weights=*/true) : std::function<void(uint64_t, uint64_t)>();
   auto report = quantize_model(**in, **mix, o.output, pool, progress, load_back("quantized"));
   if (!report) return fail(report.error().message());
   for (const std::string& f : report->fallbacks) std::fprintf(stderr, "fallback: %s\n", f.c_str());

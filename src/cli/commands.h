@@ -84,6 +84,7 @@ struct FilePrompt {
 Result<std::vector<FilePrompt>> read_prompts(const std::string& path);
 
 // A progress callback that redraws one line on stderr when it is a terminal, else does nothing.
-std::function<void(uint64_t, uint64_t)> terminal_progress(const std::string& what);
+// It counts bytes (shown in MiB), or with `weights` the weights done (shown in millions).
+std::function<void(uint64_t, uint64_t)> terminal_progress(const std::string& what, bool weights = false);
 
 }  // namespace sluice::cli

@@ -135,12 +135,13 @@ int finish_stdout() {
   return kExitOk;
 }
 
-std::function<void(uint64_t, uint64_t)> terminal_progress(const std::string& what) {
+std::function<void(uint64_t, uint64_t)> terminal_progress(const std::string& what, bool weights) {
   if (!isatty(STDERR_FILENO)) return {};
-  return [what](uint64_t done, uint64_t total) {
-    const double mib = 1024.0 * 1024.0;
-    std::fprintf(stderr, "\r%s: %3d%% (%.0f / %.0f MiB)", what.c_str(),
-                 total ? static_cast<int>(100 * done / total) : 100, done / mib, total / mib);
+  return [what, weights](uint64_t done, uint64_t total) {
+    const double unit = weights ? 1e6 : 1024.0 * 1024.0;
+    std::fprintf(stderr, "\r%s: %3d%% (%.0f / %.0f %s)", what.c_str(),
+                 total ? static_cast<int>(100 * done / total) : 100, done / unit, total / unit,
+                 weights ? "M weights" : "MiB");
     if (done >= total) std::fprintf(stderr, "\n");
     std::fflush(stderr);
   };

@@ -7,12 +7,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
 #include <limits>
 
+#include <fmt/ranges.h>
+
 #include "common/check.h"
+#include "common/utf8.h"
 
 namespace sluice::gguf {
 namespace {
@@ -58,6 +62,22 @@ class Cursor {
     pos_ += len;
     return s;
   }
+
+  // A key or tensor name: text of at most kMaxName bytes (GGUF's keys are at most 65535 bytes,
+  // tensor names 64 in ggml), so that a corrupt length or bytes never reach a message raw.
+  Result<std::string_view> read_name(std::string_view what) {
+    const uint64_t at = pos_;
+    SLUICE_ASSIGN_OR_RETURN(std::string_view s, read_string(what));
+    if (s.size() > kMaxName) {
+      return Error("{} at offset {} is {} bytes long (at most {}): the file is corrupt", what, at, s.size(), kMaxName);
+    }
+    const bool control = std::ranges::any_of(s, [](char ch) { return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f; });
+    if (control || utf8_valid_prefix_length(s) != s.size()) {
+      return Error("{} at offset {} is not text (control characters or invalid UTF-8): the file is corrupt", what, at);
+    }
+    return s;
+  }
+  static constexpr uint64_t kMaxName = 65535;
 
   const uint8_t* here() const { return base_ + pos_; }
   void skip(uint64_t n) { pos_ += n; }
@@ -262,7 +282,7 @@ Status File::parse() {
 
   metadata_.reserve(*num_kv);
   for (uint64_t i = 0; i < *num_kv; ++i) {
-    auto key = c.read_string(fmt::format("key of metadata entry {}", i));
+    auto key = c.read_name(fmt::format("key of metadata entry {}", i));
     if (!key) return key.error();
     if (metadata_index_.contains(*key)) {
       return Status::error(fmt::format("metadata key '{}' appears twice", *key));
@@ -291,7 +311,7 @@ Status File::parse() {
   tensors_.reserve(*num_tensors);
   for (uint64_t i = 0; i < *num_tensors; ++i) {
     TensorInfo t;
-    auto name = c.read_string(fmt::format("name of tensor {}", i));
+    auto name = c.read_name(fmt::format("name of tensor {}", i));
     if (!name) return name.error();
     t.name = *name;
     if (tensor_index_.contains(t.name)) return Status::error(fmt::format("tensor '{}' appears twice", t.name));
@@ -304,8 +324,12 @@ Status File::parse() {
     for (uint32_t d = 0; d < *n_dims; ++d) {
       auto dim = c.read<uint64_t>(fmt::format("dimension {} of tensor '{}'", d, t.name));
       if (!dim) return dim.error();
-      if (*dim == 0 || *dim > (uint64_t{1} << 40) || t.num_elements > (uint64_t{1} << 48) / *dim) {
+      if (*dim == 0 || *dim > (uint64_t{1} << 40)) {
         return Status::error(fmt::format("tensor '{}': dimension {} is {}, out of range", t.name, d, *dim));
+      }
+      if (t.num_elements > (uint64_t{1} << 48) / *dim) {
+        return Status::error(fmt::format("tensor '{}': dimensions {}, {} make more than 2^48 elements", t.name,
+                                         fmt::join(t.dims, ", "), *dim));
       }
       t.dims.push_back(*dim);
       t.num_elements *= *dim;

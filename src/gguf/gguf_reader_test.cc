@@ -222,6 +222,35 @@ TEST(GgufReader, UnknownTensorTypeAndBadBlockMultiple) {
   EXPECT_NE(parse_error(b3).find("not a multiple of the block size 32"), std::string::npos);
 }
 
+// A corrupt name never reaches a message raw; dimensions too many elements together are named
+// together, not by the one that happened to come last.
+TEST(GgufReader, CorruptNamesAndDimensionProductsAreNamed) {
+  Writer w;
+  w.set_u32("ok.key", 1);
+  w.add_tensor("t", TensorType::kF32, {4, 2}, f32_bytes(std::vector<float>(8, 1.0f)));
+  const auto bytes = w.to_bytes();
+  // Layout: 24-byte header, then the key's length (8) and "ok.key" at 32.
+  ASSERT_EQ(bytes[32], 'o');
+  auto control = bytes;
+  control[33] = 0x01;
+  EXPECT_NE(parse_error(control).find("key of metadata entry 0 at offset 24 is not text"), std::string::npos)
+      << parse_error(control);
+  auto invalid = bytes;
+  invalid[33] = static_cast<uint8_t>(0xC3);  // a lead byte with no continuation
+  EXPECT_NE(parse_error(invalid).find("is not text"), std::string::npos) << parse_error(invalid);
+  // The tensor: after the key (6), its type (4) and u32 value (4): name length at 46, "t" at 54,
+  // n_dims at 55, dims at 59 and 67.
+  ASSERT_EQ(bytes[54], 't');
+  auto product = bytes;
+  const uint64_t huge = uint64_t{1} << 40;
+  std::memcpy(product.data() + 59, &huge, 8);
+  const uint64_t d1 = 512;
+  std::memcpy(product.data() + 67, &d1, 8);
+  EXPECT_NE(parse_error(product).find("tensor 't': dimensions 1099511627776, 512 make more than 2^48 elements"),
+            std::string::npos)
+      << parse_error(product);
+}
+
 TEST(GgufReader, OpenReportsMissingFile) {
   auto f = File::open("/nonexistent/model.gguf");
   ASSERT_FALSE(f);
