@@ -159,6 +159,17 @@ TEST(Cli, DraftModelKeepsTheOutput) {
             std::string::npos) << other.out;
   Output none = run("generate -p x -n 2 --spec draft", true);
   EXPECT_NE(none.out.find("--spec draft needs --draft-model FILE"), std::string::npos) << none.out;
+  // The target itself (here a copy) is refused; a draft no smaller than the target is warned of.
+  const std::string copy = ::testing::TempDir() + "/draft_copy.gguf";
+  std::filesystem::copy_file(target, copy, std::filesystem::copy_options::overwrite_existing);
+  Output itself = run(gen + " --draft-model " + copy, true);
+  EXPECT_EQ(itself.exit_code, 2) << itself.out;
+  EXPECT_NE(itself.out.find("is the target model itself"), std::string::npos) << itself.out;
+  std::filesystem::remove(copy);
+  Output bigger = run("generate -m " + draft + " -p 'The little' -n 4 --draft-model " + target, true);
+  EXPECT_EQ(bigger.exit_code, 0) << bigger.out;
+  EXPECT_NE(bigger.out.find("warning: the draft model ("), std::string::npos) << bigger.out;
+  EXPECT_EQ(report.out.find("warning: the draft model ("), std::string::npos) << report.out;
   Output both = run("generate -p x -n 2 --spec ngram --draft-model " + draft, true);
   EXPECT_NE(both.out.find("one proposer at a time"), std::string::npos) << both.out;
   // Settings of a proposer that is off are refused, not ignored; a draft file that cannot be

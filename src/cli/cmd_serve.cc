@@ -118,7 +118,7 @@ int run(ServeOptions& o) {
   auto config = o.engine.to_config(mc, tok);
   if (!config) return fail_config(config.error());
   LoadedModel draft;
-  if (Status s = o.engine.attach_draft(*config, draft); !s) return fail_config(s);
+  if (Status s = o.engine.attach_draft(*config, draft, o.model); !s) return fail_config(s);
   ThreadPool pool(o.threads);
   auto engine = Engine::create(model, tok, pool, *config);
   if (!engine) return fail_config(engine.error());

@@ -3,10 +3,14 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <system_error>
 
 #include <fmt/format.h>
 
+#include "cli/commands.h"
 #include "common/meminfo.h"
 #include "kernels/kernel_path.h"
 
@@ -172,8 +176,25 @@ Result<EngineConfig> EngineOptions::to_config(const ModelConfig& model, const To
   return c;
 }
 
-Status EngineOptions::attach_draft(EngineConfig& config, LoadedModel& draft) const {
+Status EngineOptions::attach_draft(EngineConfig& config, LoadedModel& draft, const std::string& target_path) const {
   if (draft_model.empty()) return Status::ok();
+  if (same_file(draft_model, target_path) || same_bytes(draft_model, target_path)) {
+    return Status::error(fmt::format("--draft-model {} is the target model itself: each draft step would cost a "
+                                     "target step, so speculation could only slow decoding (--spec ngram drafts "
+                                     "without a second model)",
+                                     draft_model),
+                         StatusCode::kInvalid);
+  }
+  std::error_code ec_draft, ec_target;
+  const auto draft_size = std::filesystem::file_size(draft_model, ec_draft);
+  const auto target_size = std::filesystem::file_size(target_path, ec_target);
+  if (!ec_draft && !ec_target && draft_size >= target_size) {
+    std::cerr << fmt::format("warning: the draft model ({:.1f} MiB) is no smaller than the target ({:.1f} MiB): a "
+                             "draft step reads as many weights as a target step, so speculation will likely slow "
+                             "decoding\n",
+                             static_cast<double>(draft_size) / (1024.0 * 1024.0),
+                             static_cast<double>(target_size) / (1024.0 * 1024.0));
+  }
   auto loaded = load_model(draft_model, {});
   // A file that cannot be read is a bad file (exit 1), as the model's own, not a bad command line.
   if (!loaded) return Status::error(fmt::format("--draft-model: {}", loaded.error().message()));

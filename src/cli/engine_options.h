@@ -36,8 +36,10 @@ struct EngineOptions {
   // pinned prefixes as prompts are (with the BOS token the vocabulary asks for).
   Result<EngineConfig> to_config(const ModelConfig& model, const Tokenizer& tokenizer) const;
   // With --draft-model: loads it into `draft` (which must outlive the engine) and points
-  // config.spec at it, its KV cache sized by --draft-kv-cache-memory.
-  Status attach_draft(EngineConfig& config, LoadedModel& draft) const;
+  // config.spec at it, its KV cache sized by --draft-kv-cache-memory. The target's file itself
+  // (or a copy) is refused, and a draft no smaller than `target_path`'s file is warned of: a
+  // draft step as costly as a target step can only slow decoding.
+  Status attach_draft(EngineConfig& config, LoadedModel& draft, const std::string& target_path) const;
 };
 
 // "123", "512MiB", "2G", "1.5GB" (K/M/G/T: powers of 1024 with or without "iB", powers of

@@ -1,17 +1,14 @@
 // sluice: one binary, one subcommand per job (see DESIGN.md).
-#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <string>
 #include <utility>
 #include <vector>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -96,35 +93,6 @@ CLI::Validator output_file() {
         return {};
       },
       "FILE");
-}
-
-bool same_file(const std::string& a, const std::string& b) {
-  if (a.empty() || b.empty()) return false;
-  if (a == b) return true;
-  struct stat sa {}, sb {};
-  if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0) {
-    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;  // hard links too
-  }
-  // One does not exist yet: compare the paths they would have.
-  std::error_code ec1, ec2;
-  const auto ca = std::filesystem::weakly_canonical(std::filesystem::absolute(a), ec1);
-  const auto cb = std::filesystem::weakly_canonical(std::filesystem::absolute(b), ec2);
-  return !ec1 && !ec2 && ca == cb;
-}
-
-bool same_bytes(const std::string& a, const std::string& b) {
-  std::error_code ea, eb;
-  const auto size = std::filesystem::file_size(a, ea);
-  if (ea || size != std::filesystem::file_size(b, eb) || eb) return false;
-  std::ifstream fa(a, std::ios::binary), fb(b, std::ios::binary);
-  if (!fa || !fb) return false;
-  std::vector<char> ba(1 << 20), bb(1 << 20);
-  while (fa && fb) {
-    fa.read(ba.data(), static_cast<std::streamsize>(ba.size()));
-    fb.read(bb.data(), static_cast<std::streamsize>(bb.size()));
-    if (fa.gcount() != fb.gcount() || !std::equal(ba.begin(), ba.begin() + fa.gcount(), bb.begin())) return false;
-  }
-  return fa.eof() && fb.eof();
 }
 
 CLI::Validator positive_number() { return number_check(false); }
