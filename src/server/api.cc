@@ -80,10 +80,14 @@ ApiResult<std::vector<int32_t>> OpenAiApi::encode(const PromptInput& prompt, boo
   const int64_t limit = engine_.max_sequence_tokens();
   const int64_t max_bytes = limit * tokenizer_.max_bytes_per_token();
   if (static_cast<int64_t>(prompt.text.size()) > max_bytes) {
+    // (A prediction is held to the same bound: none of its tokens past the context could be used.)
+    const bool prediction = std::string_view(param) == "prediction";
     return std::unexpected(ApiError::invalid(
-        fmt::format("This model's maximum context length is {} tokens, but the prompt has {} bytes, more than {} "
-                    "tokens can hold (at most {} bytes each)",
-                    limit, prompt.text.size(), limit, tokenizer_.max_bytes_per_token()),
+        fmt::format("This model's maximum context length is {} tokens, but the {} has {} bytes, more than {} "
+                    "tokens can hold (at most {} bytes each){}",
+                    limit, prediction ? "prediction" : "prompt", prompt.text.size(), limit,
+                    tokenizer_.max_bytes_per_token(),
+                    prediction ? "; only the prediction's first tokens can ever be drafted: send fewer" : ""),
         param));
   }
   auto ids = tokenizer_.encode(prompt.text, {.add_bos = add_bos, .parse_special = parse_special, .continues = continues});

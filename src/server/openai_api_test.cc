@@ -47,6 +47,13 @@ TEST_F(ServerTest, PromptThatCannotFitIsRefusedBeforeTokenizing) {
                                   big->port());
   EXPECT_NE(r2.find("but the prompt has"), std::string::npos) << body_of(r2);
   EXPECT_EQ(r2.find("bytes, more than"), std::string::npos) << body_of(r2);
+  // A prediction past that bound is named as the prediction, not as the prompt.
+  const std::string p = exchange(post("/v1/completions", R"({"prompt": "x", "prediction": {"type": "content", "content": ")" +
+                                                             std::string(bytes, 'a') + R"("}})"),
+                                 big->port());
+  EXPECT_TRUE(p.starts_with("HTTP/1.1 400")) << p.substr(0, 300);
+  EXPECT_NE(p.find(fmt::format("the prediction has {} bytes", bytes)), std::string::npos) << body_of(p);
+  EXPECT_NE(p.find(R"("param":"prediction")"), std::string::npos) << body_of(p);
   big->request_shutdown();
   big->run_until_shutdown();
 }
