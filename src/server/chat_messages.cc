@@ -18,6 +18,16 @@ ApiResult<bool> tools_in_prompt(const Json& body) {
   }
   if (*choice == "auto") return true;
   if (*choice == "none") return false;
+  // OpenAI's values: "none", "auto", "required", or {"type": "function", "function": {"name"}};
+  // anything else is not a choice at all.
+  const bool named = choice->is_object() && choice->contains("function");
+  if (*choice != "required" && !named) {
+    return std::unexpected(ApiError::invalid(
+        fmt::format("'tool_choice' must be \"none\", \"auto\", \"required\" or {{\"type\": \"function\", "
+                    "\"function\": {{\"name\": ...}}}}, got {}",
+                    choice->dump().substr(0, 100)),
+        "tool_choice"));
+  }
   return std::unexpected(ApiError::invalid(
       fmt::format("'tool_choice' {} is not supported: sluice cannot force a tool call (use \"auto\" or \"none\")",
                   choice->dump().substr(0, 100)),
