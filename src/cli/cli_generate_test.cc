@@ -234,18 +234,20 @@ TEST(Cli, PairRanksDraftsAndWritesItsReports) {
   Output dup = run("pair --target " + q + "F32.gguf --draft " + q + "Q8_0.gguf --draft /" + q + "Q8_0.gguf -p x", true);
   EXPECT_EQ(dup.exit_code, 2);
   EXPECT_NE(dup.out.find("--draft names /" + q + "Q8_0.gguf twice"), std::string::npos) << dup.out;
-  // The target as its own draft, here a copy under another name: refused, not ranked on noise;
-  // the target's step costs reported.
+  // The target as its own draft, by its path or as a copy under another name: refused, not
+  // ranked on noise; the target's step costs reported.
   const std::string copy = ::testing::TempDir() + "/target_copy.gguf";
   std::filesystem::copy_file(q + "F32.gguf", copy, std::filesystem::copy_options::overwrite_existing);
-  Output self = run("pair --target " + q + "F32.gguf --draft " + copy + " --ngram -p x --max-tokens 4 " +
-                    "--spec-tokens 2 --batch-sizes 1,2 --confirm 0 --json " + json);
+  Output self = run("pair --target " + q + "F32.gguf --draft " + q + "F32.gguf --draft " + copy +
+                    " --ngram -p x --max-tokens 4 --spec-tokens 2 --batch-sizes 1,2 --confirm 0 --json " + json);
   ASSERT_EQ(self.exit_code, 0) << self.out;
   const auto self_report = nlohmann::json::parse(std::ifstream(json), nullptr, false);
-  ASSERT_EQ(self_report["candidates"].size(), 2u);
-  EXPECT_EQ(self_report["candidates"][1]["name"], copy);
-  EXPECT_EQ(self_report["candidates"][1]["kind"], "draft_model");
-  EXPECT_EQ(self_report["candidates"][1]["refused"].get<std::string>().find("the target itself"), 0u);
+  ASSERT_EQ(self_report["candidates"].size(), 3u);
+  for (int i : {1, 2}) {  // after the n-gram candidate, the refused ones in the order given
+    EXPECT_EQ(self_report["candidates"][i]["name"], i == 1 ? q + "F32.gguf" : copy);
+    EXPECT_EQ(self_report["candidates"][i]["kind"], "draft_model");
+    EXPECT_EQ(self_report["candidates"][i]["refused"].get<std::string>().find("the target itself"), 0u);
+  }
   ASSERT_EQ(self_report["target_step_seconds"].size(), 2u);
   EXPECT_EQ(self_report["target_step_seconds"][1].size(), 3u);  // k + 1 = 1..3 tokens
   EXPECT_GT(self_report["target_step_seconds"][1][2].get<double>(), 0);

@@ -141,7 +141,9 @@ int run(BenchOptions& o, bool count_given, bool duration_given) {
     for (const bench::RequestRecord& r : report->records) {
       if (!r.ok) {
         // Random prompts of ids past a small vocabulary are refused, each one: say which flag moves them.
-        const bool ids = r.error.find("token") != std::string::npos && r.error.find("vocabulary") != std::string::npos;
+        const bool ids = o.config.workload.prompt_format == bench::PromptFormat::kTokens &&
+                         r.error.find("'prompt' token") != std::string::npos &&
+                         r.error.find("outside the vocabulary") != std::string::npos;
         return fail("every request failed; the first: " + r.error +
                     (ids ? fmt::format(" (the random prompts take token ids from --token-range {}: give a range "
                                        "inside the model's vocabulary)",

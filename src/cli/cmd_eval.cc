@@ -78,14 +78,18 @@ std::string default_db() {
 // Ctrl-C during `eval run`: the run stops after the requests in flight and is stored as
 // interrupted; a second one ends the process at once (the default action is back).
 std::atomic<bool> g_stop{false};
-std::atomic<int> g_stop_signal{SIGINT};  // which one: the exit status is 128 + it, as a shell's
+std::atomic<int> g_stop_signal{0};  // the first one: the exit status is 128 + it, as a shell's
 
 extern "C" void on_stop_signal(int sig) {
-  g_stop_signal.store(sig);
+  int none = 0;
+  g_stop_signal.compare_exchange_strong(none, sig);
   g_stop.store(true);
   static constexpr char kSaid[] = "\nsluice eval: stopping after the requests in flight (again to quit now)\n";
   [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, kSaid, sizeof kSaid - 1);
-  std::signal(sig, SIG_DFL);
+  // The next of either quits at once (signal() is async-signal-safe).
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  (void)sig;
 }
 
 int infra(const std::string& message) {
@@ -308,7 +312,7 @@ int run_eval_run(EvalOptions& o) {
     std::cerr << fmt::format("sluice eval: interrupted: run {} is stored as interrupted, ungraded; {} of {} answers "
                              "are in the cache, and a re-run resumes from them\n",
                              outcome->run_id, outcome->num_sent, plan->tasks.size());
-    return 128 + g_stop_signal.load();
+    return 128 + (g_stop_signal.load() != 0 ? g_stop_signal.load() : SIGINT);
   }
   auto run = (*store)->run(outcome->run_id);
   auto rows = (*store)->results(outcome->run_id);

@@ -158,9 +158,13 @@ Result<Reply> call(const Provider& provider, const Json& body, const CallOptions
                                 ? j["error"].value("message", e.body)
                                 : e.body.substr(0, 300);
       // A base URL without its /v1 (http://HOST:PORT) reaches no route of an OpenAI server.
-      const bool no_v1 = e.status == 404 && !provider.base_url.ends_with("/v1") && !provider.base_url.ends_with("/v1/");
+      // Only where the URL has no path at all: other APIs' base URLs rightly lack /v1.
+      std::string root = provider.base_url;
+      while (root.ends_with('/')) root.pop_back();
+      const size_t scheme = root.find("://");
+      const bool no_path = scheme != std::string::npos && root.find('/', scheme + 3) == std::string::npos;
       return Error(StatusCode::kInvalid, "{} refused the request (HTTP {}): {}{}", provider.base_url, e.status, message,
-                   no_v1 ? fmt::format(" (an OpenAI base URL ends in /v1: {}/v1?)", provider.base_url) : "");
+                   e.status == 404 && no_path ? fmt::format(" (an OpenAI base URL ends in /v1: {}/v1?)", root) : "");
     }
     last_error = e.message;
     if (attempt >= options.max_retries || (!options.retry_transport && e.kind != http::ErrorKind::kStatus)) {

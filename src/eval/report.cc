@@ -71,10 +71,12 @@ std::string run_text(const RunRow& run, const std::vector<ResultRow>& rows, cons
                        s.value("samples", 0), s.value("passed", 0), s.value("failed", 0), s.value("errors", 0));
     if (s.contains("item_pass_rate")) {
       // With repeats: items (what compare's "pass rate" counts) and samples apart.
-      out += fmt::format("  pass rate {} of items (passFraction of their samples), {} of samples   score {:.3f}\n",
+      out += fmt::format("  pass rate {} of items (passFraction of their samples), {} of samples   score {:.3f}",
                          pct(s["item_pass_rate"]), pct(s["pass_rate"]), s.value("score", 0.0));
     } else if (s.contains("pass_rate")) {
       out += fmt::format("  pass rate {}   score {:.3f}", pct(s["pass_rate"]), s.value("score", 0.0));
+    }
+    if (s.contains("pass_rate")) {
       // With likelihood tasks beside the tests, say what the rate counts (their items are in
       // the metrics below, not in it).
       const int64_t test_samples = s.value("test_samples", int64_t{-1});
@@ -108,7 +110,7 @@ std::string run_text(const RunRow& run, const std::vector<ResultRow>& rows, cons
       }
     }
     if (why.empty() && r.grades.is_object() && r.grades.value("kind", std::string()) == "multiple-choice") {
-      why = fmt::format("the most likely choice is {}, the gold one {}", r.grades.value("pred", -1),
+      why = fmt::format("the most likely choice is #{}, the gold one #{} (counting from 0)", r.grades.value("pred", -1),
                         r.grades.value("gold", -1));
     }
     out += fmt::format("  FAIL [{}] {} #{}: {}\n       output: {}\n", r.provider, one_line(r.test, 60), r.sample,

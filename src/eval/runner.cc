@@ -16,9 +16,6 @@
 namespace sluice::eval {
 namespace {
 
-// The longest the probe before a run waits for an endpoint's one-token answer.
-constexpr std::chrono::milliseconds kProbeTimeout{30'000};
-
 std::string hex64(uint64_t x) { return fmt::format("{:016x}", x); }
 
 Json likelihood_body(const Provider& p, const std::string& prompt) {
@@ -127,12 +124,12 @@ Result<Plan> plan_run(const Suite& suite_in, const RunOptions& options) {
     }
   }
 
-  // Probe each endpoint: is it there, and what is its system_fingerprint? One attempt of at
-  // most kProbeTimeout where the connection fails or hangs: an endpoint that is down or stuck
-  // is said at once, not after every retry of the run's own timeout.
+  // Probe each endpoint: is it there, and what is its system_fingerprint? One attempt where the
+  // connection fails or times out (--timeout: an endpoint that loads its model on the first
+  // request may need it all): one that is down or stuck is said after one attempt, not after
+  // every retry. 429 and 5xx are retried as in the run.
   CallOptions probe = options.call;
   probe.retry_transport = false;
-  probe.timeout = std::min(probe.timeout, kProbeTimeout);
   for (const Provider& p : suite.providers) {
     SLUICE_ASSIGN_OR_RETURN(Json body, build_body(p, "Hello", nullptr, Json{{"max_tokens", 1}, {"temperature", 0}}, std::nullopt));
     body.erase("stop");

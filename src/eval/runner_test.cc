@@ -271,7 +271,7 @@ TEST(EvalReport, LikelihoodItemsAreNamedApartFromTheTestsPassRate) {
   const std::string text = run_text(run, {cloze}, {});
   EXPECT_NE(text.find("pass rate 100.0%   score 1.000   (of the 1 test samples; likelihood items"), std::string::npos)
       << text;
-  EXPECT_NE(text.find("FAIL [p] cloze q1 #0: the most likely choice is 1, the gold one 0"), std::string::npos) << text;
+  EXPECT_NE(text.find("FAIL [p] cloze q1 #0: the most likely choice is #1, the gold one #0 (counting from 0)"), std::string::npos) << text;
 }
 
 // The probe before a run retries a 503 (an overloaded server), though not a failed connection

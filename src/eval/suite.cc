@@ -1,5 +1,6 @@
 #include "eval/suite.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -8,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "common/utf8.h"
 #include "eval/dataset.h"
 #include "eval/json_schema.h"
 #include "eval/promptfoo.h"
@@ -66,6 +68,25 @@ std::optional<std::string> non_finite_at(const Json& j, const std::string& path)
 
 // The most tests one test's list vars may expand into.
 constexpr size_t kMaxCombinations = 10000;
+
+// The values of the list vars (those a list in `listed`) that `vars` is one combination of, as
+// written (a file:// value by its name), on one line and cut at a character boundary.
+std::string combination_name(const Json& listed, const Json& vars) {
+  std::string name;
+  for (auto it = listed.begin(); it != listed.end(); ++it) {
+    if (!it.value().is_array() || !vars.contains(it.key()) || vars[it.key()].is_array()) continue;
+    const Json& v = vars[it.key()];
+    std::string text = v.is_string() ? v.get<std::string>() : v.dump();
+    std::replace_if(text.begin(), text.end(), [](char c) { return c == '\n' || c == '\r' || c == '\t'; }, ' ');
+    if (text.size() > 40) {
+      text.resize(37);
+      text.resize(text.size() - utf8_incomplete_suffix_length(text));
+      text += "...";
+    }
+    name += (name.empty() ? "" : ", ") + it.key() + "=" + text;
+  }
+  return name;
+}
 
 struct Reader {
   std::string dir;
@@ -329,18 +350,10 @@ struct Reader {
       return invalid(fmt::format("{}: its list vars make more than {} combinations", where, kMaxCombinations));
     }
     for (Json& vars : *combinations) {
+      TestCase one = t;
+      if (combinations->size() > 1) one.combination = combination_name(t.vars, vars);  // before files are read
       for (auto it = vars.begin(); it != vars.end(); ++it) {
         RETURN_IF_FAILED(var_file(it.value(), fmt::format("{}: var '{}'", where, it.key())));
-      }
-      TestCase one = t;
-      if (combinations->size() > 1) {
-        for (auto it = t.vars.begin(); it != t.vars.end(); ++it) {
-          if (!it.value().is_array() || !vars.contains(it.key()) || vars[it.key()].is_array()) continue;
-          const Json& v = vars[it.key()];
-          const std::string text = v.is_string() ? v.get<std::string>() : v.dump();
-          if (!one.combination.empty()) one.combination += ", ";
-          one.combination += it.key() + "=" + (text.size() > 40 ? text.substr(0, 37) + "..." : text);
-        }
       }
       one.vars = std::move(vars);
       suite.tests.push_back(std::move(one));

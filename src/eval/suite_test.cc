@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/utf8.h"
 #include "eval/dataset.h"
 #include "eval/promptfoo.h"
 #include "eval/render.h"
@@ -301,6 +302,31 @@ TEST(Suite, AssertionStringsOfAnyLength) {
 // promptfoo's forms: list vars run every combination, file:// vars hold their file, a text file
 // of prompts separated by "---" lines is several prompts, {id: file://, label} names one; what
 // would change the answers unseen (a provider's transform, defaultTest options) is listed.
+// A combination is named by its list vars as written: a file:// value by its file's name (not
+// the text read from it), on one line, cut on a character boundary.
+TEST(Suite, ListVarCombinationsAreNamedAsWritten) {
+  TempDir d;
+  d.write("a.txt", "the same start of a long text\nA");
+  d.write("b.txt", "the same start of a long text\nB");
+  const std::string path = d.write("suite.yaml", R"(
+prompts: ['{{ doc }} {{ word }}']
+tests:
+  - vars: {doc: [file://a.txt, file://b.txt], word: ["ééééééééééééééééééééééééééééé", x]}
+)");
+  auto s = load_suite(path);
+  ASSERT_TRUE(s) << s.error().message();
+  ASSERT_EQ(s->tests.size(), 4u);
+  std::set<std::string> names;
+  for (const TestCase& t : s->tests) {
+    names.insert(t.name());
+    EXPECT_TRUE(utf8_is_valid(t.name())) << t.name();
+    EXPECT_EQ(t.name().find('\n'), std::string::npos) << t.name();
+  }
+  EXPECT_EQ(names.size(), 4u);
+  EXPECT_TRUE(names.contains(s->tests[0].description + " [doc=file://b.txt, word=x]")) << *names.begin();
+  EXPECT_EQ(s->tests[0].vars["doc"].get<std::string>().substr(0, 8), "the same");  // the file was still read
+}
+
 TEST(Suite, PromptfooListVarsVarFilesAndPromptFiles) {
   TempDir d;
   d.write("prompts.txt", "Say {{word}} in {{lang}}.\n---\n  Translate {{word}} to {{lang}}:\n---\n");

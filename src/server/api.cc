@@ -332,9 +332,12 @@ ApiResult<std::unique_ptr<Generation>> OpenAiApi::start_completion(const Json& b
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> echo_texts;  // echo: a text prompt as sent, token ids decoded
   std::vector<bool> echo_from_text;
-  for (const PromptInput& p : req.prompts) {
-    // As Hugging Face tokenizers (and so vLLM) do: special tokens written in the text count.
-    SLUICE_API_TRY(auto ids, encode(p, /*add_bos=*/true, /*parse_special=*/true, "prompt"));
+  for (size_t i = 0; i < req.prompts.size(); ++i) {
+    const PromptInput& p = req.prompts[i];
+    // As Hugging Face tokenizers (and so vLLM) do: special tokens written in the text count. In
+    // a batch, an error names its prompt.
+    const std::string param = req.prompts.size() == 1 ? "prompt" : fmt::format("prompt[{}]", i);
+    SLUICE_API_TRY(auto ids, encode(p, /*add_bos=*/true, /*parse_special=*/true, param.c_str()));
     if (req.params.echo) {
       echo_texts.push_back(p.is_tokens ? tokenizer_.decode(ids) : p.text);
       echo_from_text.push_back(!p.is_tokens);

@@ -20,8 +20,9 @@ ApiResult<bool> tools_in_prompt(const Json& body) {
   if (*choice == "none") return false;
   // OpenAI's values: "none", "auto", "required", or {"type": "function", "function": {"name"}};
   // anything else is not a choice at all.
-  const bool named = choice->is_object() && choice->contains("function");
-  if (*choice != "required" && !named) {
+  // An object with a type (a named function, allowed_tools, custom) is a choice sluice lacks.
+  const bool typed = choice->is_object() && choice->contains("type") && (*choice)["type"].is_string();
+  if (*choice != "required" && !typed) {
     return std::unexpected(ApiError::invalid(
         fmt::format("'tool_choice' must be \"none\", \"auto\", \"required\" or {{\"type\": \"function\", "
                     "\"function\": {{\"name\": ...}}}}, got {}",

@@ -2,6 +2,7 @@
 // (generation.h).
 #include "server/generation.h"
 
+#include <algorithm>
 #include <atomic>
 #include <random>
 
@@ -209,12 +210,13 @@ void Generation::emit_text(Choice& c, const StreamOutput& out, std::string& even
 
 void Generation::emit_finish(Choice& c, std::string& events) {
   if (c.reason == FinishReason::kError || c.reason == FinishReason::kCancelled) {
-    if (error_event_sent_) return;
-    error_event_sent_ = true;
     const ApiError e = c.reason == FinishReason::kError
                            ? ApiError::internal(c.error)
                            : ApiError::unavailable("the server shut down before the request finished");
-    events += "data: " + e.body() + "\n\n";
+    std::string body = e.body();
+    if (std::ranges::find(error_events_sent_, body) != error_events_sent_.end()) return;
+    events += "data: " + body + "\n\n";
+    error_events_sent_.push_back(std::move(body));
     return;
   }
   Json choice = {{"index", c.index}};

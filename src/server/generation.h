@@ -97,9 +97,10 @@ class Generation {
   std::vector<int32_t> prediction_;      // the prediction's tokens (predicted outputs)
   std::vector<std::unique_ptr<Choice>> choices_;
   bool done_ = false;
-  // A stream carries one error event: the first choice's error ends it for the client (OpenAI's
-  // error events name no choice), and n choices cut short by a shutdown are not n alike events.
-  bool error_event_sent_ = false;
+  // The error events a stream has carried: each one once (OpenAI's error events name no choice,
+  // so n choices cut short by a shutdown make one event, not n alike ones; another error, an
+  // engine failure beside them, still has its own).
+  std::vector<std::string> error_events_sent_;
 };
 
 }  // namespace sluice::server

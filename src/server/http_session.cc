@@ -206,11 +206,11 @@ void Session::on_read_error(beast::error_code ec) {
     begin_request();
     keep_alive_ = false;
     route_ = "other";
-    // Beast's "bad version" also stands for a request line not ended by CRLF (bare LF, as a
-    // hand-typed request sends) and for HTTP/2's preface: say what is served.
+    // Beast's "bad version" stands for any request line it cannot split as METHOD TARGET
+    // HTTP/1.x CRLF: a bare LF, a space in the target, HTTP/2's preface. Say what is served.
     const std::string why = ec == http::error::bad_version
-                                ? "the request line must end with HTTP/1.1 (or HTTP/1.0) and CRLF; HTTP/2 and bare LF "
-                                  "line ends are not served"
+                                ? "the request line must be METHOD TARGET HTTP/1.1 (or HTTP/1.0) ending in CRLF "
+                                  "(a space in the target as %20; HTTP/2 and bare LF line ends are not served)"
                                 : ec.message();
     return respond_error(ApiError::invalid("malformed HTTP request: " + why));
   }

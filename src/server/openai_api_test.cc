@@ -139,6 +139,10 @@ TEST_F(ServerTest, PromptTokenOutsideTheVocabularyNamesThePrompt) {
   EXPECT_TRUE(r.starts_with("HTTP/1.1 400")) << r;
   EXPECT_NE(r.find("'prompt' token 999999 (at index 1) is outside the vocabulary"), std::string::npos) << r;
   EXPECT_NE(r.find(R"("param":"prompt")"), std::string::npos) << r;
+  // In a batch, the prompt by its index.
+  const std::string batch = exchange(post("/v1/completions", R"({"prompt": [[1, 2], [3, 999999]], "max_tokens": 1})"));
+  EXPECT_NE(batch.find("'prompt[1]' token 999999 (at index 1) is outside the vocabulary"), std::string::npos) << batch;
+  EXPECT_NE(batch.find(R"("param":"prompt[1]")"), std::string::npos) << batch;
 }
 
 // The fixture's template (ChatML) renders neither tools nor tool calls: a request with them is

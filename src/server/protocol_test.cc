@@ -231,6 +231,7 @@ TEST(ProtocolTest, BadRequestsNameTheField) {
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [], "tool_choice": "required"})", true, "'tool_choice' \"required\" is not supported", "tool_choice"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [], "tool_choice": {"type": "function", "function": {"name": "f"}}})", true, "cannot force a tool call", "tool_choice"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [], "tool_choice": "bogus"})", true, "'tool_choice' must be \"none\", \"auto\", \"required\" or", "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [], "tool_choice": {"type": "allowed_tools", "allowed_tools": {}}})", true, "cannot force a tool call", "tool_choice"},
       {R"({"messages": [{"role": "user", "content": "x"}], "parallel_tool_calls": false})", true, "'parallel_tool_calls' false", "parallel_tool_calls"},
       {R"({"prompt": "x", "skip_special_tokens": false})", false, "'skip_special_tokens' other than true", "skip_special_tokens"},
       {R"({"prompt": "x", "max_tokens": 3, "min_tokens": 4})", false, "'min_tokens' (4) must not exceed 'max_tokens' (3)", "min_tokens"},
