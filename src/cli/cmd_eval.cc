@@ -379,6 +379,11 @@ int run_eval_history(EvalOptions& o) {
   const std::string path = o.suite.empty() ? "" : std::filesystem::absolute(o.suite).string();
   auto runs = (*store)->runs(path, o.limit);
   if (!runs) return infra(runs.error().message());
+  // A suite path with a typo would list nothing, as a suite never run does: say which.
+  std::error_code ec;
+  if (!o.suite.empty() && runs->empty() && !std::filesystem::exists(o.suite, ec)) {
+    return fail_usage(fmt::format("'{}' does not exist, and no run of it is stored in {}", o.suite, o.db));
+  }
   if (o.report.json) {
     eval::Json out = eval::Json::array();
     for (const eval::RunRow& r : *runs) {

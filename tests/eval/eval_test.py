@@ -297,6 +297,10 @@ class EvalTest(unittest.TestCase):
         rc, out = self.eval("history", api)
         self.assertNotIn("running", out)
         self.assertNotIn("done", out)
+        # A suite path that does not exist, with no run stored, is a usage error, not an empty table.
+        rc, out = self.eval("history", api + ".typo")
+        self.assertEqual(rc, 2, out)
+        self.assertIn("does not exist, and no run of it is stored in", out)
         rc, out = self.eval("run", api, "--save-baseline", "api")
         self.assertEqual(rc, 0, out)
         # --db after the command as well as before it.
