@@ -183,13 +183,20 @@ test("a prefix every request shares spreads under the load cap and stays cached"
   const { peak, total: inFlight, cap } = await stop();
   assert.ok(inFlight >= 24, `the burst was in flight together: ${peak}`);
   assert.ok(Math.max(...peak) <= cap, `${peak} in flight, cap ${cap}`);
-  const m = await (await fetch(`${shared.url}/metrics`)).text();
-  const perReplica = {};
-  for (const [, backend, n] of m.matchAll(/^sluice_router_requests_total\{backend="([^"]+)",[^}]*status="200"\} (\d+)$/gm)) {
-    perReplica[backend] = (perReplica[backend] ?? 0) + Number(n);
+  // The router counts a request once its stream has ended on its side, which may be a moment
+  // after the client read the last byte: the counters are read until they hold all 30 (or 5 s).
+  let m, perReplica, counts, total;
+  for (const deadline = Date.now() + 5000; ;) {
+    m = await (await fetch(`${shared.url}/metrics`)).text();
+    perReplica = {};
+    for (const [, backend, n] of m.matchAll(/^sluice_router_requests_total\{backend="([^"]+)",[^}]*status="200"\} (\d+)$/gm)) {
+      perReplica[backend] = (perReplica[backend] ?? 0) + Number(n);
+    }
+    counts = Object.values(perReplica);
+    total = counts.reduce((a, b) => a + b, 0);
+    if (total >= 30 || Date.now() > deadline) break;
+    await new Promise((resolve) => setTimeout(resolve, 50));
   }
-  const counts = Object.values(perReplica);
-  const total = counts.reduce((a, b) => a + b, 0);
   assert.equal(total, 30, m);
   assert.ok(counts.length === urls.length, `spread: ${JSON.stringify(perReplica)}`);
   const sum = (name) => [...m.matchAll(new RegExp(`^${name}\\{[^}]*\\} (\\d+)$`, "gm"))].reduce((a, x) => a + Number(x[1]), 0);
