@@ -191,7 +191,7 @@ TEST(Cli, PairRanksDraftsAndWritesItsReports) {
   const std::string json = ::testing::TempDir() + "/pair.json", svg = ::testing::TempDir() + "/pair.svg";
   Output o = run("pair --target " + q + "F32.gguf --draft " + q + "Q8_0.gguf --draft " + q + "Q2_K.gguf --draft " +
                  kShared + "/models/stories260K.gguf --ngram -p 'The quick brown fox' -p 'Once upon a time' " +
-                 "--max-tokens 16 --spec-tokens 3 --batch-sizes 1,4 --confirm 1 --json " + json + " --svg " + svg);
+                 "--max-tokens 16 --spec-tokens 3 --batch-sizes 1,4 --confirm 4 --json " + json + " --svg " + svg);
   ASSERT_EQ(o.exit_code, 0) << o.out;
   EXPECT_NE(o.out.find("llama-d256-s21-Q8_0.gguf"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("refused: the vocabularies differ in kind"), std::string::npos) << o.out;
@@ -204,6 +204,11 @@ TEST(Cli, PairRanksDraftsAndWritesItsReports) {
     if (c["name"].get<std::string>().ends_with("Q2_K.gguf")) q2 = c["acceptance"];
     if (c.contains("confirmed")) {
       EXPECT_TRUE(c["confirmed"]["outputs_identical"].get<bool>());
+    }
+    // --confirm 4 reaches every candidate, but one predicted to save nothing (k = 0 at batch 1:
+    // Q2_K's and the n-gram's here) has no configuration to confirm.
+    if (c.contains("best_k")) {
+      EXPECT_EQ(c.contains("confirmed"), c["best_k"][0].get<int>() > 0) << c.dump();
     }
   }
   EXPECT_GT(q8, q2);

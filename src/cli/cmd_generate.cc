@@ -375,8 +375,7 @@ CommandFn add_generate_command(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "Random seed (0..2^64-1); the same seed gives the same output")
       ->capture_default_str();
   cmd->add_option("--stop", o->stop, "Stop string (repeatable); it is not printed")
-      ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("must not be empty") : std::string(); },
-                             ""));
+      ->check(non_empty(""));
   cmd->add_option("--stop-token", o->stop_ids, "Stop token id (repeatable), besides the model's end tokens");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-generation tokens");
   auto* json = cmd->add_flag("--json", o->json,

@@ -227,8 +227,7 @@ CommandFn add_pair_command(CLI::App& app) {
   cmd->add_option("--ngram-max", o->ngram_max, "Prompt lookup: longest suffix matched")->capture_default_str()->check(CLI::Range(1, 64));
   cmd->add_option("--prompts", o->prompts_file, "Prompts, one per line (a line starting with '\"' is a JSON string)");
   cmd->add_option("-p,--prompt", o->prompts, "A prompt; repeatable")
-      ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("a prompt must not be empty") : std::string(); },
-                             "TEXT"));
+      ->check(non_empty("TEXT", "a prompt"));
   cmd->add_option("--suite", o->suite_file,
                   "An eval suite (sluice eval's YAML or promptfoo's): every test's prompt, rendered over its vars; "
                   "chat prompts through the target's chat template")

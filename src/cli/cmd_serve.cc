@@ -174,8 +174,7 @@ CommandFn add_serve_command(CLI::App& app) {
   cmd->add_option("--served-model-name", o->served_model_name,
                   "Model name in the API (requests must name it or leave 'model' out); default: the file's stem, "
                   "or 'demo'")
-      ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("must not be empty") : std::string(); },
-                             "NAME"));
+      ->check(non_empty("NAME"));
   cmd->add_option("--api-key", o->http.api_key,
                   "Require 'Authorization: Bearer KEY' on /v1/*, /tokenize and /detokenize (default: env "
                   "SLUICE_API_KEY, else none)")

@@ -52,6 +52,10 @@ CLI::Validator seed_validator();
 CLI::Validator positive_number();
 CLI::Validator non_negative_number();
 
+// A value that must not be empty (a stop string, a prompt, a name): "must not be empty", or
+// "WHAT must not be empty" with `what`; `name` is the value's name in --help.
+CLI::Validator non_empty(const std::string& name, const std::string& what = "");
+
 // A key a server requires (--api-key, --admin-key): an empty one given on the command line
 // (`--api-key "$KEY"` with KEY unset) is an error, not a server without authentication.
 CLI::Validator required_key();

@@ -61,6 +61,11 @@ CLI::Validator number_check(bool allow_zero) {
 
 }  // namespace
 
+CLI::Validator non_empty(const std::string& name, const std::string& what) {
+  const std::string message = what.empty() ? "must not be empty" : what + " must not be empty";
+  return CLI::Validator([message](std::string& v) { return v.empty() ? message : std::string(); }, name);
+}
+
 CLI::Validator required_key() {
   return CLI::Validator(
       [](std::string& s) -> std::string {
