@@ -1,22 +1,27 @@
-// The body of the lean kernels (matmul_lean.cc), included once per instruction set with
-// SLUICE_LEAN_BITS 512 or 256 and SLUICE_LEAN_VNNI 1 or 0: the same code over a row group of 16
-// on one __m512i (AVX-512 VNNI) or on two __m256i, rows 0-7 and 8-15 (AVX-VNNI, the VEX form, for
-// CPUs without AVX-512; and AVX2 without VNNI, where vpmaddubsw and vpmaddwd by ones stand in for
-// vpdpbusd), each under its own target attribute so none leaks into the others or into code
-// that runs everywhere. The lean form's layout is the same for all: a 256-bit step reads half
-// of each 64-byte vector. No include guard, on purpose.
+// The body of the lean kernels (matmul_lean.cc), included once per instruction set and vector
+// form with SLUICE_LEAN_BITS 512 or 256, SLUICE_LEAN_VNNI 1 or 0 and SLUICE_LEAN_PARTS 1 or 0
+// (matmul_lean_vec-inl.h): the same code over a row group of 16 on one __m512i (AVX-512 VNNI),
+// or with 256-bit vectors (AVX-VNNI, the VEX form, for CPUs without AVX-512; AVX2 without VNNI,
+// where vpmaddubsw and vpmaddwd by ones stand in for vpdpbusd) on two __m256i, rows 0-7 and 8-15,
+// or on one, a group in two parts of 8 rows (AVX2 only: matmul_lean_avx2.cc). Each under its own
+// target attribute, so none leaks into the others or into code that runs everywhere. The lean
+// form's layout is the same for all: a 256-bit step reads half of each 64-byte vector. No include
+// guard, on purpose.
 
 #if SLUICE_LEAN_BITS == 512 && SLUICE_LEAN_VNNI
 #define SLUICE_LEAN_NS lean512
 #define SLUICE_LEAN_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
-#elif SLUICE_LEAN_BITS == 256 && SLUICE_LEAN_VNNI
+#elif SLUICE_LEAN_BITS == 256 && SLUICE_LEAN_VNNI && !SLUICE_LEAN_PARTS
 #define SLUICE_LEAN_NS lean256
 #define SLUICE_LEAN_TARGET __attribute__((target("avxvnni,avx2,fma,f16c")))
-#elif SLUICE_LEAN_BITS == 256
+#elif SLUICE_LEAN_BITS == 256 && !SLUICE_LEAN_VNNI && SLUICE_LEAN_PARTS
+#define SLUICE_LEAN_NS lean_avx2_parts
+#define SLUICE_LEAN_TARGET __attribute__((target("avx2,fma,f16c")))
+#elif SLUICE_LEAN_BITS == 256 && !SLUICE_LEAN_VNNI
 #define SLUICE_LEAN_NS lean_avx2
 #define SLUICE_LEAN_TARGET __attribute__((target("avx2,fma,f16c")))
 #else
-#error "SLUICE_LEAN_BITS must be 512 (with SLUICE_LEAN_VNNI 1) or 256"
+#error "the lean forms: 512 bits with VNNI, 256 with VNNI in pairs, 256 without in pairs or parts"
 #endif
 #define SLUICE_LEAN_INLINE SLUICE_LEAN_TARGET __attribute__((always_inline)) inline
 
@@ -26,167 +31,7 @@ namespace {
 
 constexpr int kRows = PackedWeight::kRows;
 
-// VI: 16 int32 lanes or 64 bytes (lane r: row r); VF: 16 floats; VX: a broadcast of one token's
-// four activation bytes (the signed operand of vpdpbusd).
-#if SLUICE_LEAN_BITS == 512
-// Tiles of up to 4 tokens (each with its accumulators in registers: 32 of them here).
-constexpr int kMaxTile = 4;
-using VI = __m512i;
-using VF = __m512;
-using VX = __m512i;
-SLUICE_LEAN_INLINE VI zero_i() { return _mm512_setzero_si512(); }
-SLUICE_LEAN_INLINE VF zero_f() { return _mm512_setzero_ps(); }
-SLUICE_LEAN_INLINE VI load64(const uint8_t* p) { return _mm512_load_si512(p); }
-SLUICE_LEAN_INLINE VI and_i(VI a, VI b) { return _mm512_and_si512(a, b); }
-SLUICE_LEAN_INLINE VI or_i(VI a, VI b) { return _mm512_or_si512(a, b); }
-SLUICE_LEAN_INLINE VI xor_i(VI a, VI b) { return _mm512_xor_si512(a, b); }
-// a | (b & m) in one instruction (0xF8: the truth table of A | (B & C)).
-SLUICE_LEAN_INLINE VI or_and(VI a, VI b, VI m) { return _mm512_ternarylogic_epi32(a, b, m, 0xF8); }
-SLUICE_LEAN_INLINE VI srl16(VI a, int n) { return _mm512_srli_epi16(a, n); }
-SLUICE_LEAN_INLINE VI splat8(int v) { return _mm512_set1_epi8(static_cast<char>(v)); }
-SLUICE_LEAN_INLINE VI lookup(VI table, VI idx) { return _mm512_shuffle_epi8(table, idx); }
-SLUICE_LEAN_INLINE VX xbcast(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
-SLUICE_LEAN_INLINE VI dot(VI acc, VI w, VX x) { return _mm512_dpbusd_epi32(acc, w, x); }
-SLUICE_LEAN_INLINE VI dot_pair(VI acc, VI w0, VX x0, VI w1, VX x1) { return dot(dot(acc, w0, x0), w1, x1); }
-// acc + the products of int16 pairs (vpdpwssd), and two int16 vectors' lanes as one's pairs.
-SLUICE_LEAN_INLINE VI dot16(VI acc, VI a, VX b) { return _mm512_dpwssd_epi32(acc, a, b); }
-SLUICE_LEAN_INLINE VI pair16(VI lo, VI hi) {
-  return _mm512_or_si512(lo, _mm512_maskz_slli_epi32(static_cast<__mmask16>(0xFFFF), hi, 16));
-}
-SLUICE_LEAN_INLINE VI set1_i(int32_t v) { return _mm512_set1_epi32(v); }
-SLUICE_LEAN_INLINE VI add_i(VI a, VI b) { return _mm512_add_epi32(a, b); }
-SLUICE_LEAN_INLINE VI sub_i(VI a, VI b) { return _mm512_sub_epi32(a, b); }
-SLUICE_LEAN_INLINE VI mul_i(VI a, VI b) { return _mm512_mullo_epi32(a, b); }
-// The masked forms: GCC 12's plain ones read an undefined vector, which -Wmaybe-uninitialized flags.
-SLUICE_LEAN_INLINE VF to_f(VI v) { return _mm512_maskz_cvtepi32_ps(static_cast<__mmask16>(0xFFFF), v); }
-SLUICE_LEAN_INLINE VF halves16(const uint16_t* p) {
-  return _mm512_maskz_cvtph_ps(static_cast<__mmask16>(0xFFFF), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
-// 16 bytes widened to int32 lanes, signed or unsigned.
-SLUICE_LEAN_INLINE VI widen_i8(const int8_t* p) {
-  return _mm512_maskz_cvtepi8_epi32(static_cast<__mmask16>(0xFFFF), _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-SLUICE_LEAN_INLINE VI widen_u8(const uint8_t* p) {
-  return _mm512_maskz_cvtepu8_epi32(static_cast<__mmask16>(0xFFFF), _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-SLUICE_LEAN_INLINE VF set1_f(float v) { return _mm512_set1_ps(v); }
-SLUICE_LEAN_INLINE VF mul_f(VF a, VF b) { return _mm512_mul_ps(a, b); }
-SLUICE_LEAN_INLINE VF fma_f(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
-SLUICE_LEAN_INLINE void store16(float* p, VF v) { _mm512_storeu_ps(p, v); }
-SLUICE_LEAN_INLINE void store16_aligned(float* p, VF v) { _mm512_store_ps(p, v); }
-// The 16-byte table in every 128-bit lane.
-SLUICE_LEAN_INLINE VI table16(const int8_t* t) {
-  return _mm512_maskz_broadcast_i32x4(static_cast<__mmask16>(0xFFFF), _mm_load_si128(reinterpret_cast<const __m128i*>(t)));
-}
-#else
-// Tiles of up to 2 tokens: AVX-VNNI has 16 vector registers, and a token's accumulators take 4
-// to 8 of them (without VNNI, Q8_0 takes 4: lean_groups).
-constexpr int kMaxTile = 2;
-struct VI {
-  __m256i lo, hi;  // rows 0-7 (bytes 0-31 of a 64-byte vector), rows 8-15
-};
-struct VF {
-  __m256 lo, hi;
-};
-using VX = __m256i;
-SLUICE_LEAN_INLINE VI zero_i() { return {_mm256_setzero_si256(), _mm256_setzero_si256()}; }
-SLUICE_LEAN_INLINE VF zero_f() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
-SLUICE_LEAN_INLINE VI load64(const uint8_t* p) {
-  return {_mm256_load_si256(reinterpret_cast<const __m256i*>(p)), _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 32))};
-}
-SLUICE_LEAN_INLINE VI and_i(VI a, VI b) { return {_mm256_and_si256(a.lo, b.lo), _mm256_and_si256(a.hi, b.hi)}; }
-SLUICE_LEAN_INLINE VI or_i(VI a, VI b) { return {_mm256_or_si256(a.lo, b.lo), _mm256_or_si256(a.hi, b.hi)}; }
-SLUICE_LEAN_INLINE VI xor_i(VI a, VI b) { return {_mm256_xor_si256(a.lo, b.lo), _mm256_xor_si256(a.hi, b.hi)}; }
-SLUICE_LEAN_INLINE VI or_and(VI a, VI b, VI m) { return or_i(a, and_i(b, m)); }
-SLUICE_LEAN_INLINE VI srl16(VI a, int n) { return {_mm256_srli_epi16(a.lo, n), _mm256_srli_epi16(a.hi, n)}; }
-SLUICE_LEAN_INLINE VI splat8(int v) {
-  const __m256i s = _mm256_set1_epi8(static_cast<char>(v));
-  return {s, s};
-}
-SLUICE_LEAN_INLINE VI lookup(VI table, VI idx) {
-  return {_mm256_shuffle_epi8(table.lo, idx.lo), _mm256_shuffle_epi8(table.hi, idx.hi)};
-}
-SLUICE_LEAN_INLINE VX xbcast(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
-}
-#if SLUICE_LEAN_VNNI
-SLUICE_LEAN_INLINE __m256i dot8(__m256i acc, __m256i w, __m256i x) { return _mm256_dpbusd_avx_epi32(acc, w, x); }
-SLUICE_LEAN_INLINE __m256i dot16_8(__m256i acc, __m256i a, __m256i b) { return _mm256_dpwssd_avx_epi32(acc, a, b); }
-#else
-// vpdpbusd's sum of four products in two steps: vpmaddubsw's int16 sums of pairs, exact for
-// levels up to 129 against |x| <= 127 (2 * 129 * 127 = 32766; the 8-bit levels go through
-// dot_level<true>), then vpmaddwd by ones: the same int32 as vpdpbusd.
-SLUICE_LEAN_INLINE __m256i dot8(__m256i acc, __m256i w, __m256i x) {
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
-}
-SLUICE_LEAN_INLINE __m256i dot16_8(__m256i acc, __m256i a, __m256i b) {
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
-}
-#endif
-SLUICE_LEAN_INLINE VI dot(VI acc, VI w, VX x) { return {dot8(acc.lo, w.lo, x), dot8(acc.hi, w.hi, x)}; }
-#if SLUICE_LEAN_VNNI
-SLUICE_LEAN_INLINE __m256i dot_pair8(__m256i acc, __m256i w0, __m256i x0, __m256i w1, __m256i x1) {
-  return dot8(dot8(acc, w0, x0), w1, x1);
-}
-#else
-// acc + w0 x0 + w1 x1 with one vpmaddwd: the two vpmaddubsw's int16 lanes summed first, exact
-// for levels up to 64 (4 * 64 * 127 = 32512).
-SLUICE_LEAN_INLINE __m256i dot_pair8(__m256i acc, __m256i w0, __m256i x0, __m256i w1, __m256i x1) {
-  const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(w0, x0), _mm256_maddubs_epi16(w1, x1));
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(s, _mm256_set1_epi16(1)));
-}
-#endif
-SLUICE_LEAN_INLINE VI dot_pair(VI acc, VI w0, VX x0, VI w1, VX x1) {
-  return {dot_pair8(acc.lo, w0.lo, x0, w1.lo, x1), dot_pair8(acc.hi, w0.hi, x0, w1.hi, x1)};
-}
-SLUICE_LEAN_INLINE VI dot16(VI acc, VI a, VX b) { return {dot16_8(acc.lo, a.lo, b), dot16_8(acc.hi, a.hi, b)}; }
-SLUICE_LEAN_INLINE VI pair16(VI lo, VI hi) {
-  return {_mm256_or_si256(lo.lo, _mm256_slli_epi32(hi.lo, 16)), _mm256_or_si256(lo.hi, _mm256_slli_epi32(hi.hi, 16))};
-}
-SLUICE_LEAN_INLINE VI set1_i(int32_t v) {
-  const __m256i s = _mm256_set1_epi32(v);
-  return {s, s};
-}
-SLUICE_LEAN_INLINE VI add_i(VI a, VI b) { return {_mm256_add_epi32(a.lo, b.lo), _mm256_add_epi32(a.hi, b.hi)}; }
-SLUICE_LEAN_INLINE VI sub_i(VI a, VI b) { return {_mm256_sub_epi32(a.lo, b.lo), _mm256_sub_epi32(a.hi, b.hi)}; }
-SLUICE_LEAN_INLINE VI mul_i(VI a, VI b) { return {_mm256_mullo_epi32(a.lo, b.lo), _mm256_mullo_epi32(a.hi, b.hi)}; }
-SLUICE_LEAN_INLINE VF to_f(VI v) { return {_mm256_cvtepi32_ps(v.lo), _mm256_cvtepi32_ps(v.hi)}; }
-SLUICE_LEAN_INLINE VF halves16(const uint16_t* p) {
-  return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
-          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)))};
-}
-SLUICE_LEAN_INLINE VI widen_i8(const int8_t* p) {
-  return {_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))),
-          _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)))};
-}
-SLUICE_LEAN_INLINE VI widen_u8(const uint8_t* p) {
-  return {_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))),
-          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)))};
-}
-SLUICE_LEAN_INLINE VF set1_f(float v) { return {_mm256_set1_ps(v), _mm256_set1_ps(v)}; }
-SLUICE_LEAN_INLINE VF mul_f(VF a, VF b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
-SLUICE_LEAN_INLINE VF fma_f(VF a, VF b, VF c) {
-  return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
-}
-SLUICE_LEAN_INLINE void store16(float* p, VF v) {
-  _mm256_storeu_ps(p, v.lo);
-  _mm256_storeu_ps(p + 8, v.hi);
-}
-SLUICE_LEAN_INLINE void store16_aligned(float* p, VF v) {
-  _mm256_store_ps(p, v.lo);
-  _mm256_store_ps(p + 8, v.hi);
-}
-SLUICE_LEAN_INLINE VI table16(const int8_t* t) {
-  const __m256i v = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
-  return {v, v};
-}
-#endif
+#include "kernels/matmul_lean_vec-inl.h"
 
 // The wide levels, those past 129 as the unsigned bytes the form stores (Q8_0's q + 128, the
 // IQ4 tables' values + 128), would saturate vpmaddubsw's pairs: without VNNI they are multiplied
@@ -212,13 +57,10 @@ SLUICE_LEAN_INLINE VI dot_level(VI acc, VI w, VX x) {
   return dot(acc, w, x);
 }
 #else
-SLUICE_LEAN_INLINE __m256i dot_signed8(__m256i acc, __m256i w, __m256i x) {
-  return dot8(acc, _mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
-}
 // acc + w x for levels w as the type's kernels multiply them (kWide: signed, above).
 template <bool kWide>
 SLUICE_LEAN_INLINE VI dot_level(VI acc, VI w, VX x) {
-  if constexpr (kWide) return {dot_signed8(acc.lo, w.lo, x), dot_signed8(acc.hi, w.hi, x)};
+  if constexpr (kWide) return dot_signed(acc, w, x);
   return dot(acc, w, x);
 }
 #endif
@@ -296,15 +138,24 @@ SLUICE_LEAN_INLINE void prefetch_part(const uint8_t* next, int64_t b, size_t par
 }
 
 // A group's 16 results into y (fewer in a last partial group).
-SLUICE_LEAN_INLINE void store_group16(float* y, int64_t g, int64_t rows, VF a) {
-  const int64_t n0 = g * kRows, num_rows = std::min<int64_t>(kRows, rows - n0);
-  if (num_rows == kRows) {
+SLUICE_LEAN_INLINE void store_rows(float* y, int64_t n0, int64_t rows, VF a) {
+  const int64_t num_rows = std::min<int64_t>(kVecRows, rows - n0);
+  if (num_rows == kVecRows) {
     store16(y + n0, a);
     return;
   }
-  alignas(64) float out[kRows];
+  alignas(64) float out[kVecRows];
   store16_aligned(out, a);
   std::memcpy(y + n0, out, num_rows * sizeof(float));
+}
+
+// Rows part * kVecRows .. of a group's lean form: the same strides, each array's base moved to
+// the part's bytes of a vector and its scales.
+constexpr int kParts = kRows / kVecRows;
+SLUICE_LEAN_INLINE PackedWeight::Lean lean_part(PackedWeight::Lean l, int part) {
+  const int r = part * kVecRows;
+  return {l.levels + r * 4, l.sc + r, l.m == nullptr ? nullptr : l.m + r, l.d + r,
+          l.dmin == nullptr ? nullptr : l.dmin + r};
 }
 
 // Where the tokens of a lean tile are: levels, block scales (per 32 or per 256), 16-element sums.
@@ -506,32 +357,37 @@ SLUICE_LEAN_TARGET void lean_groups(const PackedWeight& pw, int64_t num_rows_tot
   // then serves four tokens' vpsignb and vpmaddubsw.
   constexpr int kTileMax = kSignedWide && kBits == 8 ? 4 : kMaxTile;
   const size_t group_bytes = pw.lean_group_bytes();
-  const size_t part = (group_bytes + num_blocks - 1) / num_blocks;
+  const size_t part_bytes = (group_bytes + num_blocks - 1) / num_blocks;
   const int64_t cols = num_blocks * kSubBlock, dx_stride = cols / xq.block, sums_stride = cols / 16;
   for (int64_t g = group_begin; g < group_end; ++g) {
-    const PackedWeight::Lean lean = pw.lean_group(g);
-    const uint8_t* next = g + 1 < group_end ? lean.levels + group_bytes : nullptr;
-    for (int64_t t0 = 0; t0 < num_tokens;) {
-      const int64_t left = num_tokens - t0;
-      const int kt = left >= 4 && kTileMax >= 4 ? 4 : left >= 2 ? 2 : 1;
-      LeanTokens tk{};
-      for (int t = 0; t < kt; ++t) {
-        tk.x[t] = xq.q.data() + (t0 + t) * cols;
-        tk.dx[t] = xq.d.data() + (t0 + t) * dx_stride;
-        tk.sums[t] = xq.sums.data() + (t0 + t) * sums_stride;
+    const PackedWeight::Lean group = pw.lean_group(g);
+    const uint8_t* next = g + 1 < group_end ? group.levels + group_bytes : nullptr;
+    for (int part = 0; part < kParts; ++part) {
+      const int64_t n0 = g * kRows + part * kVecRows;
+      if (n0 >= num_rows_total) break;
+      const PackedWeight::Lean lean = lean_part(group, part);
+      for (int64_t t0 = 0; t0 < num_tokens;) {
+        const int64_t left = num_tokens - t0;
+        const int kt = left >= 4 && kTileMax >= 4 ? 4 : left >= 2 ? 2 : 1;
+        LeanTokens tk{};
+        for (int t = 0; t < kt; ++t) {
+          tk.x[t] = xq.q.data() + (t0 + t) * cols;
+          tk.dx[t] = xq.d.data() + (t0 + t) * dx_stride;
+          tk.sums[t] = xq.sums.data() + (t0 + t) * sums_stride;
+        }
+        VF a[4];
+        const uint8_t* pre = t0 == 0 && part == 0 ? next : nullptr;
+        if constexpr (kTileMax >= 4) {
+          if (kt == 4) lean_tile<kBits, kTable, kMin, kSuper, kHalves, 4>(lean, num_blocks, offset, tk, pre, part_bytes, group_bytes, a);
+        }
+        if (kt == 2) {
+          lean_tile<kBits, kTable, kMin, kSuper, kHalves, 2>(lean, num_blocks, offset, tk, pre, part_bytes, group_bytes, a);
+        } else if (kt == 1) {
+          lean_tile<kBits, kTable, kMin, kSuper, kHalves, 1>(lean, num_blocks, offset, tk, pre, part_bytes, group_bytes, a);
+        }
+        for (int t = 0; t < kt; ++t) store_rows(y + (t0 + t) * num_rows_total, n0, num_rows_total, a[t]);
+        t0 += kt;
       }
-      VF a[4];
-      const uint8_t* pre = t0 == 0 ? next : nullptr;
-      if constexpr (kTileMax >= 4) {
-        if (kt == 4) lean_tile<kBits, kTable, kMin, kSuper, kHalves, 4>(lean, num_blocks, offset, tk, pre, part, group_bytes, a);
-      }
-      if (kt == 2) {
-        lean_tile<kBits, kTable, kMin, kSuper, kHalves, 2>(lean, num_blocks, offset, tk, pre, part, group_bytes, a);
-      } else if (kt == 1) {
-        lean_tile<kBits, kTable, kMin, kSuper, kHalves, 1>(lean, num_blocks, offset, tk, pre, part, group_bytes, a);
-      }
-      for (int t = 0; t < kt; ++t) store_group16(y + (t0 + t) * num_rows_total, g, num_rows_total, a[t]);
-      t0 += kt;
     }
   }
 }
@@ -630,28 +486,35 @@ void decode_chunk16(const WeightView& w, int64_t g, int64_t b0, int nb, DecodedC
 }
 #endif
 
-// Rows of groups [group_begin, group_end) of y = x W^T from the lean form of w.packed.
-void matmul(const WeightView& w, const QuantizedActivations& xq, int64_t num_tokens, float* y,
-                   int64_t group_begin, int64_t group_end) {
+// Rows of groups [group_begin, group_end) of y = x W^T from the lean form of w.packed; false
+// where this form does not compute w.type: the parts form computes only the types it was
+// measured faster for on AVX2 (matmul_lean_avx2.cc), so only those are compiled in it.
+bool matmul(const WeightView& w, const QuantizedActivations& xq, int64_t num_tokens, float* y,
+            int64_t group_begin, int64_t group_end) {
   using T = gguf::TensorType;
   const PackedWeight& pw = *w.packed;
   const int64_t nb = w.cols / kSubBlock;
   const int off = PackedWeight::lean_offset(w.type);
-  const auto run = [&](auto fn) { fn(pw, w.rows, nb, off, xq, num_tokens, y, group_begin, group_end); };
+  const auto run = [&](auto fn) {
+    fn(pw, w.rows, nb, off, xq, num_tokens, y, group_begin, group_end);
+    return true;
+  };
   switch (w.type) {
+#if !SLUICE_LEAN_PARTS
     case T::kQ4_0: return run(lean_groups<4, false, false, false, false>);
     case T::kQ4_1: return run(lean_groups<4, false, true, false, false>);
     case T::kIQ4_NL: return run(lean_groups<4, true, false, false, false>);
     case T::kQ5_0: return run(lean_groups<5, false, false, false, false>);
     case T::kQ5_1: return run(lean_groups<5, false, true, false, false>);
     case T::kQ8_0: return run(lean_groups<8, false, false, false, false>);
-    case T::kQ2_K: return run(lean_groups<2, false, true, true, true>);
     case T::kQ3_K: return run(lean_groups<3, false, false, true, true>);
+#endif
+    case T::kQ2_K: return run(lean_groups<2, false, true, true, true>);
     case T::kQ4_K: return run(lean_groups<4, false, true, true, false>);
     case T::kQ5_K: return run(lean_groups<5, false, true, true, false>);
     case T::kQ6_K: return run(lean_groups<6, false, false, true, true>);
     case T::kIQ4_XS: return run(lean_groups<4, true, false, true, false>);
-    default: return;
+    default: return false;
   }
 }
 

@@ -17,9 +17,11 @@
 // a weight, decoded already) at every token count up to 512, so that path keeps the lean form
 // only; the amx path still reads tiles from 8 tokens on.
 //
-// One body (matmul_lean-inl.h) compiled three times: 512-bit vectors, and 256-bit ones in pairs
-// (the two halves of a 16-row group, without AVX-512's mask registers) for the avxvnni path and,
-// with vpmaddubsw and vpmaddwd for vpdpbusd, for the avx2 path.
+// One body (matmul_lean-inl.h) compiled per instruction set: here on 512-bit vectors; on
+// 256-bit ones, without AVX-512's mask registers, for the avxvnni path (matmul_lean256.cc) and,
+// with vpmaddubsw and vpmaddwd for vpdpbusd, for the avx2 path (matmul_lean_avx2.cc), each in two
+// forms: a 16-row group on two vectors (one token) or in two parts of 8 rows, one vector each
+// (tiles of up to 4 tokens).
 #include "kernels/matmul_lean.h"
 
 #include <immintrin.h>
@@ -32,35 +34,14 @@
 
 #define SLUICE_LEAN_VNNI 1
 #define SLUICE_LEAN_BITS 512
+#define SLUICE_LEAN_PARTS 0
 #include "kernels/matmul_lean-inl.h"
-#undef SLUICE_LEAN_BITS
-
-#define SLUICE_LEAN_BITS 256
-#include "kernels/matmul_lean-inl.h"
-#undef SLUICE_LEAN_BITS
-#undef SLUICE_LEAN_VNNI
-
-#define SLUICE_LEAN_VNNI 0
-#define SLUICE_LEAN_BITS 256
-#include "kernels/matmul_lean-inl.h"
-#undef SLUICE_LEAN_BITS
-#undef SLUICE_LEAN_VNNI
 
 namespace sluice::kernels {
 
 void lean512_matmul(const WeightView& w, const QuantizedActivations& xq, int64_t num_tokens, float* y,
                     int64_t group_begin, int64_t group_end) {
   lean512::matmul(w, xq, num_tokens, y, group_begin, group_end);
-}
-
-void lean256_matmul(const WeightView& w, const QuantizedActivations& xq, int64_t num_tokens, float* y,
-                    int64_t group_begin, int64_t group_end) {
-  lean256::matmul(w, xq, num_tokens, y, group_begin, group_end);
-}
-
-void lean_avx2_matmul(const WeightView& w, const QuantizedActivations& xq, int64_t num_tokens, float* y,
-                      int64_t group_begin, int64_t group_end) {
-  lean_avx2::matmul(w, xq, num_tokens, y, group_begin, group_end);
 }
 
 void lean_decode_chunk16(const WeightView& w, int64_t g, int64_t b0, int nb, DecodedChunk<16>& c) {
