@@ -153,6 +153,22 @@ TEST(Cli, DraftModelKeepsTheOutput) {
   Output ngram = run(gen + " --spec ngram --spec-ngram-min 1", true);
   EXPECT_EQ(ngram.exit_code, 0) << ngram.out;
   EXPECT_NE(ngram.out.find("speculative decoding: prompt lookup, suffixes of 1 to 4 tokens"), std::string::npos);
+  EXPECT_NE(ngram.out.find("speculative decoding (ngram): "), std::string::npos) << ngram.out;
+  // Nothing drafted (one token comes from the prefill alone) is said, not left out; --json
+  // carries the counts whenever speculation is on, and only then.
+  const std::string one = "generate -m " + target + " -p 'The little' -n 1 --temperature 0";
+  Output undrafted = run(one + " --spec ngram", true);
+  EXPECT_NE(undrafted.out.find("speculative decoding (ngram): no draft tokens proposed (no n-gram"), std::string::npos)
+      << undrafted.out;
+  Output json = run(one + " --spec ngram --json");
+  ASSERT_EQ(json.exit_code, 0) << json.out;
+  const auto j = nlohmann::json::parse(json.out);
+  EXPECT_EQ(j.at("speculation").at("draft_tokens"), 0) << json.out;
+  EXPECT_EQ(j.at("speculation").at("accepted_tokens"), 0) << json.out;
+  Output drafted_json = run(gen + " --draft-model " + draft + " --spec-adaptive off --json");
+  ASSERT_EQ(drafted_json.exit_code, 0) << drafted_json.out;
+  EXPECT_GT(nlohmann::json::parse(drafted_json.out).at("speculation").at("draft_tokens"), 0) << drafted_json.out;
+  EXPECT_FALSE(nlohmann::json::parse(run(one + " --json").out).contains("speculation"));
   Output other = run(gen + " --draft-model " + kShared + "/models/stories260K.gguf", true);
   EXPECT_NE(other.exit_code, 0);
   EXPECT_NE(other.out.find("the draft model cannot draft for this model: the vocabularies differ in kind"),

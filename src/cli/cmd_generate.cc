@@ -83,6 +83,12 @@ double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// "off", "ngram" or "draft" (--draft-model alone turns drafting on, as EngineOptions does).
+std::string spec_method(const GenerateOptions& o) {
+  if (!o.engine.spec.empty()) return o.engine.spec;
+  return o.engine.draft_model.empty() ? "off" : "draft";
+}
+
 // `line`: the --prompts file's line of the prompt, 0 when it did not come from a file.
 nlohmann::json result_json(const GenerateOptions& o, const Tokenizer& tok, const std::string& prompt, int line,
                            const Request& req, const StreamOutput& r) {
@@ -101,6 +107,9 @@ nlohmann::json result_json(const GenerateOptions& o, const Tokenizer& tok, const
                                    {"time_per_output_token_seconds", m.tpot_seconds},
                                    {"total_seconds", m.e2e_seconds}}}};
   if (line > 0) j["line"] = line;
+  if (spec_method(o) != "off") {
+    j["speculation"] = {{"draft_tokens", m.num_draft_tokens}, {"accepted_tokens", m.num_accepted_tokens}};
+  }
   if (!r.stop_matched.empty()) j["stop"] = r.stop_matched;
   if (!r.error.empty()) j["error"] = r.error;
   if (o.logprobs > 0) {
@@ -109,6 +118,21 @@ nlohmann::json result_json(const GenerateOptions& o, const Tokenizer& tok, const
     j["logprobs"] = lp;
   }
   return j;
+}
+
+// The speculation line on stderr, whenever speculation is on: with nothing drafted too, which
+// says the method found nothing to propose (an n-gram lookup without a repeat in the text).
+void print_speculation(const GenerateOptions& o, int64_t drafted, int64_t accepted) {
+  const std::string method = spec_method(o);
+  if (method == "off") return;
+  if (drafted == 0) {
+    std::fprintf(stderr, "speculative decoding (%s): no draft tokens proposed%s\n", method.c_str(),
+                 method == "ngram" ? " (no n-gram of the text so far recurred)" : "");
+    return;
+  }
+  std::fprintf(stderr, "speculative decoding (%s): %lld of %lld draft tokens accepted (%.0f%%)\n", method.c_str(),
+               static_cast<long long>(accepted), static_cast<long long>(drafted),
+               100.0 * static_cast<double>(accepted) / static_cast<double>(drafted));
 }
 
 int write_stdout(const std::string& s) {
@@ -154,10 +178,7 @@ int run_one(const GenerateOptions& o, Engine& engine, const Tokenizer& tok, cons
     std::fprintf(stderr, "prompt tokens: %d, generated tokens: %d (%s), prefill: %.1f tok/s, decode: %.1f tok/s\n",
                  m.num_prompt_tokens, m.num_output_tokens, std::string(finish_reason_name(all.finish_reason)).c_str(),
                  prefill_tps, decode_tps);
-    if (m.num_draft_tokens > 0) {
-      std::fprintf(stderr, "speculative decoding: %d of %d draft tokens accepted (%.0f%%)\n", m.num_accepted_tokens,
-                   m.num_draft_tokens, 100.0 * m.num_accepted_tokens / m.num_draft_tokens);
-    }
+    print_speculation(o, m.num_draft_tokens, m.num_accepted_tokens);
   }
   return finish_stdout();
 }
@@ -233,11 +254,7 @@ int run_many(const GenerateOptions& o, Engine& engine, const Tokenizer& tok, con
                em.num_steps ? em.seqs_per_step.sum() / em.num_steps : 0.0, static_cast<long long>(em.num_preemptions),
                static_cast<long long>(em.num_requests_coalesced), static_cast<long long>(em.prefix_cache_hit_tokens),
                static_cast<long long>(em.prefix_cache_query_tokens));
-  if (draft_tokens > 0) {
-    std::fprintf(stderr, "speculative decoding: %lld of %lld draft tokens accepted (%.0f%%)\n",
-                 static_cast<long long>(accepted_tokens), static_cast<long long>(draft_tokens),
-                 100.0 * static_cast<double>(accepted_tokens) / static_cast<double>(draft_tokens));
-  }
+  print_speculation(o, draft_tokens, accepted_tokens);
   const int rc = finish_stdout();
   return failed ? kExitError : rc;
 }
