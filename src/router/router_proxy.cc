@@ -64,6 +64,17 @@ bool read_usage(const Json& j, int64_t& prompt, int64_t& cached, int64_t* comple
 
 namespace {
 
+// What went wrong reading a replica's answer: "timeout"; "protocol" where the bytes that came are
+// not HTTP (a malformed status line, header or Content-Length, a bad chunk); else "closed".
+std::string read_error_kind(const beast::error_code& ec) {
+  if (ec == beast::error::timeout) return "timeout";
+  if (ec.category() == bhttp::make_error_code(bhttp::error::bad_version).category() &&
+      ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message) {
+    return "protocol";
+  }
+  return "closed";
+}
+
 // A write to the client that takes longer than `limit` (a client that stopped reading, its
 // socket buffer full) closes its connection, which fails the write: the request is then cancelled
 // upstream. (The connection's stream has no write timeout of its own here: it would also end the
@@ -413,12 +424,12 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
       result.kind = Attempt::kClientGone;
       co_return result;
     }
-    result.error_kind = hec == beast::error::timeout ? "timeout" : "closed";
+    result.error_kind = read_error_kind(hec);
     result.kind = Attempt::kRetryable;
     // An idle connection the replica closed in the meantime (servers close idle keep-alive
     // connections): the write went through, the answer never comes. Not the replica's failure;
     // its other idle connections are likely as old.
-    result.stale = reused && ubuf.size() == 0 && hec != beast::error::timeout;
+    result.stale = reused && ubuf.size() == 0 && result.error_kind == "closed";
     if (result.stale) {
       MutexLock lock(idle_mu);
       idle[backend].clear();
@@ -517,7 +528,7 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
     }
     if (ec) {
       failed = true;
-      result.error_kind = ec == beast::error::timeout ? "timeout" : "closed";
+      result.error_kind = read_error_kind(ec);
       break;
     }
   }

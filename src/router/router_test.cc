@@ -187,6 +187,26 @@ TEST(Router, AStaleIdleConnectionIsNotTheReplicasFailure) {
   EXPECT_NE(m.find("sluice_router_ejections_total{backend=\"" + closing.url().to_string() + "\"} 0"), std::string::npos);
 }
 
+// An answer that is not HTTP (here a Content-Length that is no number) is a protocol error of
+// the replica, named so in the 502 and the metrics: not a connection that closed.
+TEST(Router, AMalformedAnswerIsAProtocolErrorNotAClose) {
+  TestHttpServer garbled([](const ReceivedRequest& r, TestExchange& ex) -> net::awaitable<void> {
+    if (r.target == "/health") {
+      co_await ex.respond(200, "{}");
+      co_return;
+    }
+    co_await ex.write("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 12abc\r\n\r\n{}");
+  });
+  Fixture f({&garbled});
+  auto r = f.post("/v1/completions", R"({"prompt":"x"})");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().status, 502);
+  EXPECT_NE(r.error().body.find("the last: protocol"), std::string::npos) << r.error().body;
+  const std::string m = f.router->metrics_text();
+  EXPECT_NE(m.find("kind=\"protocol\"} 1"), std::string::npos) << m;
+  EXPECT_EQ(m.find("kind=\"closed\""), std::string::npos) << m;
+}
+
 // The router counts every answer's usage (the replicas' cached tokens): it asks a stream for its
 // usage chunk and takes it out again when the client had not asked; a client that asked gets it.
 TEST(Router, CountsUsageAndStripsTheUsageChunkItAskedFor) {
