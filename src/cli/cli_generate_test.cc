@@ -100,8 +100,27 @@ TEST(Cli, GenerateSharesPromptPrefixesUnlessTold) {
   Output pin = run("generate -p hi --pin-prefix 'You are'", true);
   EXPECT_EQ(pin.exit_code, 2);
   EXPECT_NE(pin.out.find("--pin-prefix needs --kv-eviction pinned"), std::string::npos) << pin.out;
-  Output pinned = run("generate -p 'You are a bot' -n 2 --kv-eviction pinned --pin-prefix 'You are'", true);
+  Output pinned = run("generate -p 'You are a bot' -n 2 --kv-eviction pinned --block-size 2 --pin-prefix 'You are'", true);
   EXPECT_EQ(pinned.exit_code, 0) << pinned.out;
+  // Refused rather than ignored: a prefix under one block (it would pin nothing), one past the
+  // context (no prompt reaches it whole), an eviction policy with the prefix cache off.
+  Output under = run("generate -p 'You are a bot' -n 2 --kv-eviction pinned --pin-prefix 'You are'", true);
+  EXPECT_EQ(under.exit_code, 2) << under.out;
+  EXPECT_NE(under.out.find("--pin-prefix 'You are' is 3 tokens, under one KV block of 16"), std::string::npos)
+      << under.out;
+  std::string words;
+  for (int i = 0; i < 1100; ++i) words += "word ";
+  Output past = run("generate -p x -n 2 --kv-eviction pinned --pin-prefix '" + words + "'", true);
+  EXPECT_EQ(past.exit_code, 2) << past.out;
+  EXPECT_NE(past.out.find("past the model's context of 2048: no prompt can hold it"), std::string::npos) << past.out;
+  EXPECT_NE(past.out.find("'word word word word word word word word ...'"), std::string::npos) << past.out;
+  Output off_policy = run("generate -p x -n 2 --kv-eviction lfu --no-prefix-cache", true);
+  EXPECT_EQ(off_policy.exit_code, 2) << off_policy.out;
+  EXPECT_NE(off_policy.out.find("--kv-eviction lfu chooses what the prefix cache evicts"), std::string::npos)
+      << off_policy.out;
+  Output wide = run("generate -m " + kShared + "/models/stories260K.gguf -p x -n 2 --block-size 1024", true);
+  EXPECT_EQ(wide.exit_code, 0) << wide.out;
+  EXPECT_NE(wide.out.find("warning: --block-size 1024 is past the model's context of"), std::string::npos) << wide.out;
   std::filesystem::remove(path);
 }
 

@@ -279,16 +279,16 @@ CommandFn add_model_command(CLI::App& app) {
       "");
   make->add_option("--dtype", o->dtype, "Weight type of every matrix (either case): " + dtype_names())
       ->capture_default_str()->transform(lower_case);
-  make->add_option("--layers", o->layers, "Number of transformer blocks")->check(kFitsInt32);
-  make->add_option("--dim", o->dim, "Hidden size")->check(kFitsInt32);
-  make->add_option("--ffn", o->ffn, "Feed-forward size")->check(kFitsInt32);
-  make->add_option("--heads", o->heads, "Attention heads")->check(kFitsInt32);
+  make->add_option("--layers", o->layers, "Number of transformer blocks (1..256)")->check(kFitsInt32);
+  make->add_option("--dim", o->dim, "Hidden size (8..65536; with --heads, a whole, even head size unless --head-dim)")->check(kFitsInt32);
+  make->add_option("--ffn", o->ffn, "Feed-forward size (1..262144)")->check(kFitsInt32);
+  make->add_option("--heads", o->heads, "Attention heads (a multiple of --kv-heads)")->check(kFitsInt32);
   make->add_option("--kv-heads", o->kv_heads, "Key/value heads (grouped-query attention)")->check(kFitsInt32);
-  make->add_option("--head-dim", o->head_dim, "Head size, when not hidden / heads (as in Qwen3)")
+  make->add_option("--head-dim", o->head_dim, "Head size, when not hidden / heads (as in Qwen3; even, 2..1024)")
       ->check(CLI::Range(2, 1024));
-  auto* vocab_size = make->add_option("--vocab-size", o->vocab_size, "Size of the synthesized BPE vocabulary")->check(kFitsInt32);
-  make->add_option("--ctx", o->ctx, "Context length written to the file")->check(kFitsInt32);
-  make->add_option("--rope-theta", o->rope_theta, "RoPE base frequency");
+  auto* vocab_size = make->add_option("--vocab-size", o->vocab_size, "Size of the synthesized BPE vocabulary (259..4194304)")->check(kFitsInt32);
+  make->add_option("--ctx", o->ctx, "Context length written to the file (2..16777216)")->check(kFitsInt32);
+  make->add_option("--rope-theta", o->rope_theta, "RoPE base frequency (a finite number > 1)");
   make->add_option("--tied", o->tied, "Tie output and embedding weights (true/false)");
   make->add_option("--seed", o->seed, "Seed of the random weights and vocabulary")->check(seed_validator());
   make->add_option("--vocab", o->vocab_file, "Copy the tokenizer of this GGUF file instead of synthesizing one")

@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "common/meminfo.h"
+#include "common/utf8.h"
 #include "kernels/kernel_path.h"
 
 namespace sluice::cli {
@@ -93,7 +94,10 @@ Result<int64_t> parse_memory_size(const std::string& text, int64_t available_byt
   for (char& ch : unit) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
   const bool has_point = text.substr(0, i).find('.') != std::string::npos;
   if (unit.empty() && has_point) {
-    if (!(value > 0 && value <= 1)) return bad();
+    if (!(value > 0 && value <= 1)) {
+      return Error(StatusCode::kInvalid, "--kv-cache-memory {}: a fraction of available memory is above 0 and at most "
+                   "1.0 (a size takes a unit: 512MiB, 2G)", text);
+    }
     if (available_bytes <= 0) return Error(StatusCode::kInvalid, "cannot read the available memory; give a size");
     return static_cast<int64_t>(value * static_cast<double>(available_bytes));
   }
@@ -157,11 +161,35 @@ Result<EngineConfig> EngineOptions::to_config(const ModelConfig& model, const To
   if (!pin_prefixes.empty() && kv_eviction != "pinned") {
     return Error(StatusCode::kInvalid, "--pin-prefix needs --kv-eviction pinned");
   }
+  // The eviction policy is the prefix cache's: without the cache it would choose nothing.
+  if (no_prefix_cache && kv_eviction != defaults.kv_eviction) {
+    return Error(StatusCode::kInvalid, "--kv-eviction {} chooses what the prefix cache evicts, and --no-prefix-cache "
+                 "turns that cache off", kv_eviction);
+  }
   if (pin_prefixes.size() > 64) return Error(StatusCode::kInvalid, "at most 64 --pin-prefix prefixes");
   for (const std::string& text : pin_prefixes) {
     auto tokens = tokenizer.encode(text);
     if (!tokens) return Error(StatusCode::kInvalid, "--pin-prefix: {}", tokens.error().message());
+    // Only whole blocks are cached, and no prompt is longer than the context: a prefix under a
+    // block would pin nothing, one past the context blocks that no request can reach whole.
+    std::string shown = text.substr(0, 40);
+    shown.resize(shown.size() - utf8_incomplete_suffix_length(shown));  // cut on a character
+    if (shown.size() < text.size()) shown += "...";
+    if (std::ssize(*tokens) < block_size) {
+      return Error(StatusCode::kInvalid, "--pin-prefix '{}' is {} tokens, under one KV block of {}: only whole blocks "
+                   "are cached, so it would pin nothing (give a longer prefix or a smaller --block-size)",
+                   shown, tokens->size(), block_size);
+    }
+    if (std::ssize(*tokens) > model.context_length) {
+      return Error(StatusCode::kInvalid, "--pin-prefix '{}' is {} tokens, past the model's context of {}: no prompt "
+                   "can hold it", shown, tokens->size(), model.context_length);
+    }
     c.pinned_prefixes.push_back(std::move(*tokens));
+  }
+  if (block_size != defaults.block_size && block_size > model.context_length) {
+    std::cerr << fmt::format("warning: --block-size {} is past the model's context of {} tokens: no sequence fills "
+                             "a block, so the prefix cache never hits, and each sequence holds a whole block\n",
+                             block_size, model.context_length);
   }
   const int64_t available = available_memory_bytes();
   if (kv_cache_memory == "auto") {

@@ -18,10 +18,17 @@ TEST(ParseMemorySize, AcceptsBytesUnitsAndFractions) {
 }
 
 TEST(ParseMemorySize, RefusesWhatItCannotRead) {
-  for (const char* bad : {"", "lots", "-1", "1.5", "0.0", "2X", "2GiBs", "1e9", "5..1", "G"}) {
+  for (const char* bad : {"", "lots", "-1", "2X", "2GiBs", "1e9", "5..1", "G"}) {
     auto r = parse_memory_size(bad, 1000);
     ASSERT_FALSE(r) << bad;
     EXPECT_NE(r.error().message().find("--kv-cache-memory must be"), std::string::npos) << bad;
+  }
+  // A number with a point is a fraction: one out of its range says what a fraction may be.
+  for (const char* bad : {"1.5", "0.0"}) {
+    auto r = parse_memory_size(bad, 1000);
+    ASSERT_FALSE(r) << bad;
+    EXPECT_NE(r.error().message().find("a fraction of available memory is above 0 and at most 1.0"), std::string::npos)
+        << r.error().message();
   }
   EXPECT_FALSE(parse_memory_size("0.5", 0));  // fraction of an unknown amount
 }

@@ -84,7 +84,7 @@ std::string prometheus_text(const EngineMetrics& m, const HttpMetrics& http, con
   w.counter("num_preemptions_total", static_cast<double>(m.num_preemptions),
             "Sequences preempted (blocks freed, recomputed later) because the KV cache was full.");
   w.counter("requests_submitted_total", static_cast<double>(m.num_requests_submitted), "Requests accepted by the engine.");
-  w.header("requests_rejected_total", "counter", "Requests refused by the engine, by reason.");
+  w.header("requests_rejected_total", "counter", "Requests refused by the engine, by reason (those the API refuses first: sluice_http_responses_total).");
   w.sample("requests_rejected_total", static_cast<double>(m.num_requests_overloaded), "reason=\"overloaded\"");
   w.sample("requests_rejected_total", static_cast<double>(m.num_requests_rejected - m.num_requests_overloaded),
            "reason=\"invalid\"");
