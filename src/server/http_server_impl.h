@@ -62,6 +62,10 @@ struct HttpServer::Impl {
     MutexLock lock(mu);
     ++metrics.slow_client_cancels;
   }
+  void count_write_timeout() {
+    MutexLock lock(mu);
+    ++metrics.write_timeouts;
+  }
   void count_timeout() {
     MutexLock lock(mu);
     ++metrics.request_timeouts;

@@ -144,7 +144,7 @@ void Session::parse_buffered() {
           return respond_error(*refusal);
         }
         auto msg = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
-        stream_.expires_after(kWriteTimeout);
+        stream_.expires_after(write_timeout());
         net::async_write(stream_, net::buffer(*msg), [self = shared_from_this(), msg](beast::error_code wec, size_t) {
           if (wec) return self->close();
           self->read_some();

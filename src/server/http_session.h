@@ -44,7 +44,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   using Clock = std::chrono::steady_clock;
-  static constexpr auto kWriteTimeout = std::chrono::seconds(60);
+  Clock::duration write_timeout() const {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(server_.config.write_timeout_seconds));
+  }
 
   // ---- reading (http_session.cc): idle = no byte for idle_timeout; the header has
   // header_timeout in all ----

@@ -176,9 +176,10 @@ void Session::do_write() {
     return;
   }
   writing_ = true;
-  stream_.expires_after(kWriteTimeout);
+  stream_.expires_after(write_timeout());
   net::async_write(stream_, net::buffer(queue_.front()), [self = shared_from_this()](beast::error_code ec, size_t) {
     if (self->closed_) return;
+    if (ec == beast::error::timeout) self->server_.count_write_timeout();
     if (ec) return self->client_gone();
     self->unqueue_front();
     self->do_write();

@@ -169,13 +169,16 @@ std::string prometheus_text(const EngineMetrics& m, const HttpMetrics& http, con
       "# HELP sluice_http_request_timeouts_total Requests whose headers or body stopped arriving (closed: no answer can be sent).\n"
       "# TYPE sluice_http_request_timeouts_total counter\n"
       "sluice_http_request_timeouts_total {}\n"
+      "# HELP sluice_http_write_timeouts_total Connections closed because the client took nothing of an answer for --write-timeout.\n"
+      "# TYPE sluice_http_write_timeouts_total counter\n"
+      "sluice_http_write_timeouts_total {}\n"
       "# HELP sluice_http_open_connections Open HTTP connections.\n"
       "# TYPE sluice_http_open_connections gauge\n"
       "sluice_http_open_connections {}\n"
       "# HELP sluice_http_buffered_bytes Response bytes queued for clients and not yet written.\n"
       "# TYPE sluice_http_buffered_bytes gauge\n"
       "sluice_http_buffered_bytes {}\n",
-      http.client_disconnects, http.slow_client_cancels, http.request_timeouts, http.open_connections,
+      http.client_disconnects, http.slow_client_cancels, http.request_timeouts, http.write_timeouts, http.open_connections,
       http.buffered_bytes);
   return out;
 }

@@ -28,6 +28,7 @@ struct HttpMetrics {
   int64_t client_disconnects = 0;   // generations cancelled because the client went away
   int64_t slow_client_cancels = 0;  // streams cancelled because the client stopped reading
   int64_t request_timeouts = 0;     // requests cut off half-sent (408)
+  int64_t write_timeouts = 0;       // connections closed: the client took nothing of a write in time
   int64_t open_connections = 0;
   int64_t buffered_bytes = 0;       // response bytes queued for clients, not yet written
 };

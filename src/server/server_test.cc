@@ -315,6 +315,29 @@ TEST_F(ServerTest, StreamingClientThatStopsReadingIsCancelled) {
   srv->run_until_shutdown();
 }
 
+// An answer within the stream bound waits for its client, but not forever: a write the client
+// takes nothing of for write_timeout_seconds closes the connection and frees the bytes.
+TEST_F(ServerTest, AClientThatTakesNothingOfItsAnswerIsClosedAtTheWriteTimeout) {
+  ServerConfig sc;
+  sc.send_buffer_bytes = 4096;
+  sc.write_timeout_seconds = 0.3;
+  auto srv = make_server(sc);
+  Connection c(srv->port(), /*rcvbuf=*/2048);
+  c.send(post("/v1/completions", R"({"prompt": "a", "max_tokens": 200, "ignore_eos": true, "stream": true, "logprobs": 5})"));
+  c.set_timeout(2000);
+  ASSERT_TRUE(c.read_until("data: ").starts_with("HTTP/1.1 200"));
+  // Never reads again.
+  for (int i = 0; i < 500 && srv->http_metrics().write_timeouts == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(srv->http_metrics().write_timeouts, 1);
+  EXPECT_EQ(srv->http_metrics().slow_client_cancels, 0);  // the answer was within the bound
+  wait_engine_idle();
+  const std::string metrics = get("/metrics", srv->port());
+  EXPECT_NE(metrics.find("sluice_http_write_timeouts_total 1\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("sluice_http_buffered_bytes 0\n"), std::string::npos) << metrics;
+  srv->request_shutdown();
+  srv->run_until_shutdown();
+}
+
 TEST_F(ServerTest, CorsPreflightForAllowedOriginsOnly) {
   ServerConfig sc;
   sc.allowed_origins = {"http://app.example"};
