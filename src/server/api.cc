@@ -102,8 +102,9 @@ namespace {
 // of the common templates prints a message's "name"). A name the template's text uses (a role
 // it compares with, a field it reads) is taken as rendered: Qwen's templates print a default
 // system prompt, the same as a system message that repeats it, and drop reasoning_content
-// before the last question by design. For any other, rendering again without it and getting
-// the same prompt proves it was dropped: a 400, not an answer to another conversation. A render
+// before the last question by design. For any other, rendering again without it (a role that
+// every message has: with their text changed) and getting the same prompt proves it was
+// dropped: a 400, not an answer to another conversation. A render
 // that fails without it (a template that checks the order of roles) counts as rendering it.
 // One render per such name, each cheap next to the prompt's prefill, and at most
 // kMaxUnnamed of each kind: a request naming thousands would cost thousands of renders.
@@ -162,7 +163,16 @@ ApiResult<bool> check_rendered(const Json& messages, const Json& original, const
     for (const Json& m : messages) {
       if (m.value("role", std::string()) != role) without.push_back(m);
     }
-    if (without.empty()) continue;
+    if (without.empty()) {
+      // Every message has the role: nothing would be left to render (a template that reads
+      // messages[0] fails on none), so their text changes instead, and a prompt that stays the
+      // same shows that it was never in it.
+      without = messages;
+      for (Json& m : without) {
+        const auto content = m.find("content");
+        m["content"] = (content != m.end() && content->is_string() ? content->get<std::string>() : "") + " (changed)";
+      }
+    }
     auto other = render(without);
     if (other && *other == prompt) {
       const size_t i = first_index([&](const Json& m) { return m.value("role", std::string()) == role; });

@@ -200,6 +200,18 @@ TEST_F(ServerTest, MessagesTheTemplateWouldDropAreRefused) {
   EXPECT_EQ(outcome(*known_roles, R"([{"role": "user", "content": "x"}, {"role": "user", "content": "y", "foo": 1}])"),
             "'messages[1].foo': this model's chat template does not render a message's 'foo', so the model would never "
             "see it");
+  // A role that every message has: nothing would be left without it, so its text is changed
+  // instead (with a template that reads messages[0], as Qwen's, and one that does not).
+  const std::string wizard =
+      "'messages[0]': this model's chat template does not render messages with role 'wizard', so the model would "
+      "never see them";
+  EXPECT_EQ(outcome(*known_roles, R"([{"role": "wizard", "content": "hi"}])"), wizard);
+  const auto reads_first = api_with(
+      "{% if messages[0].role == 'system' %}<s>{{ messages[0].content }}{% else %}<s>default{% endif %}"
+      "{% for m in messages %}{% if m.role == 'user' %}<u>{{ m.content }}{% elif m.role == 'assistant' %}<a>"
+      "{{ m.content }}{% endif %}{% endfor %}");
+  EXPECT_EQ(outcome(*reads_first, R"([{"role": "wizard", "content": "hi"}, {"role": "wizard", "content": "ho"}])"), wizard);
+  EXPECT_TRUE(outcome(*reads_first, R"([{"role": "user", "content": "hi"}])").starts_with("["));
   // One with no place for system messages: a developer message, sent as one, is named as sent.
   const auto user_only = api_with(
       "{% for m in messages %}{% if m.role == 'user' %}<u>{{ m.content }}{% elif m.role == 'assistant' %}<a>"
