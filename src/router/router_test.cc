@@ -92,7 +92,9 @@ TEST(Router, EveryReplicaSaturatedIsA429WithRetryAfterAndNoneAvailableA503) {
   EXPECT_NE(r.error().body.find("every replica is saturated"), std::string::npos) << r.error().body;
   // Replicas that never pass a health check go down; then there is nobody to ask.
   Fixture g({}, "least_load", {dead_url(), dead_url()});
-  for (int i = 0; i < 200 && g.router->backends().num_available() > 0; ++i) std::this_thread::sleep_for(10ms);
+  // (Up to 10 s: under a loaded make test -j2 the health checks took over 2 s.)
+  for (int i = 0; i < 1000 && g.router->backends().num_available() > 0; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(g.router->backends().num_available(), 0);
   auto none = g.post("/v1/completions", R"({"prompt":"x"})");
   ASSERT_FALSE(none);
   EXPECT_EQ(none.error().status, 503);

@@ -5,9 +5,11 @@
 #include "router/router.h"
 
 #include <atomic>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <thread>
 #include <tuple>
 
@@ -102,12 +104,18 @@ inline std::string metrics_with(const Fixture& f, const std::string& want) {
   return m;
 }
 
-// A port nothing listens on.
+// A port nothing listens on: bound, not listening, so connections are refused, and held until
+// the test binary ends, so that no other test (make test runs two at once) can take it. A
+// port closed again could be handed to another test's server, which would then answer.
 inline http::Url dead_url() {
-  net::io_context io;
-  net::ip::tcp::acceptor a(io, {net::ip::make_address("127.0.0.1"), 0});
-  const uint16_t port = a.local_endpoint().port();
-  return http::Url{"127.0.0.1", port, ""};
+  static std::mutex mu;
+  static net::io_context io;
+  static std::deque<net::ip::tcp::socket> held;
+  std::lock_guard lock(mu);
+  net::ip::tcp::socket& s = held.emplace_back(io);
+  s.open(net::ip::tcp::v4());
+  s.bind({net::ip::make_address("127.0.0.1"), 0});
+  return http::Url{"127.0.0.1", s.local_endpoint().port(), ""};
 }
 
 inline http::HttpResult<http::HttpResponse> admin(const Fixture& f, std::string method, std::string target,
