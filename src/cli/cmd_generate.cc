@@ -120,14 +120,13 @@ nlohmann::json result_json(const GenerateOptions& o, const Tokenizer& tok, const
   return j;
 }
 
-// The speculation line on stderr, whenever speculation is on: with nothing drafted too, which
-// says the method found nothing to propose (an n-gram lookup without a repeat in the text).
+// The speculation line on stderr, whenever speculation is on, with nothing drafted too (an
+// n-gram lookup that found no repeat, adaptive drafting that chose none, too few tokens left).
 void print_speculation(const GenerateOptions& o, int64_t drafted, int64_t accepted) {
   const std::string method = spec_method(o);
   if (method == "off") return;
   if (drafted == 0) {
-    std::fprintf(stderr, "speculative decoding (%s): no draft tokens proposed%s\n", method.c_str(),
-                 method == "ngram" ? " (no n-gram of the text so far recurred)" : "");
+    std::fprintf(stderr, "speculative decoding (%s): no draft tokens verified\n", method.c_str());
     return;
   }
   std::fprintf(stderr, "speculative decoding (%s): %lld of %lld draft tokens accepted (%.0f%%)\n", method.c_str(),

@@ -8,7 +8,7 @@
 // form's layout is the same for all: a 256-bit step reads half of each 64-byte vector. No include
 // guard, on purpose.
 
-#if SLUICE_LEAN_BITS == 512 && SLUICE_LEAN_VNNI
+#if SLUICE_LEAN_BITS == 512 && SLUICE_LEAN_VNNI && !SLUICE_LEAN_PARTS
 #define SLUICE_LEAN_NS lean512
 #define SLUICE_LEAN_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 #elif SLUICE_LEAN_BITS == 256 && SLUICE_LEAN_VNNI && !SLUICE_LEAN_PARTS
@@ -137,7 +137,7 @@ SLUICE_LEAN_INLINE void prefetch_part(const uint8_t* next, int64_t b, size_t par
   }
 }
 
-// A group's 16 results into y (fewer in a last partial group).
+// A vector's kVecRows results (a group's, or a part's), rows n0 .. of y (fewer at the end).
 SLUICE_LEAN_INLINE void store_rows(float* y, int64_t n0, int64_t rows, VF a) {
   const int64_t num_rows = std::min<int64_t>(kVecRows, rows - n0);
   if (num_rows == kVecRows) {
@@ -150,12 +150,13 @@ SLUICE_LEAN_INLINE void store_rows(float* y, int64_t n0, int64_t rows, VF a) {
 }
 
 // Rows part * kVecRows .. of a group's lean form: the same strides, each array's base moved to
-// the part's bytes of a vector and its scales.
+// the part's bytes of a vector and its scales. The mins' arrays are empty for a type without
+// (kMin false), their pointers only positions: left as they are, never moved past them.
 constexpr int kParts = kRows / kVecRows;
+template <bool kMin>
 SLUICE_LEAN_INLINE PackedWeight::Lean lean_part(PackedWeight::Lean l, int part) {
   const int r = part * kVecRows;
-  return {l.levels + r * 4, l.sc + r, l.m == nullptr ? nullptr : l.m + r, l.d + r,
-          l.dmin == nullptr ? nullptr : l.dmin + r};
+  return {l.levels + r * 4, l.sc + r, kMin ? l.m + r : l.m, l.d + r, kMin ? l.dmin + r : l.dmin};
 }
 
 // Where the tokens of a lean tile are: levels, block scales (per 32 or per 256), 16-element sums.
@@ -216,7 +217,7 @@ SLUICE_LEAN_INLINE void dot_steps(const uint8_t* lv, const LeanTokens& tk, int64
   }
 }
 
-// One row group's results for kT tokens (a[t]: the 16 rows of token t) from the lean form.
+// One row group's (or part's) results for kT tokens (a[t]: its kVecRows rows of token t) from the lean form.
 // kBits: 4, 5 or 8; kTable: IQ4_NL (the nibbles index its table). next:
 // the following group's bytes, asked for over this group's sub-blocks (nullptr: none).
 template <int kBits, bool kTable, bool kMin, int kT>
@@ -365,7 +366,7 @@ SLUICE_LEAN_TARGET void lean_groups(const PackedWeight& pw, int64_t num_rows_tot
     for (int part = 0; part < kParts; ++part) {
       const int64_t n0 = g * kRows + part * kVecRows;
       if (n0 >= num_rows_total) break;
-      const PackedWeight::Lean lean = lean_part(group, part);
+      const PackedWeight::Lean lean = lean_part<kMin>(group, part);
       for (int64_t t0 = 0; t0 < num_tokens;) {
         const int64_t left = num_tokens - t0;
         const int kt = left >= 4 && kTileMax >= 4 ? 4 : left >= 2 ? 2 : 1;

@@ -19,9 +19,9 @@
 //
 // One body (matmul_lean-inl.h) compiled per instruction set: here on 512-bit vectors; on
 // 256-bit ones, without AVX-512's mask registers, for the avxvnni path (matmul_lean256.cc) and,
-// with vpmaddubsw and vpmaddwd for vpdpbusd, for the avx2 path (matmul_lean_avx2.cc), each in two
-// forms: a 16-row group on two vectors (one token) or in two parts of 8 rows, one vector each
-// (tiles of up to 4 tokens).
+// with vpmaddubsw and vpmaddwd for vpdpbusd, for the avx2 path (matmul_lean_avx2.cc): a 16-row
+// group on two vectors, and on the avx2 path for batches of some types also in two parts of 8
+// rows, one vector each (tiles of up to 4 tokens).
 #include "kernels/matmul_lean.h"
 
 #include <immintrin.h>
@@ -36,6 +36,9 @@
 #define SLUICE_LEAN_BITS 512
 #define SLUICE_LEAN_PARTS 0
 #include "kernels/matmul_lean-inl.h"
+#undef SLUICE_LEAN_PARTS
+#undef SLUICE_LEAN_BITS
+#undef SLUICE_LEAN_VNNI
 
 namespace sluice::kernels {
 

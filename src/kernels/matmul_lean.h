@@ -1,5 +1,6 @@
-// The lean form's kernels (matmul_lean.cc): AVX-512 VNNI, AVX-VNNI and AVX2 code that reads the lean
-// form of a repacked weight (packed_weight.h) in place, for any number of tokens.
+// The lean form's kernels (matmul_lean.cc, matmul_lean256.cc, matmul_lean_avx2.cc): AVX-512 VNNI,
+// AVX-VNNI and AVX2 code that reads the lean form of a repacked weight (packed_weight.h) in place,
+// for any number of tokens.
 #pragma once
 
 #include <cstdint>

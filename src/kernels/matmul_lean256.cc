@@ -15,6 +15,9 @@
 #define SLUICE_LEAN_BITS 256
 #define SLUICE_LEAN_PARTS 0
 #include "kernels/matmul_lean-inl.h"
+#undef SLUICE_LEAN_PARTS
+#undef SLUICE_LEAN_BITS
+#undef SLUICE_LEAN_VNNI
 
 namespace sluice::kernels {
 

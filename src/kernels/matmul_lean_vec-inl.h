@@ -115,8 +115,9 @@ SLUICE_LEAN_INLINE __m256i xbcast(const int8_t* p) {
 using VX = __m256i;
 
 #if SLUICE_LEAN_PARTS
-// Tiles of up to 4 tokens: a token's accumulators take 2 to 4 of the 16 registers, and a weight
-// vector unpacked once serves them all.
+// Tiles of up to 4 tokens: a weight vector unpacked once serves all four (a token's state is 4 or
+// 5 vectors for the super-block types, so some of it spills to L1; measured faster for batches
+// all the same: matmul_lean_avx2.cc).
 constexpr int kVecRows = 8;
 constexpr int kMaxTile = 4;
 using VI = __m256i;

@@ -231,8 +231,8 @@ QuantRoute quant_route(std::span<const MatmulTarget> targets, int64_t num_tokens
       (path == KernelPath::kAvx512 || (path == KernelPath::kAmx && num_tokens < kAmxMinTokens))) {
     return QuantRoute::kLean512;
   }
-  // On 256 bits (two vectors a row group, tiles of 2 tokens) too, for every count (README), with
-  // AVX-VNNI or with AVX2 alone.
+  // On 256 bits too, for every count (README), with AVX-VNNI or with AVX2 alone (two vectors a
+  // row group, tiles of 2 tokens; on avx2, batches of some types in 8-row parts: matmul_lean_avx2.cc).
   if (all_lean && path == KernelPath::kAvxVnni) return QuantRoute::kLean256;
   if (all_lean && path == KernelPath::kAvx2) return QuantRoute::kLeanAvx2;
   switch (path) {

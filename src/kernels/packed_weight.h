@@ -58,7 +58,7 @@ class PackedWeight {
   size_t tile_bytes() const { return size_; }
   size_t lean_bytes() const { return lean_size_; }
 
-  // The lean form (the lean kernels of the avx512, avxvnni and avx2 code, matmul_lean.cc): about as
+  // The lean form (the lean kernels of the avx512, avxvnni and avx2 code, matmul_lean*.cc): about as
   // many bytes as the file's (Q2_K 3.125 bits a weight against the file's 2.625, Q3_K 3.5625
   // against 3.4375: their scales stored a byte each), laid out for vpdpbusd, for every
   // block-quantized type. Per row group, arrays over sub-blocks b = 0 .. num_blocks - 1 (d and
