@@ -105,6 +105,8 @@ class Phase {
   }
 
   int interrupted_by() const { return interrupted_by_; }
+  // Why the phase stopped sending before its limits, when the server went away; else empty.
+  const std::string& gave_up() const { return gave_up_; }
 
   std::vector<RequestRecord> take_records() {
     std::sort(records_.begin(), records_.end(),
@@ -127,7 +129,7 @@ class Phase {
 
  private:
   bool may_send(Clock::time_point now) const {
-    return interrupted_by_ == 0 && (limits_.num_requests == 0 || num_sent_ < limits_.num_requests) &&
+    return interrupted_by_ == 0 && gave_up_.empty() && (limits_.num_requests == 0 || num_sent_ < limits_.num_requests) &&
            (!deadline_ || now < *deadline_) && !workload_.exhausted();
   }
 
@@ -210,6 +212,14 @@ class Phase {
     } else {
       ++num_errors_;
     }
+    // A server that refuses every connection is gone: without this, a closed loop would spin
+    // through --num-requests (or --duration) at thousands of refused connections a second.
+    refused_in_a_row_ = outcome.record.error_kind == "connect" ? refused_in_a_row_ + 1 : 0;
+    if (refused_in_a_row_ == kGiveUpAfterRefused && gave_up_.empty()) {
+      gave_up_ = fmt::format("the server refused {} connections in a row (the last: {}); stopped sending",
+                             kGiveUpAfterRefused, outcome.record.error);
+      arrival_.cancel();
+    }
     records_.push_back(std::move(outcome.record));
     wake_.cancel();
     finish_if_done();
@@ -256,6 +266,9 @@ class Phase {
   net::steady_timer arrival_;   // open loop: the next arrival
   net::signal_set* signals_;    // SIGINT, SIGTERM; null: not stopped by them
   int interrupted_by_ = 0;  // the signal that stopped the phase
+  static constexpr int64_t kGiveUpAfterRefused = 32;
+  int64_t refused_in_a_row_ = 0;  // requests whose connection was refused, since the last that was not
+  std::string gave_up_;
   Clock::time_point start_, end_;
   std::optional<Clock::time_point> deadline_;
   int32_t num_senders_ = 0;  // sending coroutines still running
@@ -286,6 +299,7 @@ struct PhaseResult {
   std::vector<RequestRecord> records;
   double duration_s = 0;
   int interrupted_by = 0;
+  std::string gave_up;
 };
 
 // Runs one phase to its end on `io`.
@@ -296,7 +310,7 @@ PhaseResult run_phase(net::io_context& io, ConnectionPool& pool, const ApiSettin
   io.restart();
   io.run();
   if (progress) progress(phase.progress());
-  return {phase.take_records(), phase.duration_s(), phase.interrupted_by()};
+  return {phase.take_records(), phase.duration_s(), phase.interrupted_by(), phase.gave_up()};
 }
 
 }  // namespace
@@ -396,13 +410,16 @@ Result<BenchReport> run(const BenchConfig& config, const ProgressFn& progress) {
       w.concurrency = std::min<int32_t>(config.warmup, config.rate > 0 ? std::max(1, config.max_concurrency)
                                                                          : config.concurrency);
       w.warmup = true;
-      report.interrupted_by = run_phase(io, pool, api, *warm_workload, w, progress, stop).interrupted_by;
+      PhaseResult warmed = run_phase(io, pool, api, *warm_workload, w, progress, stop);
+      report.interrupted_by = warmed.interrupted_by;
+      if (!warmed.gave_up.empty()) report.gave_up = "warmup: " + warmed.gave_up;
     }
-    if (report.interrupted_by == 0) {
+    if (report.interrupted_by == 0 && report.gave_up.empty()) {
       PhaseResult measured = run_phase(io, pool, api, *workload, limits, progress, stop);
       report.records = std::move(measured.records);
       report.summary = summarize(report.records, measured.duration_s);
       report.interrupted_by = measured.interrupted_by;
+      report.gave_up = measured.gave_up;
     }
   } catch (const std::exception& e) {
     return Error("benchmark failed: {}", e.what());

@@ -109,6 +109,7 @@ struct BenchReport {
   std::vector<RequestRecord> records;  // measured requests in the order they were sent
   Summary summary;
   int interrupted_by = 0;  // the signal that stopped the run (stop_on_signal); records hold what was sent
+  std::string gave_up;     // non-empty: the run stopped sending because the server went away (why)
   int64_t workload_size = -1;  // set when the workload holds fewer requests than --num-requests asked
 };
 

@@ -171,6 +171,21 @@ TEST(BenchRun, RefusedConnectionsAreErrorsNotAHang) {
   ASSERT_EQ(report->summary.errors.size(), 1u);
   EXPECT_EQ(report->summary.errors[0].kind, "connect");
   EXPECT_EQ(report->summary.errors[0].count, 4);
+  EXPECT_TRUE(report->gave_up.empty());
+  // A server gone for good: sending stops after 32 refused in a row, said so, not at the
+  // 5000th (a closed loop spun through them at thousands a second); the same in warmup.
+  c.num_requests = 5000;
+  auto gone = run(c);
+  ASSERT_TRUE(gone) << gone.error().message();
+  EXPECT_GE(gone->records.size(), 32u);
+  EXPECT_LE(gone->records.size(), 34u);  // and the other sender's last
+  EXPECT_NE(gone->gave_up.find("the server refused 32 connections in a row"), std::string::npos) << gone->gave_up;
+  EXPECT_EQ(report_json(*gone)["gave_up"], gone->gave_up);
+  c.warmup = 100;
+  auto warm = run(c);
+  ASSERT_TRUE(warm) << warm.error().message();
+  EXPECT_TRUE(warm->records.empty());
+  EXPECT_TRUE(warm->gave_up.starts_with("warmup: the server refused 32")) << warm->gave_up;
 }
 
 TEST(BenchRun, ChatSessionsResendTheirHistoryWithTheServersAnswers) {

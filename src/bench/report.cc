@@ -217,6 +217,7 @@ nlohmann::json report_json(const BenchReport& report) {
           {"config", config_json(report.config)},
           {"summary", std::move(summary)},
           {"interrupted", report.interrupted_by != 0},
+          {"gave_up", report.gave_up.empty() ? nlohmann::json(nullptr) : nlohmann::json(report.gave_up)},
           {"requests", std::move(requests)}};
 }
 

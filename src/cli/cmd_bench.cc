@@ -122,6 +122,10 @@ int run(BenchOptions& o, bool count_given, bool duration_given) {
                              "flight when it stopped were cancelled, and count as errors of kind 'cancelled')\n",
                              report->records.size());
   }
+  if (!report->gave_up.empty()) {
+    std::cerr << fmt::format("sluice bench: {} (the report covers the {} measured requests sent)\n", report->gave_up,
+                             report->records.size());
+  }
   std::fputs(bench::format_report(*report).c_str(), stdout);
   if (!o.json_path.empty()) {
     if (Status s = write_file(o.json_path, bench::report_json(*report).dump(2) + "\n"); !s) return fail(s.message());
@@ -137,6 +141,7 @@ int run(BenchOptions& o, bool count_given, bool duration_given) {
     std::raise(sig);
     return 128 + sig;
   }
+  if (!report->gave_up.empty()) return kExitError;  // reported and written: the server went away
   if (report->summary.num_ok == 0) {
     for (const bench::RequestRecord& r : report->records) {
       if (!r.ok) {
