@@ -214,8 +214,11 @@ class Phase {
     }
     // A server that refuses every connection is gone: without this, a closed loop would spin
     // through --num-requests (or --duration) at thousands of refused connections a second.
-    refused_in_a_row_ = outcome.record.error_kind == "connect" ? refused_in_a_row_ + 1 : 0;
-    if (refused_in_a_row_ == kGiveUpAfterRefused && gave_up_.empty()) {
+    // Refused: nothing listens (a DNS failure or this side out of sockets is no sign of that).
+    const bool refused = outcome.record.error_kind == "connect" &&
+                         outcome.record.error.find("Connection refused") != std::string::npos;
+    refused_in_a_row_ = refused ? refused_in_a_row_ + 1 : 0;
+    if (refused_in_a_row_ == kGiveUpAfterRefused && gave_up_.empty() && may_send(Clock::now())) {
       gave_up_ = fmt::format("the server refused {} connections in a row (the last: {}); stopped sending",
                              kGiveUpAfterRefused, outcome.record.error);
       arrival_.cancel();

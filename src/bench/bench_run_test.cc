@@ -1,4 +1,9 @@
 // bench::run against a fake OpenAI server (fake_openai_server.h) on an ephemeral port.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <map>
 #include <mutex>
@@ -152,11 +157,17 @@ TEST(BenchRun, AnswersThatAreNotStreamsOrCarryAnErrorEventAreErrors) {
 }
 
 TEST(BenchRun, RefusedConnectionsAreErrorsNotAHang) {
-  uint16_t port = 0;
-  {
-    FakeOpenAi gone;
-    port = http::parse_url(gone.url())->port;
-  }
+  // A port bound but not listening, held to the end: connections are refused, and no other
+  // test (make test runs two at once) can start a server on it meanwhile.
+  const int held = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(held, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(held, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::getsockname(held, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const uint16_t port = ntohs(addr.sin_port);
   BenchConfig c = random_config(fmt::format("http://127.0.0.1:{}", port), 4);
   c.concurrency = 2;
   // Without --model the run cannot start at all: it says why, and how to go on.
@@ -186,6 +197,14 @@ TEST(BenchRun, RefusedConnectionsAreErrorsNotAHang) {
   ASSERT_TRUE(warm) << warm.error().message();
   EXPECT_TRUE(warm->records.empty());
   EXPECT_TRUE(warm->gave_up.starts_with("warmup: the server refused 32")) << warm->gave_up;
+  // Nothing left to stop: 32 refused of 32 asked is a run that ended, not one that gave up.
+  c.warmup = 0;
+  c.num_requests = 32;
+  auto all = run(c);
+  ASSERT_TRUE(all) << all.error().message();
+  EXPECT_EQ(all->records.size(), 32u);
+  EXPECT_TRUE(all->gave_up.empty()) << all->gave_up;
+  ::close(held);
 }
 
 TEST(BenchRun, ChatSessionsResendTheirHistoryWithTheServersAnswers) {

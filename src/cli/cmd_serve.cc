@@ -203,8 +203,8 @@ CommandFn add_serve_command(CLI::App& app) {
                   "request is cancelled")
       ->capture_default_str()->check(CLI::Range(size_t{4096}, size_t{1} << 30));
   cmd->add_option("--write-timeout", o->http.write_timeout_seconds,
-                  "Seconds a client may take nothing of an answer the server is writing before its connection is "
-                  "closed (the answer's bytes freed)")
+                  "Seconds a client may take nothing of an answer the server is writing (64 KiB at a time) before "
+                  "its connection is closed (the answer's bytes freed)")
       ->capture_default_str()->check(CLI::Range(0.1, 3600.0));
   cmd->add_option("--allowed-origins", o->http.allowed_origins,
                   "Origins browsers may call the API from (CORS), e.g. https://app.example or '*'; repeat or "

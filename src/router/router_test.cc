@@ -205,7 +205,7 @@ TEST(Router, AMalformedAnswerIsAProtocolErrorNotAClose) {
   EXPECT_EQ(r.error().status, 502);
   EXPECT_NE(r.error().body.find("the last: protocol"), std::string::npos) << r.error().body;
   const std::string m = f.router->metrics_text();
-  EXPECT_NE(m.find("kind=\"protocol\"} 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("kind=\"protocol\"} 1\n"), std::string::npos) << m;
   EXPECT_EQ(m.find("kind=\"closed\""), std::string::npos) << m;
 }
 

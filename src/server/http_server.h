@@ -31,8 +31,9 @@
 // response queued in memory; past max_stream_buffer_bytes unwritten, its request is cancelled
 // and the connection closed (counted in sluice_http_slow_client_cancels_total). The kernel's
 // socket buffer comes on top; nothing else grows. An answer within that bound waits for the
-// client; a write it takes nothing of for write_timeout_seconds closes the connection, which
-// frees the bytes (counted in sluice_http_write_timeouts_total).
+// client; one that takes nothing of it (written in slices of 64 KiB, each with its own deadline)
+// for write_timeout_seconds has its connection closed, which frees the bytes (counted in
+// sluice_http_write_timeouts_total, not as a disconnect).
 //
 // Responses are written by hand (status line, headers, chunked framing): they are few and
 // fixed. Requests are parsed by Beast's parser, the part that meets hostile input.
@@ -66,7 +67,7 @@ struct ServerConfig {
   double idle_timeout_seconds = 60;         // no byte from the client this long: closed
   double header_timeout_seconds = 20;       // a request's headers must all arrive within this
   size_t max_stream_buffer_bytes = 1 << 20; // unwritten stream bytes past this: request cancelled
-  double write_timeout_seconds = 60;        // a write the client takes nothing of this long: closed
+  double write_timeout_seconds = 60;        // a client that takes nothing of a write this long: closed
   double probe_seconds = 1;                 // how often a half-closed client is probed
   int send_buffer_bytes = 0;                // SO_SNDBUF of each connection; 0: the kernel's default
   std::vector<std::string> allowed_origins; // CORS: origins browsers may call from ("*": any)

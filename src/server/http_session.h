@@ -150,6 +150,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string cors_origin_;      // the request's Origin, when --allowed-origins allows it
   std::deque<std::string> queue_;
   size_t queued_bytes_ = 0;      // bytes in queue_ (counted in server_.buffered_bytes)
+  size_t front_written_ = 0;     // bytes of queue_.front() written so far
   bool writing_ = false;
   std::unique_ptr<Generation> gen_;
   std::shared_ptr<Session> generating_;  // the session itself, while gen_ runs

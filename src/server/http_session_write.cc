@@ -2,6 +2,7 @@
 // half-closed clients, bounded writing and the lingering close (http_session.h).
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <iostream>
 
@@ -176,14 +177,28 @@ void Session::do_write() {
     return;
   }
   writing_ = true;
+  // A slice at a time, each with its own deadline: the write timeout is for a client that takes
+  // nothing, not for a large answer (a non-streamed one is one item) that a client reads slowly.
+  constexpr size_t kSlice = 64 << 10;
+  const std::string& front = queue_.front();
+  const size_t n = std::min(kSlice, front.size() - front_written_);
   stream_.expires_after(write_timeout());
-  net::async_write(stream_, net::buffer(queue_.front()), [self = shared_from_this()](beast::error_code ec, size_t) {
-    if (self->closed_) return;
-    if (ec == beast::error::timeout) self->server_.count_write_timeout();
-    if (ec) return self->client_gone();
-    self->unqueue_front();
-    self->do_write();
-  });
+  net::async_write(stream_, net::buffer(front.data() + front_written_, n),
+                   [self = shared_from_this(), n](beast::error_code ec, size_t) {
+                     if (self->closed_) return;
+                     if (ec == beast::error::timeout) {
+                       // Counted as this, not as a disconnect: close() cancels what still runs.
+                       self->server_.count_write_timeout();
+                       return self->close();
+                     }
+                     if (ec) return self->client_gone();
+                     self->front_written_ += n;
+                     if (self->front_written_ == self->queue_.front().size()) {
+                       self->front_written_ = 0;
+                       self->unqueue_front();
+                     }
+                     self->do_write();
+                   });
 }
 
 void Session::unqueue_front() {

@@ -226,6 +226,8 @@ TEST_F(ServerTest, MessagesTheTemplateWouldDropAreRefused) {
       "{% for m in messages %}{{ m.role }}{% if m.name %}({{ m.name }}){% endif %}: {{ m.content }}\n{% endfor %}");
   EXPECT_TRUE(outcome(*generic, R"([{"role": "ipython", "content": "42"}, {"role": "user", "content": "x", "name": "alice"}])")
                   .starts_with("["));
+  // ... also when it is the only role sent (its text changed shows in the prompt).
+  EXPECT_TRUE(outcome(*generic, R"([{"role": "ipython", "content": "42"}])").starts_with("["));
   // One that knows "developer" gets it as sent.
   const auto developer = api_with(
       "{% for m in messages %}{% if m.role == 'developer' %}<d>{% endif %}{{ m.content }}{% endfor %}");

@@ -330,6 +330,7 @@ TEST_F(ServerTest, AClientThatTakesNothingOfItsAnswerIsClosedAtTheWriteTimeout) 
   for (int i = 0; i < 500 && srv->http_metrics().write_timeouts == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(srv->http_metrics().write_timeouts, 1);
   EXPECT_EQ(srv->http_metrics().slow_client_cancels, 0);  // the answer was within the bound
+  EXPECT_EQ(srv->http_metrics().client_disconnects, 0);   // counted once, as a write timeout
   wait_engine_idle();
   const std::string metrics = get("/metrics", srv->port());
   EXPECT_NE(metrics.find("sluice_http_write_timeouts_total 1\n"), std::string::npos) << metrics;
