@@ -1,8 +1,8 @@
 // What the router's files share (router.cc: listening, connections, its own routes, starting and
-// stopping; router_proxy.cc: relaying a request to a replica; router_health.cc: health checks and
-// scrapes of the replicas' /metrics; router_admin.cc: the admin API and changes of membership;
-// router_discovery.cc: DNS discovery; router_metrics.cc: its own /metrics). Not part of its
-// interface.
+// stopping; router_proxy.cc: relaying a request to a replica, router_relay.cc the pieces of that
+// which hold no routing state; router_health.cc: health checks and scrapes of the replicas'
+// /metrics; router_admin.cc: the admin API and changes of membership; router_discovery.cc: DNS
+// discovery; router_metrics.cc: its own /metrics). Not part of its interface.
 #pragma once
 
 #include <algorithm>
@@ -21,6 +21,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -135,6 +136,76 @@ struct Attempt {
   bool keep_alive = true;         // the client connection may serve another request
   bool released = false;          // the replica's in-flight count was already given back
   bool stale = false;             // a reused idle connection the replica had closed: not its failure
+};
+
+// The request as replica `b` gets it: hop-by-hop headers dropped, the replica's key set.
+bhttp::request<bhttp::string_body> upstream_request(const BackendConfig& b, const Exchange& x);
+
+// What went wrong reading a replica's answer: "timeout"; "protocol" where the bytes that came are
+// not HTTP (a malformed status line, header or Content-Length, a bad chunk); else "closed".
+std::string read_error_kind(const beast::error_code& ec);
+
+// A write to the client that takes longer than `limit` (a client that stopped reading, its
+// socket buffer full) closes its connection, which fails the write: the request is then cancelled
+// upstream. (The connection's stream has no write timeout of its own here: it would also end the
+// watcher's read, which waits as long as the answer takes.)
+net::awaitable<beast::error_code> write_client(beast::tcp_stream& client, std::string_view bytes,
+                                               std::chrono::milliseconds limit);
+
+// Reads from the client while a replica works on its request, from construction to stop():
+// bytes of a next request go into `buffer`; an end of stream or an error marks the client gone
+// and closes the upstream connection, which ends the exchange.
+class ClientWatcher {
+ public:
+  ClientWatcher(const net::any_io_executor& ex, beast::tcp_stream& client, beast::flat_buffer& buffer,
+                beast::tcp_stream& upstream);
+  ClientWatcher(const ClientWatcher&) = delete;
+  ClientWatcher& operator=(const ClientWatcher&) = delete;
+  // Stops reading and waits for the reader to finish. REQUIRES: called before destruction.
+  net::awaitable<void> stop();
+  bool client_gone() const { return gone_; }
+
+ private:
+  beast::tcp_stream& client_;
+  beast::flat_buffer& buffer_;
+  beast::tcp_stream& upstream_;
+  bool gone_ = false, watching_ = true, running_ = true;
+  net::steady_timer done_;
+};
+
+// A replica's event stream as the client gets it: whole events as they complete, the usage chunk
+// taken out again where only the router asked for it (Exchange::strip_usage), the usage read into
+// the exchange, the events captured for shadow comparison.
+class StreamRelay {
+ public:
+  explicit StreamRelay(Exchange& x) : x_(x) {}
+  // What to relay once `piece` has arrived; an answer that is not SSE goes as it is past 1 MiB.
+  std::string take(std::string_view piece);
+  // An unfinished last event.
+  std::string rest() { return std::exchange(events_, {}); }
+  // The event that ends a stream the replica broke off, with the id, created and model of the
+  // chunks before it.
+  std::string error_event(std::string_view error_kind) const;
+
+ private:
+  Exchange& x_;
+  std::string events_;  // bytes not yet relayed: at most one incomplete event
+  Json head_;           // the first chunk's id, created, model, system_fingerprint
+};
+
+// One attempt's connection to its replica, the replica as it was when chosen (the admin API or
+// discovery may remove it meanwhile).
+struct Upstream {
+  Upstream(int backend_, uint64_t generation_, std::shared_ptr<const BackendConfig> config_)
+      : backend(backend_), generation(generation_), config(std::move(config_)) {}
+  int backend;
+  uint64_t generation;
+  std::shared_ptr<const BackendConfig> config;
+  Clock::time_point started = Clock::now();
+  std::unique_ptr<beast::tcp_stream> conn;
+  bool reused = false;  // an idle connection, not one opened for this attempt
+  bhttp::response_parser<bhttp::buffer_body> parser;
+  beast::flat_buffer buf;
 };
 
 // A relayed answer's outcome for the replica's health: 5xx is failure, 429 load.
@@ -286,8 +357,26 @@ struct Router::Impl {
                               bhttp::request<bhttp::string_body>& req);
   net::awaitable<bool> proxy(beast::tcp_stream& client, beast::flat_buffer& buffer,
                              bhttp::request<bhttp::string_body>& req);
+  // The exchange a request makes (routing hints, the body as sent upstream).
+  Exchange exchange_for(bhttp::request<bhttp::string_body>& req, const Json& body, bool keep);
+  // The replica for try `tried.size()`, begun (its in-flight count taken) with its generation in
+  // `generation`; backend -1 when none is left.
+  Decision choose(const Exchange& x, const std::vector<int>& tried, const std::string& version,
+                  const std::string& shadow_only, uint64_t& generation);
+  // A request relayed or given up by its client: usage, metrics, the rollout's outcome.
+  void record_answered(Exchange& x, const Decision& d, const Attempt& last, const std::string& version,
+                       bool present, double seconds, double attempt_seconds, double ttft);
   net::awaitable<Attempt> attempt(int backend, beast::tcp_stream& client, beast::flat_buffer& buffer, Exchange& x,
                                   double& ttft);
+  // Connects (or takes an idle connection) and writes the request; false with `result` set when
+  // that failed.
+  net::awaitable<bool> send(Upstream& u, bhttp::request<bhttp::string_body>& up, Exchange& x, Attempt& result);
+  // The rest of an attempt once the answer's header is in: a 2xx stream relayed event by event,
+  // anything else read whole and then relayed or held back for a retry.
+  net::awaitable<Attempt> relay_stream(Upstream& u, beast::tcp_stream& client, ClientWatcher& watcher, Exchange& x,
+                                       Attempt result, double& ttft);
+  net::awaitable<Attempt> relay_whole(Upstream& u, beast::tcp_stream& client, ClientWatcher& watcher, Exchange& x,
+                                      Attempt result);
   net::awaitable<bool> admin(beast::tcp_stream& client, bhttp::request<bhttp::string_body>& req, std::string_view path);
   Json replicas_json();  // GET /admin/replicas' list
   // GET /ui: the dashboard (dashboard.h), for the admin key as a bearer token or as the password
