@@ -291,6 +291,11 @@ TEST(Cli, PairRanksDraftsAndWritesItsReports) {
   ASSERT_EQ(self_report["target_step_seconds"].size(), 2u);
   EXPECT_EQ(self_report["target_step_seconds"][1].size(), 3u);  // k + 1 = 1..3 tokens
   EXPECT_GT(self_report["target_step_seconds"][1][2].get<double>(), 0);
+  // Prompt lookup's settings without prompt lookup were ignored; generate and serve refuse them.
+  Output lookup_off = run("pair --target " + q + "F32.gguf --draft " + q + "Q8_0.gguf -p x --ngram-min 3 --ngram-max 3", true);
+  EXPECT_EQ(lookup_off.exit_code, 2);
+  EXPECT_NE(lookup_off.out.find("--ngram-min and --ngram-max set prompt lookup, which is not a candidate here"),
+            std::string::npos) << lookup_off.out;
   Output empty = run("pair --target " + q + "F32.gguf --ngram -p x -p ''", true);
   EXPECT_EQ(empty.exit_code, 2) << empty.out;  // a flag's value: checked before the model loads
   EXPECT_NE(empty.out.find("a prompt must not be empty"), std::string::npos) << empty.out;

@@ -113,6 +113,11 @@ Result<double> parse_drop(const std::string& s) {
   if (t.empty() || !end || *end != '\0' || !(v >= 0)) {
     return Error(StatusCode::kInvalid, "--max-drop '{}' must be a number >= 0: 2pp (2 percentage points), 2%, or 0.02", s);
   }
+  // Rates and scores lie in [0, 1]: a larger drop could never be reached, the gate off.
+  if (!(v * scale <= 1)) {
+    return Error(StatusCode::kInvalid, "--max-drop '{}' is past 100pp (1): no drop could reach it, so nothing would "
+                 "ever regress", s);
+  }
   return v * scale;
 }
 
@@ -162,6 +167,27 @@ Result<Loaded> load_run_file(const std::string& path) {
     l.rows.push_back(std::move(row));
   }
   return l;
+}
+
+// A name `baseline set` and --save-baseline may give: one that a run id or an exported file
+// would shadow (`5`, `x.json`) or an empty one is refused.
+Status check_baseline_name(const std::string& name) {
+  if (name.empty()) return Status::error("a baseline name cannot be empty", StatusCode::kInvalid);
+  if (name.find_first_not_of("0123456789") == std::string::npos || name.ends_with(".json")) {
+    return Status::error(fmt::format("baseline name '{}' would be read as a {}: give a name", name,
+                                     name.ends_with(".json") ? "run exported to a file" : "run id"),
+                         StatusCode::kInvalid);
+  }
+  return Status::ok();
+}
+
+// A baseline is a finished run: a failed or interrupted one lacks answers, which would count as
+// fails and hide a candidate's.
+Status check_baseline_run(const eval::RunRow& run) {
+  if (run.status == "done") return Status::ok();
+  return Status::error(fmt::format("run {} is {}, not done: some of its answers are missing, so it cannot be a "
+                                   "baseline", run.id, run.status.empty() ? "of no status" : run.status),
+                       StatusCode::kInvalid);
 }
 
 Result<Loaded> load_run(eval::Store& store, const std::string& ref) {
@@ -215,12 +241,13 @@ int gate(eval::Store& store, const Loaded& base, const Loaded& cand, const EvalO
   if (Status s = write_reports(o.report, c, store, cand.run); !s) return infra(s.message());
   if (int rc = finish_stdout(); rc != kExitOk) return rc;
   const std::string& f = o.gate.fail_on;
-  if (f == "never") return kExitOk;
+  // No evidence either way, under any --fail-on: the baseline is not one of this suite.
   if (c.verdict == "nothing compared") {
     return infra(fmt::format("no item is in both runs (baseline {} items, candidate {}): nothing was compared; is the "
                              "baseline a run of this suite, and did it finish?",
                              c.only_base, c.only_cand));
   }
+  if (f == "never") return kExitOk;
   if (f == "flip") {
     for (const eval::ItemDiff& d : c.items) {
       if (d.base_pass && !d.cand_pass) return kExitRegressed;
@@ -236,12 +263,17 @@ int run_eval_run(EvalOptions& o) {
   if ((!o.report.markdown.empty() || !o.report.html.empty()) && o.baseline.empty()) {
     return fail_usage("--markdown and --html report a comparison: give --baseline (a run alone goes to --junit or --json)");
   }
+  if (!o.save_baseline.empty()) {
+    if (Status s = check_baseline_name(o.save_baseline); !s) return fail_usage("--save-baseline: " + s.message());
+  }
+  if (auto drop = parse_drop(o.gate.max_drop); !drop) return fail_usage(drop.error().message());
   auto suite = eval::load_suite(o.suite);
   if (!suite) return fail_usage(suite.error().message());
-  if (o.strict && !suite->not_run.empty()) {
-    for (const std::string& n : suite->not_run) std::cerr << "not run: " << n << "\n";
-    return fail_usage(fmt::format("{} part(s) of the suite cannot run (--strict)", suite->not_run.size()));
-  }
+  auto refuse_not_run = [&o](const std::vector<std::string>& not_run) {
+    for (const std::string& n : not_run) std::cerr << "not run: " << n << "\n";
+    return fail_usage(fmt::format("{} part(s) of the suite cannot run (--strict)", not_run.size()));
+  };
+  if (o.strict && !suite->not_run.empty()) return refuse_not_run(suite->not_run);
   eval::RunOptions ro;
   ro.jobs = o.jobs;
   ro.repeat = o.repeat;
@@ -263,7 +295,9 @@ int run_eval_run(EvalOptions& o) {
         return fail_usage(fmt::format("--set '{}': the number is out of range", kv));
       }
     }
-    ro.params[kv.substr(0, eq)] = v.is_discarded() ? eval::Json(text) : v;
+    const eval::Json value = v.is_discarded() ? eval::Json(text) : v;
+    if (Status s = eval::check_request_field(kv.substr(0, eq), value); !s) return fail_usage(fmt::format("--set '{}': {}", kv, s.message()));
+    ro.params[kv.substr(0, eq)] = value;
   }
   if (!o.no_progress && isatty(STDERR_FILENO)) {
     ro.progress = [](int64_t done, int64_t total) {
@@ -283,21 +317,30 @@ int run_eval_run(EvalOptions& o) {
   if (!o.baseline.empty()) {
     auto b = load_run(**store, o.baseline);
     if (!b) return fail_usage(b.error().message());
+    if (Status s = check_baseline_run(b->run); !s) return fail_usage(s.message());
     base = std::move(*b);
   }
   auto plan = eval::plan_run(*suite, ro);
   if (!plan) {
-    return plan.error().code() == StatusCode::kUnavailable ? infra(plan.error().message()) : fail_usage(plan.error().message());
+    if (plan.error().code() == StatusCode::kUnavailable) return infra(plan.error().message());
+    for (const std::string& n : suite->not_run) std::cerr << "not run: " << n << "\n";  // why, where it is a provider
+    return fail_usage(plan.error().message());
   }
+  // Parts found at planning too (a likelihood task on a chat provider).
+  if (o.strict && !plan->suite.not_run.empty()) return refuse_not_run(plan->suite.not_run);
   for (const std::string& n : plan->notes) std::cerr << "note: " << n << "\n";
   if (o.if_changed) {
-    auto last = (*store)->last_done_run(std::filesystem::absolute(o.suite).string());
+    auto last = (*store)->last_done_run(std::filesystem::absolute(o.suite).lexically_normal().string());
     if (!last) return infra(last.error().message());
     if (*last && (*last)->fingerprint == plan->fingerprint) {
       (o.report.json ? std::cerr : std::cout) << fmt::format("unchanged: run {} ({}) has the same fingerprint {} (the suite, every rendered request and "
                                "each endpoint's system_fingerprint); nothing to evaluate\n",
                                (*last)->id, (*last)->started, plan->fingerprint);
-      return finish_stdout();
+      if (!base) return finish_stdout();
+      // The gate holds as it did for that run: a re-run of a failed job does not turn it green.
+      auto rows = (*store)->results((*last)->id);
+      if (!rows) return infra(rows.error().message());
+      return gate(**store, *base, Loaded{**last, std::move(*rows)}, o);
     }
     if (*last) std::cerr << fmt::format("changed since run {} (fingerprint {} -> {})\n", (*last)->id, (*last)->fingerprint, plan->fingerprint);
   }
@@ -354,6 +397,7 @@ int run_eval_compare(EvalOptions& o) {
   }
   auto base = load_run(**store, base_ref);
   if (!base) return fail_usage(base.error().message());
+  if (Status s = check_baseline_run(base->run); !s) return fail_usage(s.message());
   if (cand_ref.empty()) {
     auto latest = (*store)->runs("", 2);
     if (!latest) return infra(latest.error().message());
@@ -376,7 +420,7 @@ int run_eval_compare(EvalOptions& o) {
 int run_eval_history(EvalOptions& o) {
   auto store = eval::Store::open(o.db);
   if (!store) return infra(store.error().message());
-  const std::string path = o.suite.empty() ? "" : std::filesystem::absolute(o.suite).string();
+  const std::string path = o.suite.empty() ? "" : std::filesystem::absolute(o.suite).lexically_normal().string();
   auto runs = (*store)->runs(path, o.limit);
   if (!runs) return infra(runs.error().message());
   // A suite path with a typo would list nothing, as a suite never run does: say which.
@@ -541,6 +585,8 @@ CommandFn add_eval_command(CLI::App& app) {
     auto r = (*store)->run(o->limit);
     if (!r) return infra(r.error().message());
     if (!*r) return fail_usage(fmt::format("run {} is not in {}", o->limit, o->db));
+    if (Status s = check_baseline_name(o->name); !s) return fail_usage(s.message());
+    if (Status s = check_baseline_run(**r); !s) return fail_usage(s.message());
     if (Status s = (*store)->set_baseline(o->name, o->limit); !s) return infra(s.message());
     std::cout << fmt::format("baseline '{}' is run {} ({}, {})\n", o->name, o->limit, (*r)->suite, (*r)->started);
     return finish_stdout();

@@ -86,6 +86,9 @@ int run_pair(PairCliOptions& o) {
     return fail_usage("give the prompts one way: --prompts FILE, -p TEXT or --suite FILE");
   }
   if (o.ngram_min > o.ngram_max) return fail_usage("--ngram-min must not exceed --ngram-max");
+  if (!o.ngram && (o.ngram_min != PairCliOptions{}.ngram_min || o.ngram_max != PairCliOptions{}.ngram_max)) {
+    return fail_usage("--ngram-min and --ngram-max set prompt lookup, which is not a candidate here: add --ngram");
+  }
   // The report files were checked with the flags (output_file), not after minutes of measuring.
   if (!o.json_file.empty() && same_file(o.json_file, o.svg_file)) {
     return fail_usage("--json and --svg name the same file (the chart would overwrite the JSON)");
@@ -123,12 +126,13 @@ int run_pair(PairCliOptions& o) {
   std::vector<std::vector<int32_t>> prompts;
   int32_t longest = 0;
   for (size_t i = 0; i < texts.size(); ++i) {
-    if (texts[i].empty()) return fail(fmt::format("prompt {} is empty", i));
+    // Prompts are counted from 1, as a file's lines are.
+    if (texts[i].empty()) return fail(fmt::format("prompt {} is empty", i + 1));
     auto ids = target->tokenizer->encode(texts[i], encoding[i]);
-    if (!ids) return fail(fmt::format("prompt {}: {}", i, ids.error().message()));
+    if (!ids) return fail(fmt::format("prompt {}: {}", i + 1, ids.error().message()));
     if (static_cast<int64_t>(ids->size()) + o.pair.max_tokens + o.pair.max_k >= target->model->config().context_length) {
       return fail(fmt::format("prompt {} has {} tokens: with --max-tokens {} it does not fit the target's context of {}",
-                              i, ids->size(), o.pair.max_tokens, target->model->config().context_length));
+                              i + 1, ids->size(), o.pair.max_tokens, target->model->config().context_length));
     }
     longest = std::max(longest, static_cast<int32_t>(ids->size()));
     prompts.push_back(std::move(*ids));

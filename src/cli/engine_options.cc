@@ -72,12 +72,12 @@ void EngineOptions::add_to(CLI::App& cmd) {
       ->capture_default_str();
 }
 
-Result<int64_t> parse_memory_size(const std::string& text, int64_t available_bytes) {
+Result<int64_t> parse_memory_size(const std::string& text, int64_t available_bytes, std::string_view flag) {
   auto bad = [&] {
     return Error(StatusCode::kInvalid,
-                 "--kv-cache-memory must be 'auto', a size such as 512MiB, 2G or 1.5GB, or a fraction of available "
+                 "{} must be 'auto', a size such as 512MiB, 2G or 1.5GB, or a fraction of available "
                  "memory such as 0.4; got '{}'",
-                 text);
+                 flag, text);
   };
   size_t i = 0;
   while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
@@ -95,8 +95,8 @@ Result<int64_t> parse_memory_size(const std::string& text, int64_t available_byt
   const bool has_point = text.substr(0, i).find('.') != std::string::npos;
   if (unit.empty() && has_point) {
     if (!(value > 0 && value <= 1)) {
-      return Error(StatusCode::kInvalid, "--kv-cache-memory {}: a fraction of available memory is above 0 and at most "
-                   "1.0 (a size takes a unit: 512MiB, 2G)", text);
+      return Error(StatusCode::kInvalid, "{} {}: a fraction of available memory is above 0 and at most "
+                   "1.0 (a size takes a unit: 512MiB, 2G)", flag, text);
     }
     if (available_bytes <= 0) return Error(StatusCode::kInvalid, "cannot read the available memory; give a size");
     return static_cast<int64_t>(value * static_cast<double>(available_bytes));
@@ -237,10 +237,8 @@ Status EngineOptions::attach_draft(EngineConfig& config, LoadedModel& draft, con
     if (available > 0) bytes = std::min(bytes, available / 10);
     bytes = std::max<int64_t>(bytes, per_token * config.block_size);
   } else {
-    auto parsed = parse_memory_size(draft_kv_cache_memory, available);
-    if (!parsed) {
-      return Status::error(fmt::format("--draft-kv-cache-memory: {}", parsed.error().message()), StatusCode::kInvalid);
-    }
+    auto parsed = parse_memory_size(draft_kv_cache_memory, available, "--draft-kv-cache-memory");
+    if (!parsed) return parsed.error();
     bytes = *parsed;
   }
   config.spec.draft_model = draft.model.get();

@@ -44,8 +44,9 @@ struct EngineOptions {
 
 // "123", "512MiB", "2G", "1.5GB" (K/M/G/T: powers of 1024 with or without "iB", powers of
 // 1000 with "B") -> bytes; "0.4" (a number below or equal to 1 with a decimal point) -> that
-// fraction of the available memory. Errors name the accepted forms.
-Result<int64_t> parse_memory_size(const std::string& text, int64_t available_bytes);
+// fraction of the available memory. Errors name `flag` and the accepted forms.
+Result<int64_t> parse_memory_size(const std::string& text, int64_t available_bytes,
+                                  std::string_view flag = "--kv-cache-memory");
 
 
 // One line for stderr: "KV cache: 3.0 GiB f16, 12288 blocks of 16 = 196608 tokens (12288 bytes per token)".

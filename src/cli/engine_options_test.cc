@@ -31,6 +31,10 @@ TEST(ParseMemorySize, RefusesWhatItCannotRead) {
         << r.error().message();
   }
   EXPECT_FALSE(parse_memory_size("0.5", 0));  // fraction of an unknown amount
+  // The draft's flag says its own name (it said --kv-cache-memory).
+  auto draft = parse_memory_size("0.0", 1000, "--draft-kv-cache-memory");
+  ASSERT_FALSE(draft);
+  EXPECT_EQ(draft.error().message().rfind("--draft-kv-cache-memory 0.0: a fraction", 0), 0u) << draft.error().message();
 }
 
 }  // namespace

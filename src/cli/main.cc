@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 #include <vector>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -95,6 +96,17 @@ CLI::Validator output_file() {
           return fmt::format("'{}': the folder '{}' cannot be written: {}", s, folder,
                              std::error_code(errno, std::generic_category()).message());
         }
+        // Opened for writing now, as it will be (a folder root may write, yet /proc or a
+        // read-only file refuses): an existing file is left as it is, a new one removed again.
+        const bool existed = fs::exists(s, ec);
+        if (existed && !fs::is_regular_file(s, ec)) return {};  // a pipe or a device: opened when written
+        const int fd = existed ? ::open(s.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC)
+                               : ::open(s.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0) {
+          return fmt::format("'{}' cannot be written: {}", s, std::error_code(errno, std::generic_category()).message());
+        }
+        ::close(fd);
+        if (!existed) ::unlink(s.c_str());
         return {};
       },
       "FILE");

@@ -109,6 +109,8 @@ std::optional<double> first_number(const std::string& text) {
   return std::nullopt;
 }
 
+Status invalid_status(std::string message) { return Status::error(std::move(message), StatusCode::kInvalid); }
+
 Result<double> number_value(const Json& v, const std::string& type) {
   if (v.is_number()) return v.get<double>();
   if (v.is_string()) {
@@ -140,6 +142,42 @@ std::string rubric_prompt(const std::string& rubric, const std::string& output) 
 }
 
 }  // namespace
+
+Status check_assertion_spec(const Assertion& a) {
+  const std::string& t = a.type;
+  const Json& v = a.value;
+  // A value that a template fills is known only per test: its checks wait for the grading.
+  auto has_template = [](const Json& j) {
+    return j.is_string() && (j.get<std::string>().find("{{") != std::string::npos ||
+                             j.get<std::string>().find("{%") != std::string::npos);
+  };
+  const bool limit_type = t == "latency" || t == "logprob" || t == "perplexity";
+  const bool value_optional = t == "is-json" || t == "contains-json" || limit_type;
+  if (!value_optional && v.is_null()) return invalid_status(fmt::format("assertion '{}' needs a 'value'", t));
+  if (limit_type && !a.threshold && v.is_null()) {
+    return invalid_status(fmt::format("assertion '{}' needs a threshold (or a value){}", t,
+                                      t == "latency" ? ", in milliseconds" : ""));
+  }
+  auto number = [&](const Json& j) -> Status {
+    if (j.is_null() || has_template(j)) return Status::ok();
+    if (auto n = number_value(j, t); !n) return n.error();
+    return Status::ok();
+  };
+  if (t == "numeric" || t == "max-tokens" || (limit_type && !a.threshold)) if (Status st = number(v); !st) return st;
+  if (t == "length") {
+    if (v.is_object()) {
+      for (auto it = v.begin(); it != v.end(); ++it) {
+        if (it.key() != "min" && it.key() != "max") {
+          return invalid_status(fmt::format("assertion 'length': '{}' is not min or max", it.key()));
+        }
+        if (Status st = number(it.value()); !st) return st;
+      }
+    } else {
+      if (Status st = number(v); !st) return st;
+    }
+  }
+  return Status::ok();
+}
 
 size_t edit_distance(std::string_view a, std::string_view b) {
   const std::vector<uint32_t> x = code_points(a), y = code_points(b);

@@ -65,6 +65,11 @@ Result<Grade> grade(const TestCase& test, const Reply& reply, const Json& vars, 
 Result<AssertionResult> check_assertion(const Assertion& a, const Reply& reply, const Json& vars,
                                         const std::optional<Provider>& judge, const JudgeFn& ask_judge);
 
+// A mistake in an assertion as written that grading would find only once the answers are in: a
+// value missing, a limit missing or not a number (values a template fills are checked per test,
+// when graded).
+Status check_assertion_spec(const Assertion& a);
+
 // Levenshtein distance in code points.
 size_t edit_distance(std::string_view a, std::string_view b);
 

@@ -269,6 +269,10 @@ std::string compare_markdown(const Comparison& c, int32_t max_items) {
     out += "\n**Regressed items** (passed in the baseline, fail now):\n\n| provider | test | baseline | candidate |\n|---|---|---|---|\n" + rows;
   }
   if (c.num_flaky) out += fmt::format("\n{} flaky items (samples or runs disagree).\n", c.num_flaky);
+  // A candidate that dropped items (a shorter suite, a provider removed) is said, not left out.
+  if (c.only_base || c.only_cand) {
+    out += fmt::format("\n{} items only in the baseline, {} only in the candidate: not compared.\n", c.only_base, c.only_cand);
+  }
   return out;
 }
 

@@ -104,6 +104,10 @@ std::string compare_html(const Comparison& c, const std::vector<RunRow>& history
       xml_escape(c.verdict), c.verdict == "nothing compared" ? "regressed" : xml_escape(c.verdict),  // class: one word
       xml_escape(c.verdict), c.cand_run, c.base_run,
       c.aa ? " (A/A: one configuration twice; differences are noise)" : "");
+  if (c.only_base || c.only_cand) {
+    html += fmt::format("<p id=\"not-compared\">{} items only in the baseline, {} only in the candidate: not compared.</p>\n",
+                        c.only_base, c.only_cand);
+  }
   html += "<h2>Metrics</h2>\n<table id=\"metric-table\"><tr><th>metric</th><th>items</th><th>baseline</th><th>candidate</th>"
           "<th>diff</th><th>p (Holm)</th><th>test</th><th>MDE</th><th>verdict</th></tr>\n";
   for (const MetricResult& m : c.metrics) {

@@ -147,7 +147,35 @@ Result<Plan> plan_run(const Suite& suite_in, const RunOptions& options) {
     }
   }
 
+  // The judges too (as the run asks them: chat): one that cannot be reached is said now, not
+  // after every answer is in; what each reports is part of the fingerprint (a judge's new model
+  // can change every grade).
+  std::vector<std::pair<std::string, std::string>> judge_fingerprints;  // (label, fingerprint)
+  std::set<std::string> probed;
+  auto probe_judge = [&](const Provider& judge) -> Status {
+    Provider j = judge;
+    j.api = "chat";
+    if (!probed.insert(j.base_url + "\n" + j.model + "\n" + j.label).second) return Status::ok();
+    auto body = build_body(j, "Hello", nullptr, Json{{"max_tokens", 1}, {"temperature", 0}}, std::nullopt);
+    if (!body) return body.error();
+    body->erase("stop");
+    auto reply = call(j, *body, probe);
+    if (!reply) {
+      return Status::error(fmt::format("judge '{}' cannot be reached: {}", j.label, reply.error().message()),
+                           reply.error().code() == StatusCode::kInvalid ? StatusCode::kInvalid : StatusCode::kUnavailable);
+    }
+    judge_fingerprints.emplace_back(j.label, reply->system_fingerprint);
+    return Status::ok();
+  };
+  for (const TestCase& t : suite.tests) {
+    for (const Assertion& a : t.asserts) {
+      if (a.type != "llm-rubric") continue;
+      if (Status st = probe_judge(a.judge ? *a.judge : *suite.judge); !st) return Error(st);
+    }
+  }
+
   std::string fp = "suite\n" + suite.content;
+  for (const auto& [label, fingerprint] : judge_fingerprints) fp += "\njudge " + label + " " + fingerprint;
   for (size_t pi = 0; pi < suite.providers.size(); ++pi) {
     const Provider& p = suite.providers[pi];
     const std::string endpoint = content_hash(p.base_url + "\n" + p.model + "\n" + plan.endpoint_fingerprints[pi]);
@@ -205,7 +233,7 @@ Result<RunOutcome> execute_run(const Plan& plan, Store& store, const RunOptions&
   const Suite& suite = plan.suite;
   RunRow run;
   run.suite = suite.description.empty() ? std::filesystem::path(suite.path).filename().string() : suite.description;
-  run.suite_path = suite.path.empty() ? "" : std::filesystem::absolute(suite.path).string();
+  run.suite_path = suite.path.empty() ? "" : std::filesystem::absolute(suite.path).lexically_normal().string();
   run.fingerprint = plan.fingerprint;
   Json providers = Json::array();
   for (size_t i = 0; i < suite.providers.size(); ++i) {

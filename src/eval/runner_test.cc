@@ -304,12 +304,13 @@ TEST(EvalRun, AnUnreachableEndpointIsAnInfrastructureError) {
 // --base-url moves the providers, and a judge the suite left on OpenAI's default endpoint; a
 // judge the suite points somewhere keeps its endpoint (it was never moved).
 TEST(EvalRun, BaseUrlMovesAJudgeOnlyWhenTheSuiteNamedNoEndpoint) {
-  ScriptedServer server;
+  ScriptedServer server, judge_server;
+  const std::string judge_url = judge_server.url();
   unsetenv("OPENAI_BASE_URL");
   unsetenv("OPENAI_API_BASE_URL");
   Json rubric = {{"type", "llm-rubric"}, {"value", "kind"}};
   Json pinned = rubric;
-  pinned["provider"] = {{"id", "openai:chat:grader"}, {"config", {{"apiBaseUrl", "http://judge.example/v1"}}}};
+  pinned["provider"] = {{"id", "openai:chat:grader"}, {"config", {{"apiBaseUrl", judge_url}}}};
   Json doc = {{"providers", Json::array({"openai:chat:m"})},
               {"prompts", Json::array({"{{q}}"})},
               {"judge", "openai:chat:gpt-4o"},
@@ -324,7 +325,7 @@ TEST(EvalRun, BaseUrlMovesAJudgeOnlyWhenTheSuiteNamedNoEndpoint) {
   ASSERT_TRUE(plan->suite.judge);
   EXPECT_EQ(plan->suite.judge->base_url, server.url());
   ASSERT_TRUE(plan->suite.tests[0].asserts[1].judge);
-  EXPECT_EQ(plan->suite.tests[0].asserts[1].judge->base_url, "http://judge.example/v1");
+  EXPECT_EQ(plan->suite.tests[0].asserts[1].judge->base_url, judge_url);
   // As read, before --base-url, the default judge is on OpenAI's endpoint.
   EXPECT_EQ(suite->judge->base_url, "https://api.openai.com/v1");
   EXPECT_TRUE(suite->judge->base_url_default);
@@ -337,7 +338,27 @@ TEST(EvalRun, BaseUrlMovesAJudgeOnlyWhenTheSuiteNamedNoEndpoint) {
   auto moved = plan_run(*from_env, o);
   ASSERT_TRUE(moved) << moved.error().message();
   EXPECT_EQ(moved->suite.judge->base_url, server.url());
-  EXPECT_EQ(moved->suite.tests[0].asserts[1].judge->base_url, "http://judge.example/v1");
+  EXPECT_EQ(moved->suite.tests[0].asserts[1].judge->base_url, judge_url);
+}
+
+// A judge is probed with the providers: one that cannot be reached is an infrastructure error
+// before any request, not found after every answer is in.
+TEST(EvalRun, AnUnreachableJudgeIsFoundBeforeAnyRequest) {
+  ScriptedServer server;
+  Json doc = {{"providers", Json::array({"openai:chat:m"})},
+              {"prompts", Json::array({"{{q}}"})},
+              {"judge", {{"id", "openai:chat:grader"}, {"config", {{"apiBaseUrl", "http://127.0.0.1:1/v1"}}}}},
+              {"tests", Json::array({{{"vars", {{"q", "hi"}}},
+                                      {"assert", Json::array({{{"type", "llm-rubric"}, {"value", "kind"}}})}}})}};
+  auto suite = parse_suite(doc, "");
+  ASSERT_TRUE(suite) << suite.error().message();
+  RunOptions o = fast_options();
+  o.base_url = server.url();
+  auto plan = plan_run(*suite, o);
+  ASSERT_FALSE(plan);
+  EXPECT_EQ(plan.error().code(), StatusCode::kUnavailable);
+  EXPECT_NE(plan.error().message().find("judge 'openai:chat:grader' cannot be reached"), std::string::npos)
+      << plan.error().message();
 }
 
 // llm-rubric with no judge anywhere is the suite's error, found before any request.

@@ -166,6 +166,18 @@ TEST(Compare, RunsWithNoItemInCommonCompareNothing) {
       << junit;
 }
 
+// Items of one run only are said in every report, beside those compared (a PR comment said
+// "no change" for a candidate that had dropped half the suite).
+TEST(Compare, ItemsOfOneRunOnlyAreSaidInEveryReport) {
+  std::vector<ResultRow> base = {row("a", true, 1), row("b", true, 1)}, cand = {row("a", true, 1)};
+  const Comparison c = compare_runs(1, base, 2, cand, {});
+  EXPECT_EQ(c.only_base, 1);
+  EXPECT_NE(compare_markdown(c, 10).find("1 items only in the baseline, 0 only in the candidate: not compared."),
+            std::string::npos);
+  EXPECT_NE(compare_html(c, {}).find("<p id=\"not-compared\">1 items only in the baseline"), std::string::npos);
+  EXPECT_NE(compare_text(c).find("1 items only in the baseline, 0 only in the candidate (not compared)"), std::string::npos);
+}
+
 // The Markdown report shows names and outputs as written: a pipe never splits a cell, and in
 // text a backslash or markup character is escaped (GitHub would eat `\|`'s backslash, or read
 // `*x*` as emphasis); in a code span only the pipe is.

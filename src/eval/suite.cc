@@ -1,15 +1,18 @@
 #include "eval/suite.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <span>
 
 #include <fmt/format.h>
 
 #include "common/utf8.h"
+#include "eval/assertions.h"
 #include "eval/dataset.h"
 #include "eval/json_schema.h"
 #include "eval/promptfoo.h"
@@ -38,6 +41,23 @@ std::string resolve(const std::string& dir, const std::string& path) {
 
 Status invalid(std::string message) { return Status::error(std::move(message), StatusCode::kInvalid); }
 
+// `spec[key]` when it is a string, `fallback` when absent or null; another type is the suite's
+// mistake (taken as absent, it would change what is run or how it is named without a word).
+Result<std::string> string_field(const Json& spec, const char* key, const std::string& where, std::string fallback = {}) {
+  if (!spec.contains(key) || spec[key].is_null()) return fallback;
+  if (!spec[key].is_string()) return Error(StatusCode::kInvalid, "{}: '{}' must be a string, not {}", where, key, spec[key].dump());
+  return spec[key].get<std::string>();
+}
+
+// Keys of `spec` not in `known`, as "'a', 'b'".
+std::string unknown_keys(const Json& spec, std::span<const std::string_view> known) {
+  std::string out;
+  for (auto it = spec.begin(); it != spec.end(); ++it) {
+    if (std::find(known.begin(), known.end(), it.key()) == known.end()) out += (out.empty() ? "'" : ", '") + it.key() + "'";
+  }
+  return out;
+}
+
 // The Status-returning forms of SLUICE_RETURN_IF_ERROR and SLUICE_ASSIGN_OR_RETURN.
 #define RETURN_IF_FAILED(expr)    \
   do {                            \
@@ -64,6 +84,37 @@ std::optional<std::string> non_finite_at(const Json& j, const std::string& path)
     }
   }
   return std::nullopt;
+}
+
+// The first var a template in `value` (a string, or lists and mappings of them) names that `vars`
+// lacks; "" if none. An undefined var renders as "", so a misspelt `{{ expected }}` would make
+// `contains` pass on any answer, or a prompt lose its question. Templates with statements
+// ({% %}) or a `default` filter may name vars on purpose: they are left to render.
+std::string undefined_var(const Json& value, const Json& vars) {
+  if (value.is_array() || value.is_object()) {
+    for (const Json& v : value) {
+      if (std::string u = undefined_var(v, vars); !u.empty()) return u;
+    }
+    return "";
+  }
+  if (!value.is_string()) return "";
+  const std::string& s = value.get_ref<const std::string&>();
+  if (s.find("{%") != std::string::npos) return "";
+  for (size_t at = s.find("{{"); at != std::string::npos; at = s.find("{{", at + 2)) {
+    const size_t end = s.find("}}", at + 2);
+    if (end == std::string::npos) break;
+    const std::string_view expr(s.data() + at + 2, end - at - 2);
+    if (expr.find("default") != std::string_view::npos) continue;
+    const size_t i = expr.find_first_not_of(" \t-");  // {{- name }} trims the space before
+    if (i == std::string_view::npos || !(std::isalpha(static_cast<unsigned char>(expr[i])) || expr[i] == '_')) continue;
+    size_t j = i;
+    while (j < expr.size() && (std::isalnum(static_cast<unsigned char>(expr[j])) || expr[j] == '_')) ++j;
+    const std::string name(expr.substr(i, j - i));
+    static constexpr std::string_view kLiterals[] = {"true", "false", "none", "True", "False", "None"};
+    if (std::find(std::begin(kLiterals), std::end(kLiterals), name) != std::end(kLiterals)) continue;
+    if (!vars.is_object() || !vars.contains(name)) return name;
+  }
+  return "";
 }
 
 // The most tests one test's list vars may expand into.
@@ -229,7 +280,7 @@ struct Reader {
         return Error(StatusCode::kInvalid, "{}: {}", where, ok.error().message());
       }
     }
-    if (spec.contains("metric") && spec["metric"].is_string()) a.metric = spec["metric"];
+    SLUICE_ASSIGN_OR_RETURN(a.metric, string_field(spec, "metric", where));
     if (spec.contains("metricOnly")) {
       if (!spec["metricOnly"].is_boolean()) return Error(StatusCode::kInvalid, "{}: 'metricOnly' must be true or false", where);
       a.metric_only = spec["metricOnly"];
@@ -244,6 +295,14 @@ struct Reader {
       if (std::find(std::begin(kKeys), std::end(kKeys), it.key()) == std::end(kKeys)) {
         suite.not_run.push_back(fmt::format("{}: assertion field '{}' is not supported (the test fails)", where, it.key()));
       }
+    }
+    // What grading would find only once every answer is in: found now, before any request.
+    if (Status st = check_assertion_spec(a); !st) {
+      static constexpr std::string_view kFields[] = {"type", "value", "weight", "threshold", "metric", "metricOnly",
+                                                     "provider"};
+      const std::string unknown = unknown_keys(spec, kFields);
+      return Error(StatusCode::kInvalid, "{}: {}{}", where, st.message(),
+                   unknown.empty() ? "" : fmt::format(" (its {} is not a field)", unknown));
     }
     return a;
   }
@@ -289,14 +348,51 @@ struct Reader {
     return Status::ok();
   }
 
-  // A test's threshold (or defaultTest's): a score in [0, 1].
-  Status threshold(const Json& spec, const std::string& where, TestCase& t) {
-    if (!spec.contains("threshold") || spec["threshold"].is_null()) return Status::ok();
-    const Json& v = spec["threshold"];
-    if (!v.is_number() || !(v.get<double>() >= 0 && v.get<double>() <= 1)) {
-      return invalid(where + ": 'threshold' must be a number in [0, 1] (the weighted mean score a pass needs)");
+  // Every var the prompts and a test's assertions name is one of its vars (undefined_var).
+  Status check_vars(const TestCase& t, const std::string& where) {
+    auto names = [&t]() {
+      std::string out;
+      for (auto it = t.vars.begin(); it != t.vars.end(); ++it) out += (out.empty() ? "" : ", ") + it.key();
+      return out.empty() ? std::string("none") : out;
+    };
+    for (const Prompt& p : suite.prompts) {
+      const std::string u = undefined_var(p.messages.is_array() ? p.messages : Json(p.text), t.vars);
+      if (!u.empty()) {
+        return invalid(fmt::format("{}: prompt '{}' names '{{{{ {} }}}}', which is not a var of the test (its vars: {})",
+                                   where, p.label, u, names()));
+      }
     }
-    t.threshold = v.get<double>();
+    for (size_t i = 0; i < t.asserts.size(); ++i) {
+      if (const std::string u = undefined_var(t.asserts[i].value, t.vars); !u.empty()) {
+        return invalid(fmt::format("{}: assertion '{}' names '{{{{ {} }}}}', which is not a var of the test (its vars: "
+                                   "{})", where, t.asserts[i].type, u, names()));
+      }
+    }
+    return Status::ok();
+  }
+
+  // A test's threshold (the weighted mean score a pass needs) and passFraction (the share of
+  // repeated samples that must pass), or defaultTest's: each a number in [0, 1].
+  Status threshold(const Json& spec, const std::string& where, TestCase& t) {
+    std::optional<double> v;
+    RETURN_IF_FAILED(unit_interval(spec, "threshold", where, " (the weighted mean score a pass needs)", v));
+    if (v) t.threshold = *v;
+    return Status::ok();
+  }
+  Status pass_fraction(const Json& spec, const std::string& where, TestCase& t) {
+    std::optional<double> v;
+    RETURN_IF_FAILED(unit_interval(spec, "passFraction", where, "", v));
+    if (v) t.pass_fraction = *v;
+    return Status::ok();
+  }
+  static Status unit_interval(const Json& spec, const char* key, const std::string& where, std::string_view what,
+                              std::optional<double>& out) {
+    if (!spec.contains(key) || spec[key].is_null()) return Status::ok();
+    const Json& v = spec[key];
+    if (!v.is_number() || !(v.get<double>() >= 0 && v.get<double>() <= 1)) {
+      return invalid(fmt::format("{}: '{}' must be a number in [0, 1]{}", where, key, what));
+    }
+    out = v.get<double>();
     return Status::ok();
   }
 
@@ -304,7 +400,7 @@ struct Reader {
     if (!spec.is_object()) return invalid(where + ": a test must be a mapping");
     TestCase t = defaults;
     const size_t not_run_before = suite.not_run.size();
-    if (spec.contains("description") && spec["description"].is_string()) t.description = spec["description"];
+    ASSIGN_OR_FAIL(t.description, string_field(spec, "description", where));
     if (t.description.empty()) t.description = where;
     if (spec.contains("vars") && !spec["vars"].is_null()) {
       if (!spec["vars"].is_object()) return invalid(where + ": 'vars' must be a mapping");
@@ -312,12 +408,7 @@ struct Reader {
     }
     if (spec.contains("assert")) RETURN_IF_FAILED(assertions(spec["assert"], where, t.asserts));
     RETURN_IF_FAILED(threshold(spec, where, t));
-    if (spec.contains("passFraction")) {
-      if (!spec["passFraction"].is_number() || !(spec["passFraction"].get<double>() >= 0 && spec["passFraction"].get<double>() <= 1)) {
-        return invalid(where + ": 'passFraction' must be in [0, 1]");
-      }
-      t.pass_fraction = spec["passFraction"];
-    }
+    RETURN_IF_FAILED(pass_fraction(spec, where, t));
     // promptfoo's reserved CSV columns: __expected, __expected1.. (an assertion each), and the rest.
     if (spec.contains("vars") && spec["vars"].is_object()) {
       ReservedColumns cols = take_reserved_columns(t.vars, is_known_assertion);
@@ -356,6 +447,7 @@ struct Reader {
         RETURN_IF_FAILED(var_file(it.value(), fmt::format("{}: var '{}'", where, it.key())));
       }
       one.vars = std::move(vars);
+      RETURN_IF_FAILED(check_vars(one, one.combination.empty() ? where : where + " [" + one.combination + "]"));
       suite.tests.push_back(std::move(one));
     }
     return Status::ok();
@@ -366,11 +458,22 @@ struct Reader {
     if (!spec.is_object() || !spec.contains("path") || !spec["path"].is_string()) {
       return invalid(where + ": needs a 'path'");
     }
+    static constexpr std::string_view kKeys[] = {"path", "doc_to_text", "doc_to_target", "limit", "assert"};
+    if (const std::string unknown = unknown_keys(spec, kKeys); !unknown.empty()) {
+      return invalid(fmt::format("{}: {} is not a dataset field (they are path, doc_to_text, doc_to_target, limit, "
+                                 "assert)", where, unknown));
+    }
+    ASSIGN_OR_FAIL(const std::string text, string_field(spec, "doc_to_text", where));
+    ASSIGN_OR_FAIL(const std::string target, string_field(spec, "doc_to_target", where));
+    int64_t limit = -1;
+    if (spec.contains("limit") && !spec["limit"].is_null()) {
+      if (!spec["limit"].is_number_integer() || spec["limit"].get<int64_t>() < 1) {
+        return invalid(fmt::format("{}: 'limit' must be an integer >= 1 (the rows to take), not {}", where, spec["limit"].dump()));
+      }
+      limit = spec["limit"].get<int64_t>();
+    }
     auto rows_or = rows(spec["path"].get<std::string>());
     if (!rows_or) return rows_or.error();
-    const std::string text = spec.value("doc_to_text", std::string());
-    const std::string target = spec.value("doc_to_target", std::string());
-    const int64_t limit = spec.value("limit", int64_t{-1});
     std::vector<Assertion> asserts;
     if (spec.contains("assert")) RETURN_IF_FAILED(assertions(spec["assert"], where, asserts));
     for (size_t r = 0; r < rows_or->size() && (limit < 0 || static_cast<int64_t>(r) < limit); ++r) {
@@ -388,21 +491,37 @@ struct Reader {
       }
       t.description = row.contains("id") ? fmt::format("{} {}", spec["path"].get<std::string>(), row["id"].dump()) : w;
       t.asserts.insert(t.asserts.end(), asserts.begin(), asserts.end());
+      // Without prompts of the suite's own, each row's "text" is the prompt.
+      if (suite.prompts.empty() && !t.vars.contains("text")) {
+        return invalid(fmt::format("{}: has no 'text' column for the prompt (map one with doc_to_text, or give prompts)", w));
+      }
+      RETURN_IF_FAILED(check_vars(t, w));
       suite.tests.push_back(std::move(t));
     }
     return Status::ok();
   }
 
   Status likelihood(const Json& spec, size_t index) {
+    const std::string task_where = fmt::format("likelihood task {}", index + 1);
+    if (!spec.is_object()) return invalid(task_where + ": must be a mapping (name, type, path or items)");
+    static constexpr std::string_view kKeys[] = {"name", "type", "path", "items"};
+    if (const std::string unknown = unknown_keys(spec, kKeys); !unknown.empty()) {
+      return invalid(fmt::format("{}: {} is not a likelihood task field (they are name, type, path, items)", task_where, unknown));
+    }
     LikelihoodTask task;
-    task.name = spec.value("name", fmt::format("likelihood {}", index + 1));
-    task.type = spec.value("type", std::string());
+    ASSIGN_OR_FAIL(task.name, string_field(spec, "name", task_where, fmt::format("likelihood {}", index + 1)));
+    ASSIGN_OR_FAIL(task.type, string_field(spec, "type", task_where));
     if (task.type != "multiple-choice" && task.type != "perplexity") {
       return invalid(fmt::format("likelihood task '{}': type must be multiple-choice or perplexity", task.name));
     }
+    // Results are stored and compared by the task's name: two alike would be merged into one.
+    for (const LikelihoodTask& other : suite.likelihood) {
+      if (other.name == task.name) return invalid(fmt::format("two likelihood tasks are named '{}': give each its own name", task.name));
+    }
     std::vector<Json> items;
-    if (spec.contains("path")) {
-      auto r = rows(spec["path"].get<std::string>());
+    ASSIGN_OR_FAIL(const std::string path, string_field(spec, "path", task_where));
+    if (!path.empty()) {
+      auto r = rows(path);
       if (!r) return r.error();
       items = std::move(*r);
     }
@@ -414,6 +533,7 @@ struct Reader {
     for (size_t i = 0; i < items.size(); ++i) {
       const Json& row = items[i];
       const std::string where = fmt::format("likelihood task '{}', item {}", task.name, i + 1);
+      if (!row.is_object()) return invalid(where + ": must be a mapping");
       LikelihoodItem item;
       item.id = row.contains("id") ? (row["id"].is_string() ? row["id"].get<std::string>() : row["id"].dump())
                                    : std::to_string(i + 1);
@@ -456,6 +576,21 @@ bool is_known_assertion(std::string_view type) {
   return std::find(std::begin(kAssertionTypes), std::end(kAssertionTypes), type) != std::end(kAssertionTypes);
 }
 
+Status check_request_field(const std::string& key, const Json& value) {
+  // The run writes these itself (the rendered prompt, the provider's model, one whole answer);
+  // one set here would replace every test's prompt, or be read as no answer at all.
+  static constexpr std::string_view kOwn[] = {"prompt", "messages", "model", "stream", "n", "echo"};
+  if (std::find(std::begin(kOwn), std::end(kOwn), key) != std::end(kOwn)) {
+    return invalid(fmt::format("'{}' is set by the run itself (from the prompts, the provider's id or --model), not "
+                               "as a request field", key));
+  }
+  // Repeats send seed, seed + 1, ...: another type would send every repeat with one seed.
+  if (key == "seed" && !value.is_number_integer()) {
+    return invalid(fmt::format("'seed' must be an integer, not {}", value.dump()));
+  }
+  return Status::ok();
+}
+
 Result<Provider> parse_provider(const Json& spec) {
   Provider p;
   std::string id;
@@ -464,8 +599,11 @@ Result<Provider> parse_provider(const Json& spec) {
     id = spec.get<std::string>();
   } else if (spec.is_object() && spec.contains("id") && spec["id"].is_string()) {
     id = spec["id"];
-    if (spec.contains("label") && spec["label"].is_string()) p.label = spec["label"];
-    if (spec.contains("config") && spec["config"].is_object()) config = &spec["config"];
+    SLUICE_ASSIGN_OR_RETURN(p.label, string_field(spec, "label", fmt::format("provider '{}'", id)));
+    if (spec.contains("config") && !spec["config"].is_null()) {
+      if (!spec["config"].is_object()) return Error(StatusCode::kInvalid, "provider '{}': 'config' must be a mapping", id);
+      config = &spec["config"];
+    }
     for (auto it = spec.begin(); it != spec.end(); ++it) {
       // delay spaces requests out: no answer changes. transform, prompts and the rest would.
       static constexpr std::string_view kKeys[] = {"id", "label", "config", "delay"};
@@ -510,6 +648,7 @@ Result<Provider> parse_provider(const Json& spec) {
         return Error(StatusCode::kInvalid, "provider '{}': put the key in the environment (apiKeyEnvar), not in the "
                      "suite", id);
       } else {
+        SLUICE_RETURN_IF_ERROR(check_request_field(k, *it).with_context(fmt::format("provider '{}'", id)));
         p.params[k] = *it;  // a request field: temperature, max_tokens, seed, stop, ...
       }
     }
@@ -528,7 +667,7 @@ Result<Suite> parse_suite(const Json& doc, const std::string& dir) {
   }
   Reader r;
   r.dir = dir;
-  r.suite.description = doc.value("description", std::string());
+  SLUICE_ASSIGN_OR_RETURN(r.suite.description, string_field(doc, "description", "the suite"));
   for (auto it = doc.begin(); it != doc.end(); ++it) {
     if (std::find(std::begin(kSuiteKeys), std::end(kSuiteKeys), it.key()) == std::end(kSuiteKeys)) {
       r.suite.not_run.push_back(fmt::format("suite key '{}' is not supported (ignored)", it.key()));
@@ -556,12 +695,15 @@ Result<Suite> parse_suite(const Json& doc, const std::string& dir) {
   if (doc.contains("defaultTest")) {
     const Json& d = doc["defaultTest"];
     if (!d.is_object()) return Error(StatusCode::kInvalid, "'defaultTest' must be a mapping");
-    if (d.contains("vars") && d["vars"].is_object()) defaults.vars = d["vars"];
+    if (d.contains("vars") && !d["vars"].is_null()) {
+      if (!d["vars"].is_object()) return Error(StatusCode::kInvalid, "defaultTest: 'vars' must be a mapping");
+      defaults.vars = d["vars"];
+    }
     const size_t not_run_before = r.suite.not_run.size();
     if (d.contains("assert")) SLUICE_RETURN_IF_ERROR(r.assertions(d["assert"], "defaultTest", defaults.asserts));
     defaults.not_run.assign(r.suite.not_run.begin() + static_cast<std::ptrdiff_t>(not_run_before), r.suite.not_run.end());
     SLUICE_RETURN_IF_ERROR(r.threshold(d, "defaultTest", defaults));
-    if (d.contains("passFraction") && d["passFraction"].is_number()) defaults.pass_fraction = d["passFraction"];
+    SLUICE_RETURN_IF_ERROR(r.pass_fraction(d, "defaultTest", defaults));
     if (d.contains("options") && d["options"].is_object() && d["options"].contains("provider") && !r.suite.judge) {
       SLUICE_ASSIGN_OR_RETURN(Provider judge, parse_provider(d["options"]["provider"]));
       r.suite.judge = std::move(judge);
@@ -627,8 +769,16 @@ Result<Suite> parse_suite(const Json& doc, const std::string& dir) {
     if (!doc["likelihood"].is_array()) return Error(StatusCode::kInvalid, "'likelihood' must be a list");
     for (size_t i = 0; i < doc["likelihood"].size(); ++i) SLUICE_RETURN_IF_ERROR(r.likelihood(doc["likelihood"][i], i));
   }
-  if (doc.contains("evaluateOptions") && doc["evaluateOptions"].is_object()) {
+  if (doc.contains("evaluateOptions") && !doc["evaluateOptions"].is_null()) {
     const Json& o = doc["evaluateOptions"];
+    if (!o.is_object()) return Error(StatusCode::kInvalid, "'evaluateOptions' must be a mapping");
+    // promptfoo's options that change no answer (how fast, how shown) are taken and ignored.
+    for (auto it = o.begin(); it != o.end(); ++it) {
+      static constexpr std::string_view kKeys[] = {"repeat", "maxConcurrency", "delay", "showProgressBar", "cache"};
+      if (std::find(std::begin(kKeys), std::end(kKeys), it.key()) == std::end(kKeys)) {
+        r.suite.not_run.push_back(fmt::format("evaluateOptions.{} is not supported (ignored)", it.key()));
+      }
+    }
     if (o.contains("repeat")) {
       if (!o["repeat"].is_number_integer() || o["repeat"] < 1 || o["repeat"] > 1000) {
         return Error(StatusCode::kInvalid, "'evaluateOptions.repeat' must be an integer in [1, 1000]");

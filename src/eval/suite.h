@@ -135,4 +135,8 @@ Result<Suite> parse_suite(const Json& doc, const std::string& dir);
 // into a provider; the base URL defaults to OPENAI_BASE_URL, else https://api.openai.com/v1.
 Result<Provider> parse_provider(const Json& spec);
 
+// A request field a provider's config (or `eval run --set`) may set: not one the run writes
+// itself (prompt, messages, model, stream, n, echo); a seed is an integer.
+Status check_request_field(const std::string& key, const Json& value);
+
 }  // namespace sluice::eval

@@ -414,6 +414,49 @@ TEST(Suite, BrokenSuitesAreClearErrors) {
   check("prompts: [x]\ntests: [{assert: [{type: regex, value: \"([unclosed\"}]}]\n", "test 1, assertion 1: regex /([unclosed/");
   check("prompts: [x]\ntests: [{assert: [{type: json-schema, value: '[1'}]}]\n", "schema given is not a JSON/YAML object");
   check("prompts: [x]\ntests: [{assert: [{type: is-json, value: '{{s}}'}]}]\n", "schema cannot be a template");
+  // A field of the wrong type is the suite's error (it was an uncaught type error: exit 1, which
+  // a CI gate reads as a regression), and so is a key a dataset or likelihood task lacks.
+  check("datasets: [{path: d.jsonl, limit: '1'}]\n", "dataset 1: 'limit' must be an integer >= 1");
+  check("datasets: [{path: d.jsonl, doc_to_txt: '{{q}}'}]\n", "'doc_to_txt' is not a dataset field");
+  check("datasets: [{path: d.jsonl, doc_to_text: 5}]\n", "dataset 1: 'doc_to_text' must be a string, not 5");
+  check("likelihood: [5]\n", "likelihood task 1: must be a mapping");
+  check("likelihood: [{name: 5, type: perplexity, items: [{text: a}]}]\n", "'name' must be a string, not 5");
+  check("likelihood: [{name: x, type: perplexity, itemz: [{text: a}], items: [{text: b}]}]\n",
+        "'itemz' is not a likelihood task field");
+  check("likelihood: [{name: x, type: perplexity, items: [{text: a}]}, {name: x, type: perplexity, items: [{text: b}]}]\n",
+        "two likelihood tasks are named 'x'");
+  check("description: 5\nprompts: [x]\ntests: [{}]\n", "the suite: 'description' must be a string");
+  check("prompts: [x]\ntests: [{description: 5}]\n", "test 1: 'description' must be a string");
+  check("prompts: [x]\ntests: [{assert: [{type: contains, value: a, metric: 5}]}]\n", "'metric' must be a string");
+  check("prompts: [x]\ndefaultTest: {passFraction: 7}\ntests: [{}]\n", "defaultTest: 'passFraction' must be a number in [0, 1]");
+  check("prompts: [x]\nevaluateOptions: 3\ntests: [{}]\n", "'evaluateOptions' must be a mapping");
+  check("judge: {id: 'openai:chat:m', config: 5}\nprompts: [x]\ntests: [{}]\n", "'config' must be a mapping");
+  check("judge: {id: 'openai:chat:m', config: {prompt: x}}\nprompts: [x]\ntests: [{}]\n", "'prompt' is set by the run itself");
+  check("judge: {id: 'openai:chat:m', config: {seed: 1.5}}\nprompts: [x]\ntests: [{}]\n", "'seed' must be an integer");
+  // What grading would find only after every answer, found before any request.
+  check("prompts: [x]\ntests: [{assert: [{type: contains, vaule: a}]}]\n",
+        "test 1, assertion 1: assertion 'contains' needs a 'value' (its 'vaule' is not a field)");
+  check("prompts: [x]\ntests: [{assert: [{type: length, value: abc}]}]\n", "assertion 'length' needs a number, got \"abc\"");
+  check("prompts: [x]\ntests: [{assert: [{type: length, value: {min: 1, maks: 3}}]}]\n", "'maks' is not min or max");
+  check("prompts: [x]\ntests: [{assert: [{type: latency}]}]\n", "assertion 'latency' needs a threshold");
+  check("prompts: [x]\ntests: [{assert: [{type: numeric, value: [1, 2]}]}]\n", "assertion 'numeric' needs a number");
+  // A var a template names that the test lacks renders as "": refused, in a prompt or an assertion.
+  check("prompts: ['Q: {{ questoin }}']\ntests: [{vars: {question: a}}]\n",
+        "test 1: prompt 'prompt 1' names '{{ questoin }}', which is not a var of the test (its vars: question)");
+  check("prompts: [x]\ntests: [{vars: {expected: a}, assert: [{type: contains, value: '{{ expectd }}'}]}]\n",
+        "assertion 'contains' names '{{ expectd }}'");
+}
+
+// Templates may name a var on purpose where a default or a statement handles its absence; a value
+// a template fills is checked when graded.
+TEST(Suite, TemplatesThatHandleAMissingVarAndTemplatedLimitsAreTaken) {
+  auto doc = parse_yaml("prompts: ['{{ q }}{{ hint | default(\"\") }}', '{% if hint %}{{ hint }}{% endif %}{{ q }}']\n"
+                        "tests: [{vars: {q: a, n: 3}, assert: [{type: length, value: '{{ n }}'}, {type: is-json}, "
+                        "{type: latency, threshold: 5}]}]\n");
+  ASSERT_TRUE(doc);
+  auto s = parse_suite(*doc, "");
+  ASSERT_TRUE(s) << s.error().message();
+  EXPECT_EQ(s->tests.size(), 1u);
 }
 
 // A JSON schema given as text, inline or file://, is read (it was skipped: any JSON passed).

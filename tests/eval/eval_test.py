@@ -139,17 +139,30 @@ class EvalTest(unittest.TestCase):
         self.assertIn("**Regressed items**", text)
         with open(junit) as f:
             self.assertIn("<failure message=\"regressed", f.read())
+        # The same candidate with --if-changed matches run 2 and sends nothing, but its gate holds:
+        # a failed CI job run again does not turn green.
+        rc, out = self.eval("run", suite, "--set", "temperature=1.5", "--set", "seed=3", "--baseline", "main",
+                            "--if-changed")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("unchanged: run 2", out)
+        self.assertIn("compare run 2 (candidate) with run 1 (baseline): regressed", out)
+        # ... and under any --fail-on, a baseline that shares no item with the run is no evidence.
+        other = os.path.join(ROOT, "evals", "api", "suite.yaml")
+        rc, out = self.eval("run", other, "--baseline", "main", "--fail-on", "never")
+        self.assertEqual(rc, 3, out)
+        self.assertIn("no item is in both runs", out)
 
         # The same configuration, sent again: no change.
         rc, out = self.eval("run", suite, "--no-cache", "--baseline", "main")
         self.assertEqual(rc, 0, out)
         self.assertIn("): no change", out)
 
-        # history lists the three runs; compare of runs 1 and 3 as A/A has no flaky item.
+        # history lists the suite's three runs (run 3 was the api suite's); compare of runs 1 and 4
+        # as A/A has no flaky item.
         rc, out = self.eval("history", suite)
         self.assertEqual(rc, 0, out)
         self.assertEqual(len([l for l in out.splitlines() if re.match(r"\s+\d+\s+20", l)]), 3, out)
-        rc, out = self.eval("compare", "1", "3", "--aa", "--json")
+        rc, out = self.eval("compare", "1", "4", "--aa", "--json")
         self.assertEqual(rc, 0, out)
         j = json.loads(out)
         self.assertEqual(j["flaky"], 0)
@@ -252,6 +265,11 @@ class EvalTest(unittest.TestCase):
             for args, why in [(["--baseline", "b", "--max-drop", "banana"], "--max-drop 'banana' must be a number"),
                               (["--max-drop", "banana"], "--max-drop 'banana' must be a number"),
                               (["--baseline", "b", "--html", "/nonexistent/r.html"], "/nonexistent"),
+                              # A folder that takes no new file (root may write to /proc's, in access()'s view).
+                              (["--baseline", "b", "--html", "/proc/r.html"], "'/proc/r.html' cannot be written"),
+                              (["--set", "prompt=x"], "'prompt' is set by the run itself"),
+                              (["--set", "stream=true"], "'stream' is set by the run itself"),
+                              (["--max-drop", "500pp"], "is past 100pp"),
                               (["--junit", self.dir], "is a folder, not a file"),
                               (["--markdown", os.path.join(self.dir, "pr.md")], "--markdown and --html report a comparison")]:
                 rc, out = self.eval("run", suite, *args, url=url)
@@ -354,6 +372,19 @@ class EvalTest(unittest.TestCase):
             self.assertLess(sent_first, 12)
             rc, out = self.eval("history", suite)
             self.assertIn("interrupted", out)
+            # An interrupted run lacks answers, which would count as fails: it is no baseline.
+            for args in [("baseline", "set", "b", "1"), ("compare", "--baseline", "1", "1"),
+                         ("run", suite, "--baseline", "1")]:
+                rc2, out2 = self.eval(*args, url=url)
+                self.assertEqual(rc2, 2, f"{args}: {out2}")
+                self.assertIn("run 1 is interrupted, not done", out2)
+            # Names a run id or an exported file would shadow, or none.
+            for name in ["7", "b.json", ""]:
+                rc2, out2 = self.eval("baseline", "set", name, "1")
+                self.assertEqual(rc2, 2, out2)
+            rc2, out2 = self.eval("run", suite, "--save-baseline", "12", url=url)
+            self.assertEqual(rc2, 2, out2)
+            self.assertIn("--save-baseline: baseline name '12' would be read as a run id", out2)
             # The columns stay under their headings.
             lines = out.splitlines()
             row = next(line for line in lines if "interrupted" in line)
