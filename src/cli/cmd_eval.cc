@@ -19,6 +19,7 @@
 #include <iostream>
 #include <optional>
 
+#include "cli/cmd_eval.h"
 #include "cli/commands.h"
 #include "eval/compare.h"
 #include "eval/dataset.h"
@@ -28,47 +29,7 @@
 namespace sluice::cli {
 namespace {
 
-constexpr int kExitRegressed = 1;
-constexpr int kExitInfra = 3;
-constexpr int kExitInconclusive = 4;
-
-struct ReportOptions {
-  bool json = false;
-  std::string junit, markdown, html;
-};
-
-struct GateOptions {
-  std::string max_drop = "2pp";
-  double alpha = 0.05;
-  std::string fail_on = "regression";
-  int32_t resamples = 10'000;
-  uint64_t seed = 1;
-};
-
-struct EvalOptions {
-  std::string db;
-  // run
-  std::string suite;
-  int32_t jobs = 4;
-  int32_t repeat = 0;
-  bool no_cache = false;
-  bool if_changed = false;
-  std::string base_url, model;
-  std::vector<std::string> set;
-  double timeout = 120;
-  int32_t retries = 4;
-  std::string save_baseline, baseline;
-  bool no_progress = false;
-  bool strict = false;
-  // compare
-  std::vector<std::string> runs;
-  bool aa = false;
-  // baseline set / show / export / history
-  std::string name;
-  int32_t limit = 20;
-  ReportOptions report;
-  GateOptions gate;
-};
+using namespace eval_cmd;  // cmd_eval.h
 
 std::string default_db() {
   const char* env = std::getenv("SLUICE_EVAL_DB");
@@ -92,171 +53,48 @@ extern "C" void on_stop_signal(int sig) {
   (void)sig;
 }
 
-int infra(const std::string& message) {
-  std::cerr << "sluice: error: " << message << std::endl;
-  return kExitInfra;
-}
-
-Result<double> parse_drop(const std::string& s) {
-  std::string_view number = s;
-  double scale = 1;
-  for (std::string_view unit : {"pp", "%"}) {
-    if (number.ends_with(unit)) {
-      number.remove_suffix(unit.size());
-      scale = 0.01;
-      break;
+// The run's options from the flags: --set FIELD=VALUE as request fields (JSON values, else text),
+// a progress bar on a terminal.
+Result<eval::RunOptions> run_options(const EvalOptions& o) {
+  eval::RunOptions ro;
+  ro.jobs = o.jobs;
+  ro.repeat = o.repeat;
+  ro.use_cache = !o.no_cache;
+  ro.base_url = o.base_url;
+  ro.model = o.model;
+  ro.call.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout * 1000));
+  ro.call.max_retries = o.retries;
+  for (const std::string& kv : o.set) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) return Error(StatusCode::kInvalid, "--set '{}' must be FIELD=VALUE", kv);
+    const std::string text = kv.substr(eq + 1);
+    eval::Json v = eval::Json::parse(text, nullptr, false);
+    if (v.is_discarded() && !text.empty() && (text[0] == '-' || std::isdigit(static_cast<unsigned char>(text[0])))) {
+      // A number JSON cannot hold (1e400) would otherwise go out as the text "1e400".
+      char* end = nullptr;
+      const double d = std::strtod(text.c_str(), &end);
+      if (end == text.c_str() + text.size() && !std::isfinite(d)) {
+        return Error(StatusCode::kInvalid, "--set '{}': the number is out of range", kv);
+      }
     }
-  }
-  const std::string t(number);
-  char* end = nullptr;
-  const double v = std::strtod(t.c_str(), &end);
-  if (t.empty() || !end || *end != '\0' || !(v >= 0)) {
-    return Error(StatusCode::kInvalid, "--max-drop '{}' must be a number >= 0: 2pp (2 percentage points), 2%, or 0.02", s);
-  }
-  // Rates and scores lie in [0, 1]: a larger drop could never be reached, the gate off.
-  if (!(v * scale <= 1)) {
-    return Error(StatusCode::kInvalid, "--max-drop '{}' is past 100pp (1): no drop could reach it, so nothing would "
-                 "ever regress", s);
-  }
-  return v * scale;
-}
-
-Status write_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  out.close();
-  if (!out) return Status::error(fmt::format("cannot write '{}'", path));
-  return Status::ok();
-}
-
-// A baseline: a name set with `baseline set`, a run id, or a JSON file written by `eval export`.
-struct Loaded {
-  eval::RunRow run;
-  std::vector<eval::ResultRow> rows;
-};
-
-Result<Loaded> load_run_file(const std::string& path) {
-  SLUICE_ASSIGN_OR_RETURN(std::string text, eval::read_file(path));
-  const eval::Json j = eval::Json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.contains("run") || !j.contains("results")) {
-    return Error(StatusCode::kInvalid, "'{}' is not a run exported by `sluice eval export`", path);
-  }
-  Loaded l;
-  const eval::Json& r = j["run"];
-  l.run.id = r.value("id", int64_t{0});
-  l.run.suite = r.value("suite", std::string());
-  l.run.suite_path = r.value("suite_path", std::string());
-  l.run.fingerprint = r.value("fingerprint", std::string());
-  l.run.started = r.value("started", std::string());
-  l.run.status = r.value("status", std::string());
-  l.run.summary = r.value("summary", eval::Json());
-  for (const eval::Json& x : j["results"]) {
-    eval::ResultRow row;
-    row.item_key = x.value("item", std::string());
-    row.sample = x.value("sample", 0);
-    row.provider = x.value("provider", std::string());
-    row.prompt = x.value("prompt", std::string());
-    row.test = x.value("test", std::string());
-    row.vars = x.value("vars", eval::Json());
-    row.output = x.value("output", std::string());
-    row.pass = x.value("pass", false);
-    row.score = x.value("score", 0.0);
-    row.grades = x.value("grades", eval::Json());
-    row.latency_ms = x.value("latency_ms", 0.0);
-    row.error = x.contains("error") && x["error"].is_string() ? x["error"].get<std::string>() : "";
-    l.rows.push_back(std::move(row));
-  }
-  return l;
-}
-
-// A name `baseline set` and --save-baseline may give: one that a run id or an exported file
-// would shadow (`5`, `x.json`) or an empty one is refused.
-Status check_baseline_name(const std::string& name) {
-  if (name.empty()) return Status::error("a baseline name cannot be empty", StatusCode::kInvalid);
-  if (name.find_first_not_of("0123456789") == std::string::npos || name.ends_with(".json")) {
-    return Status::error(fmt::format("baseline name '{}' would be read as a {}: give a name", name,
-                                     name.ends_with(".json") ? "run exported to a file" : "run id"),
-                         StatusCode::kInvalid);
-  }
-  return Status::ok();
-}
-
-// A baseline is a finished run: a failed or interrupted one lacks answers, which would count as
-// fails and hide a candidate's.
-Status check_baseline_run(const eval::RunRow& run) {
-  if (run.status == "done") return Status::ok();
-  return Status::error(fmt::format("run {} is {}, not done: some of its answers are missing, so it cannot be a "
-                                   "baseline", run.id, run.status.empty() ? "of no status" : run.status),
-                       StatusCode::kInvalid);
-}
-
-Result<Loaded> load_run(eval::Store& store, const std::string& ref) {
-  if (ref.ends_with(".json") && std::filesystem::exists(ref)) return load_run_file(ref);
-  std::optional<int64_t> id;
-  SLUICE_ASSIGN_OR_RETURN(id, store.baseline(ref));
-  if (!id && !ref.empty() && ref.find_first_not_of("0123456789") == std::string::npos) {
-    int64_t n = 0;  // a run id; digits past int64 fall through to the error below
-    if (std::from_chars(ref.data(), ref.data() + ref.size(), n).ec == std::errc()) id = n;
-  }
-  if (!id) {
-    return Error(StatusCode::kInvalid, "'{}' is neither a baseline name, a run id, nor an exported run (.json) in {}", ref,
-                 store.path());
-  }
-  SLUICE_ASSIGN_OR_RETURN(auto run, store.run(*id));
-  if (!run) return Error(StatusCode::kInvalid, "run {} is not in {}", *id, store.path());
-  Loaded l;
-  l.run = std::move(*run);
-  SLUICE_ASSIGN_OR_RETURN(l.rows, store.results(*id));
-  return l;
-}
-
-Status write_reports(const ReportOptions& r, const eval::Comparison& c, eval::Store& store, const eval::RunRow& cand) {
-  if (!r.junit.empty()) {
-    if (Status s = write_file(r.junit, eval::compare_junit(c)); !s) return s;
-  }
-  if (!r.markdown.empty()) {
-    if (Status s = write_file(r.markdown, eval::compare_markdown(c)); !s) return s;
-  }
-  if (!r.html.empty()) {
-    auto history = store.runs(cand.suite_path, 100);
-    if (!history) return history.error();
-    return write_file(r.html, eval::compare_html(c, *history));
-  }
-  return Status::ok();
-}
-
-// Compares and reports; the exit code of the gate.
-int gate(eval::Store& store, const Loaded& base, const Loaded& cand, const EvalOptions& o) {
-  auto drop = parse_drop(o.gate.max_drop);
-  if (!drop) return fail_usage(drop.error().message());
-  eval::CompareOptions co;
-  co.alpha = o.gate.alpha;
-  co.max_drop = *drop;
-  co.resamples = o.gate.resamples;
-  co.seed = o.gate.seed;
-  co.aa = o.aa;
-  const eval::Comparison c = eval::compare_runs(base.run.id, base.rows, cand.run.id, cand.rows, co);
-  if (o.report.json) std::cout << eval::compare_json(c).dump(2) << "\n";
-  else std::cout << eval::compare_text(c);
-  if (Status s = write_reports(o.report, c, store, cand.run); !s) return infra(s.message());
-  if (int rc = finish_stdout(); rc != kExitOk) return rc;
-  const std::string& f = o.gate.fail_on;
-  // No evidence either way, under any --fail-on: the baseline is not one of this suite.
-  if (c.verdict == "nothing compared") {
-    return infra(fmt::format("no item is in both runs (baseline {} items, candidate {}): nothing was compared; is the "
-                             "baseline a run of this suite, and did it finish?",
-                             c.only_base, c.only_cand));
-  }
-  if (f == "never") return kExitOk;
-  if (f == "flip") {
-    for (const eval::ItemDiff& d : c.items) {
-      if (d.base_pass && !d.cand_pass) return kExitRegressed;
+    const eval::Json value = v.is_discarded() ? eval::Json(text) : v;
+    if (Status s = eval::check_request_field(kv.substr(0, eq), value); !s) {
+      return Error(StatusCode::kInvalid, "--set '{}': {}", kv, s.message());
     }
-    return kExitOk;
+    ro.params[kv.substr(0, eq)] = value;
   }
-  if (c.verdict == "regressed") return kExitRegressed;
-  if (f == "inconclusive" && c.verdict == "inconclusive") return kExitInconclusive;
-  return kExitOk;
+  if (!o.no_progress && isatty(STDERR_FILENO)) {
+    ro.progress = [](int64_t done, int64_t total) {
+      constexpr int64_t kWidth = 30;
+      const int64_t filled = total > 0 ? std::clamp<int64_t>(kWidth * done / total, 0, kWidth) : kWidth;
+      char bar[kWidth + 1] = {};
+      for (int64_t i = 0; i < kWidth; ++i) bar[i] = i < filled ? '#' : '.';
+      std::fprintf(stderr, "\reval: [%s] %lld/%lld requests", bar, static_cast<long long>(done), static_cast<long long>(total));
+      if (done >= total) std::fprintf(stderr, "\n");
+      std::fflush(stderr);
+    };
+  }
+  return ro;
 }
 
 int run_eval_run(EvalOptions& o) {
@@ -274,42 +112,9 @@ int run_eval_run(EvalOptions& o) {
     return fail_usage(fmt::format("{} part(s) of the suite cannot run (--strict)", not_run.size()));
   };
   if (o.strict && !suite->not_run.empty()) return refuse_not_run(suite->not_run);
-  eval::RunOptions ro;
-  ro.jobs = o.jobs;
-  ro.repeat = o.repeat;
-  ro.use_cache = !o.no_cache;
-  ro.base_url = o.base_url;
-  ro.model = o.model;
-  ro.call.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout * 1000));
-  ro.call.max_retries = o.retries;
-  for (const std::string& kv : o.set) {
-    const size_t eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0) return fail_usage(fmt::format("--set '{}' must be FIELD=VALUE", kv));
-    const std::string text = kv.substr(eq + 1);
-    eval::Json v = eval::Json::parse(text, nullptr, false);
-    if (v.is_discarded() && !text.empty() && (text[0] == '-' || std::isdigit(static_cast<unsigned char>(text[0])))) {
-      // A number JSON cannot hold (1e400) would otherwise go out as the text "1e400".
-      char* end = nullptr;
-      const double d = std::strtod(text.c_str(), &end);
-      if (end == text.c_str() + text.size() && !std::isfinite(d)) {
-        return fail_usage(fmt::format("--set '{}': the number is out of range", kv));
-      }
-    }
-    const eval::Json value = v.is_discarded() ? eval::Json(text) : v;
-    if (Status s = eval::check_request_field(kv.substr(0, eq), value); !s) return fail_usage(fmt::format("--set '{}': {}", kv, s.message()));
-    ro.params[kv.substr(0, eq)] = value;
-  }
-  if (!o.no_progress && isatty(STDERR_FILENO)) {
-    ro.progress = [](int64_t done, int64_t total) {
-      constexpr int64_t kWidth = 30;
-      const int64_t filled = total > 0 ? std::clamp<int64_t>(kWidth * done / total, 0, kWidth) : kWidth;
-      char bar[kWidth + 1] = {};
-      for (int64_t i = 0; i < kWidth; ++i) bar[i] = i < filled ? '#' : '.';
-      std::fprintf(stderr, "\reval: [%s] %lld/%lld requests", bar, static_cast<long long>(done), static_cast<long long>(total));
-      if (done >= total) std::fprintf(stderr, "\n");
-      std::fflush(stderr);
-    };
-  }
+  auto run_opts = run_options(o);
+  if (!run_opts) return fail_usage(run_opts.error().message());
+  eval::RunOptions& ro = *run_opts;
   auto store = eval::Store::open(o.db);
   if (!store) return infra(store.error().message());
   // The baseline is looked up before anything is sent: a wrong name costs no requests.
