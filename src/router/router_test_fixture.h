@@ -125,4 +125,16 @@ inline http::HttpResult<http::HttpResponse> admin(const Fixture& f, std::string 
   return http::fetch(f.url, r);
 }
 
+// A router that runs rollouts (admin key "adm", its store at `db`) over replica `v1` of version
+// v1 and `v2` of version v2.
+inline std::function<void(RouterConfig&)> two_versions(const TestHttpServer& v1, const TestHttpServer& v2,
+                                                       const std::string& db) {
+  return [&v1, &v2, db](RouterConfig& rc) {
+    rc.admin_key = "adm";
+    rc.rollout_db = db;
+    rc.backends.push_back(*parse_backend(v1.url().to_string() + ",version=v1"));
+    rc.backends.push_back(*parse_backend(v2.url().to_string() + ",version=v2"));
+  };
+}
+
 }  // namespace sluice::router::router_testing
