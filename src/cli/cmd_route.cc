@@ -30,6 +30,9 @@ std::vector<std::string> split(const std::string& s, char sep) {
   while (at <= s.size()) {
     const size_t end = std::min(s.find(sep, at), s.size());
     std::string part = s.substr(at, end - at);
+    // "X-A, X-B": names as written around the commas (a header " X-B" never matched).
+    part.erase(0, part.find_first_not_of(" \t"));
+    part.erase(part.find_last_not_of(" \t") + 1);
     if (!part.empty()) out.push_back(part);
     at = end + 1;
   }

@@ -147,6 +147,12 @@ Result<RolloutSpec> parse_rollout(const Json& j) {
   RolloutSpec spec;
   for (auto [key, out] : {std::pair{"name", &spec.name}, std::pair{"stable", &spec.stable},
                           std::pair{"candidate", &spec.candidate}}) {
+    // A version written as a plain YAML number (candidate: 2) is the version "2", as --backend
+    // URL,version=2 names it.
+    if (j.contains(key) && j[key].is_number_integer()) {
+      *out = j[key].dump();
+      continue;
+    }
     if (!j.contains(key) || !j[key].is_string() || j[key].get<std::string>().empty()) {
       return Error(StatusCode::kInvalid, "rollout: '{}' is required (a non-empty string)", key);
     }

@@ -41,6 +41,10 @@ TEST(Rollout, ParsesArgoStepsAndDefaultsAndNamesWhatIsWrong) {
   EXPECT_EQ(s.analysis.failure_limit, 0);
   // What is stored reads back the same.
   EXPECT_EQ(to_json(*parse_rollout(to_json(s))), to_json(s));
+  // Versions written as plain YAML numbers are the versions --backend URL,version=2 names.
+  const RolloutSpec numbered = spec_of(R"({"name": "r", "stable": 1, "candidate": 2})");
+  EXPECT_EQ(numbered.stable, "1");
+  EXPECT_EQ(numbered.candidate, "2");
   const std::pair<const char*, const char*> bad[] = {
       {R"({"stable": "v1", "candidate": "v2"})", "'name' is required"},
       {R"({"name": "r", "stable": "v1", "candidate": "v1"})", "the same version 'v1'"},

@@ -55,13 +55,32 @@ std::string head(int status, std::string_view content_type, size_t length, bool 
 }  // namespace
 
 net::awaitable<bool> respond(beast::tcp_stream& client, int status, std::string body, bool keep_alive,
-                             std::string_view content_type, const Headers* extra) {
+                             std::string_view content_type, const Headers* extra, bool head_only) {
   static const Headers kNone;
-  std::string out = head(status, content_type, body.size(), keep_alive, extra ? *extra : kNone) + body;
+  std::string out = head(status, content_type, body.size(), keep_alive, extra ? *extra : kNone);
+  if (!head_only) out += body;
   client.expires_after(std::chrono::seconds(60));
   auto [ec, n] = co_await net::async_write(client, net::buffer(out), kTuple);
   client.expires_never();
   co_return !ec && keep_alive;
+}
+
+int Router::Impl::num_answering() {
+  bool rollout_in_force = false;  // (a rollout assigns every request a version of its own)
+  if (rollout_store || !config.follow_url.empty()) {
+    MutexLock lock(rollout_mu);
+    rollout_in_force = rollout.has_value();
+  }
+  std::string shadow_only;
+  if (!rollout_in_force) {
+    MutexLock lock(shadow_mu);
+    if (shadow_config.fraction > 0) shadow_only = shadow_config.version;
+  }
+  int n = 0;
+  for (const BackendView& v : pool.snapshot()) {
+    n += v.available && (shadow_only.empty() || pool.config(v.index)->version != shadow_only);
+  }
+  return n;
 }
 
 net::awaitable<void> Router::Impl::accept_loop() {
@@ -85,7 +104,15 @@ net::awaitable<void> Router::Impl::serve(tcp::socket socket) {
     parser.body_limit(config.max_body_bytes);
     parser.header_limit(64 << 10);
     client.expires_after(ms(config.idle_timeout_seconds));
-    auto [ec, n] = co_await bhttp::async_read(client, buffer, parser, kTuple);
+    auto [ec, n] = co_await bhttp::async_read_header(client, buffer, parser, kTuple);
+    // A client that sends its body only once told to (Expect: 100-continue, RFC 9110 10.1.1; curl
+    // does past 1 MiB) is told so: it waited a second for nothing, or for ever.
+    if (!ec && !parser.is_done() && http::iequals(parser.get()[bhttp::field::expect], "100-continue")) {
+      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      auto [wec, wn] = co_await net::async_write(client, net::buffer(kContinue), kTuple);
+      ec = wec;
+    }
+    if (!ec && !parser.is_done()) std::tie(ec, n) = co_await bhttp::async_read(client, buffer, parser, kTuple);
     client.expires_never();
     if (ec == bhttp::error::body_limit) {
       co_await respond(client, 413,
@@ -129,22 +156,24 @@ net::awaitable<bool> Router::Impl::handle(beast::tcp_stream& client, beast::flat
                                  keep);
     }
   }
+  // HEAD of the router's own routes: their headers, no body (it would be read as the next answer).
+  const bool head_only = req.method() == bhttp::verb::head;
   if (path == "/health") {
-    const int up = pool.num_available();
+    const int up = num_answering();
     const bool ok = up > 0 && !stopping;
     Json health = Json::object();
     health["status"] = ok ? "ok" : (stopping ? "draining" : "no replica available");
     health["replicas_available"] = up;
     health["replicas"] = pool.members().size();
-    co_return co_await respond(client, ok ? 200 : 503, health.dump(), keep);
+    co_return co_await respond(client, ok ? 200 : 503, health.dump(), keep, "application/json", nullptr, head_only);
   }
   if (path == "/version") {
     Json version = Json::object();
     version["version"] = SLUICE_VERSION;
-    co_return co_await respond(client, 200, version.dump(), keep);
+    co_return co_await respond(client, 200, version.dump(), keep, "application/json", nullptr, head_only);
   }
   if (path == "/metrics") {
-    co_return co_await respond(client, 200, metrics_of(*this), keep, "text/plain; version=0.0.4");
+    co_return co_await respond(client, 200, metrics_of(*this), keep, "text/plain; version=0.0.4", nullptr, head_only);
   }
   if (path == "/admin" || path.starts_with("/admin/")) co_return co_await admin(client, req, path);
   if (path == "/ui" || path == "/ui/") co_return co_await dashboard(client, req);

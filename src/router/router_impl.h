@@ -298,8 +298,12 @@ struct Router::Impl {
   void record_outcome(const std::string& version, const RequestOutcome& outcome);
   void analyze_rollout(double now) SLUICE_REQUIRES(rollout_mu);
   Status open_rollouts();
-  // The version a request of this session goes to; "" when no rollout is loaded.
-  std::string route_version(std::string_view session_key);
+  // The version a request of this session goes to ("" when no rollout is loaded), and the
+  // rollout's other version, which takes it while its own has no replica.
+  struct RouteVersions {
+    std::string assigned, other;
+  };
+  RouteVersions route_version(std::string_view session_key);
   // Logs the decisions and queues them for the store; the caller then calls write_rollout_store
   // (an admin action) or want_rollout_write once it has let go of rollout_mu.
   void persist_rollout(const std::vector<RolloutDecision>& decisions) SLUICE_REQUIRES(rollout_mu);
@@ -361,11 +365,12 @@ struct Router::Impl {
   Exchange exchange_for(bhttp::request<bhttp::string_body>& req, const Json& body, bool keep);
   // The replica for try `tried.size()`, begun (its in-flight count taken) with its generation in
   // `generation`; backend -1 when none is left.
-  Decision choose(const Exchange& x, const std::vector<int>& tried, const std::string& version,
+  Decision choose(const Exchange& x, const std::vector<int>& tried, const RouteVersions& versions,
                   const std::string& shadow_only, uint64_t& generation);
-  // A request relayed or given up by its client: usage, metrics, the rollout's outcome.
-  void record_answered(Exchange& x, const Decision& d, const Attempt& last, const std::string& version,
-                       bool present, double seconds, double attempt_seconds, double ttft);
+  // A request relayed or given up by its client: usage, metrics, the rollout's outcome. `name`:
+  // the replica's as chosen (its slot may hold another by now).
+  void record_answered(Exchange& x, const Decision& d, const std::string& name, const Attempt& last,
+                       const std::string& version, bool present, double seconds, double attempt_seconds, double ttft);
   net::awaitable<Attempt> attempt(int backend, beast::tcp_stream& client, beast::flat_buffer& buffer, Exchange& x,
                                   double& ttft);
   // Connects (or takes an idle connection) and writes the request; false with `result` set when
@@ -392,6 +397,9 @@ struct Router::Impl {
   net::awaitable<void> discovery_loop(DiscoveryConfig discovery);
   // The usage group of a request (router.h), bounded to config.max_usage_groups names.
   std::string usage_group(std::string_view header_value, bool has_session);
+  // Replicas available that answer clients: not those of a shadow version in force without a
+  // rollout (they only get copies).
+  int num_answering();
 
   // A connection is kept with the generation of the slot it was opened for: one to a replica
   // since removed is never handed to the slot's next replica.
@@ -439,8 +447,10 @@ std::string_view reason(int status);
 // A whole answer with Content-Length; true when the connection may serve another request.
 // NOTE: g++ 12 destroys a braced temporary inside a co_await expression twice (see
 // http_client.h): callers build bodies and headers first, and pass headers by pointer.
+// `head_only`: the headers alone (the answer to HEAD), Content-Length the body's.
 net::awaitable<bool> respond(beast::tcp_stream& client, int status, std::string body, bool keep_alive,
-                             std::string_view content_type = "application/json", const Headers* extra = nullptr);
+                             std::string_view content_type = "application/json", const Headers* extra = nullptr,
+                             bool head_only = false);
 // The text a prompt starts with, for the prefix index: a completion's prompt (strings of a list
 // joined), a chat's messages as role and content in order.
 std::string prompt_text(const Json& body);

@@ -52,7 +52,7 @@ Exchange Router::Impl::exchange_for(bhttp::request<bhttp::string_body>& req, con
   return x;
 }
 
-Decision Router::Impl::choose(const Exchange& x, const std::vector<int>& tried, const std::string& version,
+Decision Router::Impl::choose(const Exchange& x, const std::vector<int>& tried, const RouteVersions& versions,
                               const std::string& shadow_only, uint64_t& generation) {
   // The load seen, the choice and its count are one step: two requests deciding at once would
   // both see room under a replica's cap and both take it.
@@ -64,26 +64,31 @@ Decision Router::Impl::choose(const Exchange& x, const std::vector<int>& tried, 
       if (pool.config(v.index)->version == shadow_only) exclude.push_back(v.index);
     }
   }
-  if (!version.empty()) {
-    std::vector<int> others;
+  if (!versions.assigned.empty()) {
+    // The assigned version's replicas; while it has none to try, the rollout's other version's.
+    // Never a version outside the rollout (one being shadowed, another model).
+    std::vector<int> others, outside;
     bool arm_has_one = false;
     for (const BackendView& v : views) {
-      if (pool.config(v.index)->version != version) {
+      const std::string& version = pool.config(v.index)->version;
+      if (version != versions.assigned) {
         others.push_back(v.index);
+        if (version != versions.other) outside.push_back(v.index);
       } else if (v.available && std::find(tried.begin(), tried.end(), v.index) == tried.end()) {
         arm_has_one = true;
       }
     }
-    if (arm_has_one) exclude.insert(exclude.end(), others.begin(), others.end());
+    const std::vector<int>& excluded = arm_has_one ? others : outside;
+    exclude.insert(exclude.end(), excluded.begin(), excluded.end());
   }
   const Decision d = policy->choose(x.route, views, exclude);
   if (d.backend >= 0) generation = pool.begin(d.backend);
   return d;
 }
 
-void Router::Impl::record_answered(Exchange& x, const Decision& d, const Attempt& last, const std::string& version,
-                                   bool present, double seconds, double attempt_seconds, double ttft) {
-  const std::string name = pool.config(d.backend)->name;
+void Router::Impl::record_answered(Exchange& x, const Decision& d, const std::string& name, const Attempt& last,
+                                   const std::string& version, bool present, double seconds, double attempt_seconds,
+                                   double ttft) {
   const bool relayed = last.kind == Attempt::kRelayed;
   if (relayed && x.prompt_tokens >= 0) {
     with_metrics([&](Metrics& m) {
@@ -144,7 +149,8 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
   const auto started = Clock::now();
   // A rollout sends the request to one version's replicas (router.h): the others are excluded,
   // unless that version has no replica left to try.
-  const std::string version = route_version(x.route.session_key);
+  const RouteVersions versions = route_version(x.route.session_key);
+  const std::string& version = versions.assigned;
   // Without a rollout, a shadow version in force answers no client: its replicas only get copies.
   std::string shadow_only;
   if (version.empty()) {
@@ -163,7 +169,7 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
       co_await t.async_wait(kTuple);
     }
     uint64_t generation = 0;
-    const Decision d = choose(x, tried, version, shadow_only, generation);
+    const Decision d = choose(x, tried, versions, shadow_only, generation);
     if (d.backend < 0) {
       if (a > 0) retries_in_flight.fetch_sub(1);
       break;
@@ -206,7 +212,7 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
     }
     if (relayed || last.kind == Attempt::kClientGone) {
       const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
-      record_answered(x, d, last, version, present, seconds, attempt_seconds, ttft);
+      record_answered(x, d, name, last, version, present, seconds, attempt_seconds, ttft);
       co_return relayed && last.keep_alive && keep;
     }
     if (present) count(name, d.kind, last.status ? last.status : (last.error_kind == "timeout" ? 504 : 502));
@@ -304,7 +310,10 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
       co_return result;
     }
     result.error_kind = read_error_kind(hec);
-    result.kind = Attempt::kRetryable;
+    // A replica that took the request and did not answer within --upstream-timeout: another would
+    // be given the same work (a long generation computed on every replica, the client waiting
+    // the timeout for each).
+    result.kind = result.error_kind == "timeout" ? Attempt::kFailed : Attempt::kRetryable;
     // An idle connection the replica closed in the meantime (servers close idle keep-alive
     // connections): the write went through, the answer never comes. Not the replica's failure;
     // its other idle connections are likely as old.
@@ -417,7 +426,7 @@ net::awaitable<Attempt> Router::Impl::relay_whole(Upstream& u, beast::tcp_stream
   }
   if (failed) {
     result.status = 0;
-    result.kind = Attempt::kRetryable;
+    result.kind = result.error_kind == "timeout" ? Attempt::kFailed : Attempt::kRetryable;  // (as above)
     co_return result;
   }
   if (u.parser.keep_alive()) give_idle(u.backend, u.generation, std::move(u.conn));

@@ -142,14 +142,38 @@ namespace {
 // A stream chunk's usage field before the usage chunk (OpenAI's form), as replicas write it.
 constexpr std::string_view kNullUsage[] = {",\"usage\":null", ", \"usage\": null", ",\"usage\": null"};
 
+// Where the first event in `s` from `at` ends (past the blank line that ends it), or npos. SSE
+// lines end in LF, CRLF or CR (WHATWG HTML, "Server-sent events", 9.2.5): sluice writes "\n\n",
+// servers built on sse-starlette "\r\n\r\n". A CR last in `s` may be half of a CRLF: it waits.
+size_t event_end(std::string_view s, size_t at) {
+  // The end of the line terminator at `i`, or npos when it cannot be told yet.
+  auto terminator_end = [&s](size_t i) -> size_t {
+    if (s[i] == '\n') return i + 1;
+    if (i + 1 == s.size()) return std::string_view::npos;
+    return s[i + 1] == '\n' ? i + 2 : i + 1;
+  };
+  for (size_t i = s.find_first_of("\r\n", at); i != std::string_view::npos; i = s.find_first_of("\r\n", i)) {
+    const size_t next = terminator_end(i);
+    if (next == std::string_view::npos || next == s.size()) return std::string_view::npos;
+    if (s[next] == '\n' || s[next] == '\r') {
+      const size_t end = terminator_end(next);
+      // "\r" then the end of what came: "\r\r" already ends an event, unless a "\n" follows.
+      if (end == std::string_view::npos) return std::string_view::npos;
+      return end;
+    }
+    i = next;
+  }
+  return std::string_view::npos;
+}
+
 }  // namespace
 
 std::string StreamRelay::take(std::string_view piece) {
   events_.append(piece);
   std::string out;
   size_t at = 0;
-  for (size_t end; (end = events_.find("\n\n", at)) != std::string::npos; at = end + 2) {
-    const std::string_view event(events_.data() + at, end + 2 - at);
+  for (size_t end; (end = event_end(events_, at)) != std::string::npos; at = end) {
+    const std::string_view event(events_.data() + at, end - at);
     if (head_.is_null() && event.starts_with("data: {")) {
       // The response's id, model and created, for an error event that ends it (error_event).
       if (auto j = parse_json(event.substr(6)); j && j->is_object()) {

@@ -55,7 +55,7 @@ Status Router::Impl::open_rollouts() {
   return Status::ok();
 }
 
-std::string Router::Impl::route_version(std::string_view session_key) {
+Router::Impl::RouteVersions Router::Impl::route_version(std::string_view session_key) {
   if (!rollout_store && config.follow_url.empty()) return {};
   // A request without a session key is assigned at random (with the same split).
   std::string key(session_key);
@@ -66,10 +66,11 @@ std::string Router::Impl::route_version(std::string_view session_key) {
   MutexLock lock(rollout_mu);
   if (!rollout) return {};
   const RolloutSpec& spec = rollout->spec();
-  if (rollout->phase() == RolloutPhase::kPromoted) return spec.candidate;
+  if (rollout->phase() == RolloutPhase::kPromoted) return {spec.candidate, spec.stable};
   const bool to_candidate = rollout->routes_to_candidate(key);
   rollout->count_request(to_candidate);
-  return to_candidate ? spec.candidate : spec.stable;
+  if (to_candidate) return {spec.candidate, spec.stable};
+  return {spec.stable, spec.candidate};
 }
 
 void Router::Impl::persist_rollout(const std::vector<RolloutDecision>& decisions) {
@@ -183,7 +184,8 @@ void Router::Impl::stop_rollout_writer() {
 void Router::Impl::record_outcome(const std::string& version, const RequestOutcome& outcome) {
   if (!rollout_store) return;  // a follower: the controller analyzes
   MutexLock lock(rollout_mu);
-  if (!rollout || rollout->finished()) return;
+  // While held, a version's requests go to the other for want of a replica: evidence of neither.
+  if (!rollout || rollout->finished() || !rollout->held_for().empty()) return;
   if (version == rollout->spec().candidate) {
     candidate_window.add(outcome);
   } else if (version == rollout->spec().stable) {
@@ -271,6 +273,10 @@ net::awaitable<void> Router::Impl::rollout_loop() {
           if (missing.empty() && std::ranges::find(versions, v) == versions.end()) missing = v;
         }
         if (!missing.empty() && rollout->hold(now, missing)) {
+          // The analysis waits too: what the windows hold since the version went is no evidence
+          // (its requests went to the other version), and they start again when it is back.
+          stable_window = {};
+          candidate_window = {};
           const auto unreported = std::ranges::count(versions, std::string());
           fmt::print(stderr, "sluice route: rollout {} '{}' holds at step {}: no replica takes version '{}'{}; its "
                      "steps wait until one does\n", rollout_id, rollout->spec().name, rollout->step(), missing,
@@ -279,8 +285,9 @@ net::awaitable<void> Router::Impl::rollout_loop() {
         } else if (missing.empty() && rollout->unhold(now)) {
           fmt::print(stderr, "sluice route: rollout {} '{}': every version has a replica again; its steps go on\n",
                      rollout_id, rollout->spec().name);
+          last_analysis = now;  // a whole interval of requests before the next verdict
         }
-        analyze_rollout(now);
+        if (rollout->held_for().empty()) analyze_rollout(now);
         if (missing.empty() && rollout->wants_eval() && !eval_running &&
             now - last_eval >= rollout->spec().analysis.interval_seconds) {
           start_eval(now);

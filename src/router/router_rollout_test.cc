@@ -202,15 +202,21 @@ TEST(Router, ARolloutIsPromotedOrRolledBackByItsAnalysis) {
 }
 
 // While a version has no replica, the steps hold: the timed pause does not run out, and the
-// candidate is not given more traffic (let alone promoted) until a replica of it is back.
+// candidate is not given more traffic (let alone promoted) until a replica of it is back. The
+// analysis waits too (its requests went to stable: once counted as its errors, they aborted the
+// rollout), and they go to the rollout's other version only, never to one outside it.
 TEST(Router, ARolloutsStepsHoldWhileAVersionHasNoReplica) {
-  TestHttpServer a(named("a")), b(named("b"));
+  TestHttpServer a(named("a")), b(named("b")), c(named("c"));
   const std::string db = ::testing::TempDir() + "/router_rollout_held.db";
   std::filesystem::remove(db);
-  Fixture f({}, "round_robin", {}, two_versions(a, b, db));
+  Fixture f({}, "round_robin", {}, [&](RouterConfig& rc) {
+    two_versions(a, b, db)(rc);
+    rc.backends.push_back(*parse_backend(c.url().to_string() + ",version=v3"));
+  });
   auto started = admin(f, "POST", "/admin/rollouts",
                        R"({"name":"r","stable":"v1","candidate":"v2","steps":[{"setWeight":20},)"
-                       R"({"pause":{"duration":1}},{"setWeight":50},{"pause":{}}]})");
+                       R"({"pause":{"duration":1}},{"setWeight":50},{"pause":{}}],)"
+                       R"("analysis":{"interval":0.1,"minRequests":2,"failureLimit":0}})");
   ASSERT_TRUE(started) << started.error().message;
   const std::string b_url = b.url().to_string();
   ::testing::internal::CaptureStderr();
@@ -219,8 +225,15 @@ TEST(Router, ARolloutsStepsHoldWhileAVersionHasNoReplica) {
   Json state;
   for (int i = 0; i < 250 && !(state = current()).contains("held_for_version"); ++i) std::this_thread::sleep_for(20ms);
   EXPECT_EQ(state.value("held_for_version", ""), "v2") << state.dump();
-  std::this_thread::sleep_for(1500ms);  // past the 1 s pause: held all the same
-  state = current();
+  // Sessions of both versions, over several analysis intervals: every one answered by stable.
+  for (int i = 0; i < 40; ++i) {
+    auto r = f.post("/v1/completions", R"({"prompt":"x"})", {{"X-Session-ID", "s" + std::to_string(i)}});
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(r->body, R"({"replica":"a"})") << i;
+    std::this_thread::sleep_for(30ms);
+  }
+  state = current();  // past the 1 s pause: held all the same
+  EXPECT_EQ(state["phase"], "progressing") << state.dump();
   EXPECT_EQ(state["step"], 1) << state.dump();
   EXPECT_EQ(state["weight"], 20) << state.dump();
   ASSERT_TRUE(admin(f, "POST", "/admin/replicas", R"({"url":")" + b_url + R"(","version":"v2"})"));
@@ -233,6 +246,7 @@ TEST(Router, ARolloutsStepsHoldWhileAVersionHasNoReplica) {
   EXPECT_NE(err.find("rollout 1 'r' holds at step 1: no replica takes version 'v2'; its steps wait until one does"),
             std::string::npos) << err;
   EXPECT_NE(err.find("rollout 1 'r': every version has a replica again; its steps go on"), std::string::npos) << err;
+  EXPECT_EQ(err.find("analysis failed"), std::string::npos) << err;
 }
 
 // Two router instances: one runs the rollout, the other follows it; both send every session

@@ -177,6 +177,27 @@ TEST(RouterShadow, ADeadShadowCostsThePrimaryNothing) {
   EXPECT_EQ(accounted, 6);
 }
 
+// /health counts the replicas that answer clients: with its primaries drained, a router whose
+// only replica left is the shadow's answers 503 to every request, and says so.
+TEST(RouterShadow, HealthDoesNotCountTheShadowsReplicas) {
+  Scripted one("x"), two("y");
+  TestHttpServer a(one.handler()), b(two.handler());
+  Fixture f({}, "round_robin", {}, [&](RouterConfig& rc) {
+    rc.admin_key = "adm";
+    rc.backends.push_back(*parse_backend(a.url().to_string() + ",version=v1"));
+    rc.backends.push_back(*parse_backend(b.url().to_string() + ",version=v2"));
+    rc.shadow = {.version = "v2", .fraction = 1, .timeout_seconds = 2};
+  });
+  auto health = f.get("/health");
+  ASSERT_TRUE(health) << health.error().message;
+  EXPECT_NE(health->body.find("\"replicas_available\":1"), std::string::npos) << health->body;
+  ASSERT_TRUE(admin(f, "POST", "/admin/replicas/drain", R"({"url":")" + a.url().to_string() + R"("})"));
+  health = f.get("/health");
+  ASSERT_FALSE(health);
+  EXPECT_NE(health.error().message.find("HTTP 503"), std::string::npos) << health.error().message;
+  EXPECT_FALSE(f.post("/v1/completions", R"({"prompt":"p"})"));
+}
+
 TEST(RouterShadow, TheAdminApiSetsTheShadowAndRefusesAVersionNoReplicaHas) {
   Scripted one("x"), two("y");
   TestHttpServer a(one.handler()), b(two.handler());

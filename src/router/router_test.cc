@@ -1,5 +1,6 @@
 // The router over scripted replicas on loopback: relaying (whole and streamed), retries,
 // overload, a stream that fails midway, a client that goes away, affinity, and its own routes.
+#include "router/router_impl.h"
 #include "router/router_test_fixture.h"
 
 namespace sluice::router {
@@ -250,6 +251,25 @@ TEST(Router, CountsUsageAndStripsTheUsageChunkItAskedFor) {
   const std::string m = metrics_with(f, "sluice_router_prompt_tokens_total{backend=\"" + b + "\"} 30");
   EXPECT_NE(m.find("sluice_router_prompt_tokens_total{backend=\"" + b + "\"} 30"), std::string::npos) << m;
   EXPECT_NE(m.find("sluice_router_cached_tokens_total{backend=\"" + b + "\"} 12"), std::string::npos) << m;
+}
+
+// Events end at a blank line however the replica ends its lines: "\r\n\r\n" (sse-starlette's
+// default), "\r\r" too. They were split at "\n\n" only: a CRLF stream went out in one piece at
+// its end (or per MiB), and its usage chunk, asked for by the router, reached the client.
+TEST(Router, StreamsRelayEventByEventWhateverTheirLineEnds) {
+  bhttp::request<bhttp::string_body> req(bhttp::verb::post, "/v1/completions", 11);
+  Exchange x{req, RouteRequest{}, "", false, true};
+  x.strip_usage = true;
+  StreamRelay relay(x);
+  EXPECT_EQ(relay.take("data: {\"choices\":[{\"text\":\"a\"}],\"usage\":null}\r\n\r\ndata: {\"cho"),
+            "data: {\"choices\":[{\"text\":\"a\"}]}\r\n\r\n");
+  EXPECT_EQ(relay.take("ices\":[{\"text\":\"b\"}]}\r"), "");  // a CR last may be half of a CRLF
+  EXPECT_EQ(relay.take("\n\r\n"), "data: {\"choices\":[{\"text\":\"b\"}]}\r\n\r\n");
+  const std::string usage = R"(data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2}})";
+  EXPECT_EQ(relay.take(usage + "\r\n\r\n"), "");  // the router's own: taken out
+  EXPECT_EQ(x.prompt_tokens, 7);
+  EXPECT_EQ(relay.take(": comment\r\rdata: [DONE]\n\n"), ": comment\r\rdata: [DONE]\n\n");
+  EXPECT_EQ(relay.rest(), "");
 }
 
 TEST(Router, SessionKeysStickThroughTheProxyAndApiKeysAreChecked) {
@@ -521,6 +541,69 @@ TEST(Router, StreamsToAnHttp10ClientWithoutChunks) {
   EXPECT_EQ(got.find("chunked"), std::string::npos) << got;
   EXPECT_NE(got.find("Connection: close"), std::string::npos) << got;
   EXPECT_TRUE(got.ends_with("\r\n\r\ndata: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: [DONE]\n\n")) << got;
+}
+
+// The router's own routes answer HEAD with headers alone (a body would be read as the next
+// answer on the connection), and a client that waits for "100 Continue" before its body gets it.
+TEST(Router, HeadHasNoBodyAndExpectContinueIsAnswered) {
+  TestHttpServer a(named("a"));
+  Fixture f({&a});
+  net::io_context io;
+  net::ip::tcp::socket s(io);
+  s.connect({net::ip::make_address("127.0.0.1"), f.url.port});
+  net::write(s, net::buffer(std::string("HEAD /health HTTP/1.1\r\nHost: x\r\n\r\nGET /version HTTP/1.1\r\nHost: x\r\n\r\n")));
+  std::string got;
+  boost::system::error_code ec;
+  while (std::count(got.begin(), got.end(), '{') < 1 && !ec) {
+    char piece[4096];
+    got.append(piece, s.read_some(net::buffer(piece), ec));
+  }
+  ASSERT_TRUE(got.starts_with("HTTP/1.1 200 OK\r\n")) << got;
+  const size_t second = got.find("HTTP/1.1 200 OK\r\n", 1);
+  ASSERT_NE(second, std::string::npos) << got;
+  EXPECT_TRUE(got.substr(0, second).ends_with("\r\n\r\n")) << got;  // no body after the HEAD's headers
+  EXPECT_NE(got.find("\"version\""), std::string::npos) << got;
+
+  const std::string body = R"({"prompt":"hi"})";
+  net::write(s, net::buffer(fmt::format("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                        "Content-Length: {}\r\nExpect: 100-continue\r\n\r\n",
+                                        body.size())));
+  std::string cont;
+  while (cont.find("\r\n\r\n") == std::string::npos && !ec) {  // the body is sent only after it
+    char piece[256];
+    cont.append(piece, s.read_some(net::buffer(piece), ec));
+  }
+  EXPECT_EQ(cont, "HTTP/1.1 100 Continue\r\n\r\n");
+  net::write(s, net::buffer(body));
+  std::string answer;
+  while (answer.find("{\"replica\":\"a\"}") == std::string::npos && !ec) {
+    char piece[4096];
+    answer.append(piece, s.read_some(net::buffer(piece), ec));
+  }
+  EXPECT_TRUE(answer.starts_with("HTTP/1.1 200 OK\r\n")) << answer;
+}
+
+// A replica that took the request and does not answer within --upstream-timeout is a 504, not
+// retried on the others (each would be given the same work, the client waiting each timeout).
+TEST(Router, AnUpstreamTimeoutIsNotRetried) {
+  std::atomic<int> asked{0};
+  auto slow = [&](const ReceivedRequest& r, TestExchange& ex) -> net::awaitable<void> {
+    if (r.target == "/health") {
+      co_await ex.respond(200, "{}");
+      co_return;
+    }
+    ++asked;
+    net::steady_timer t(co_await net::this_coro::executor, std::chrono::seconds(2));
+    co_await t.async_wait(net::as_tuple(net::use_awaitable));
+    co_await ex.respond(200, "{}");
+  };
+  TestHttpServer a(slow), b(slow);
+  Fixture f({&a, &b}, "round_robin", {}, [](RouterConfig& rc) { rc.upstream_timeout_seconds = 0.3; });
+  auto r = f.post("/v1/completions", R"({"prompt":"x"})");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("HTTP 504: {\"error\":{\"message\":\"no replica answered (1 tried; the last: timeout)"),
+            std::string::npos) << r.error().message;
+  EXPECT_EQ(asked.load(), 1);
 }
 
 }  // namespace
