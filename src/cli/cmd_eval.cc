@@ -3,7 +3,8 @@
 //
 // Exit codes: 0 ok (or nothing changed with --if-changed), 1 regressed, 2 bad usage or a bad
 // suite, 3 infrastructure (an endpoint unreachable, answers missing, the store unwritable),
-// 4 inconclusive (with --fail-on inconclusive); 130 interrupted (Ctrl-C).
+// 4 inconclusive (with --fail-on inconclusive); 130 interrupted (Ctrl-C). Nothing compared (no
+// item in both runs) is 3 under any --fail-on: no evidence is no pass.
 #include <unistd.h>
 
 #include <algorithm>
@@ -286,7 +287,8 @@ void add_gate_options(CLI::App* cmd, EvalOptions& o) {
       ->check(CLI::Range(1e-6, 0.5))->capture_default_str();
   cmd->add_option("--fail-on", o.gate.fail_on,
                   "When the exit code is not 0: regression (exit 1 when a metric regressed), inconclusive (also exit 4 "
-                  "when the suite is too small to tell), flip (exit 1 when any item went from pass to fail), never")
+                  "when the suite is too small to tell), flip (exit 1 when any item went from pass to fail), never (no "
+                  "verdict fails; nothing compared, no item in both runs, is exit 3 all the same)")
       ->check(CLI::IsMember({"regression", "inconclusive", "flip", "never"}))->capture_default_str();
   cmd->add_option("--resamples", o.gate.resamples, "Bootstrap resamples")->check(CLI::Range(100, 1'000'000))->capture_default_str();
   cmd->add_option("--seed", o.gate.seed, "Seed of the bootstrap (the same seed gives the same interval)")->check(seed_validator())->capture_default_str();

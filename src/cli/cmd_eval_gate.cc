@@ -34,9 +34,10 @@ Result<double> parse_drop(const std::string& s) {
   if (t.empty() || !end || *end != '\0' || !(v >= 0)) {
     return Error(StatusCode::kInvalid, "--max-drop '{}' must be a number >= 0: 2pp (2 percentage points), 2%, or 0.02", s);
   }
-  // Rates and scores lie in [0, 1]: a larger drop could never be reached, the gate off.
-  if (!(v * scale <= 1)) {
-    return Error(StatusCode::kInvalid, "--max-drop '{}' is past 100pp (1): no drop could reach it, so nothing would "
+  // A rate lies in [0, 1]: a drop past 100pp could never be reached, the gate off. (A plain
+  // number also bounds mean logprobs, which have no such range.)
+  if (scale != 1 && !(v <= 100)) {
+    return Error(StatusCode::kInvalid, "--max-drop '{}' is past 100pp: no rate could drop that far, so nothing would "
                  "ever regress", s);
   }
   return v * scale;
@@ -59,29 +60,34 @@ Result<Loaded> load_run_file(const std::string& path) {
     return Error(StatusCode::kInvalid, "'{}' is not a run exported by `sluice eval export`", path);
   }
   Loaded l;
-  const eval::Json& r = j["run"];
-  l.run.id = r.value("id", int64_t{0});
-  l.run.suite = r.value("suite", std::string());
-  l.run.suite_path = r.value("suite_path", std::string());
-  l.run.fingerprint = r.value("fingerprint", std::string());
-  l.run.started = r.value("started", std::string());
-  l.run.status = r.value("status", std::string());
-  l.run.summary = r.value("summary", eval::Json());
-  for (const eval::Json& x : j["results"]) {
-    eval::ResultRow row;
-    row.item_key = x.value("item", std::string());
-    row.sample = x.value("sample", 0);
-    row.provider = x.value("provider", std::string());
-    row.prompt = x.value("prompt", std::string());
-    row.test = x.value("test", std::string());
-    row.vars = x.value("vars", eval::Json());
-    row.output = x.value("output", std::string());
-    row.pass = x.value("pass", false);
-    row.score = x.value("score", 0.0);
-    row.grades = x.value("grades", eval::Json());
-    row.latency_ms = x.value("latency_ms", 0.0);
-    row.error = x.contains("error") && x["error"].is_string() ? x["error"].get<std::string>() : "";
-    l.rows.push_back(std::move(row));
+  // A field of another type (a file edited by hand, another tool's JSON) is this file's error.
+  try {
+    const eval::Json& r = j["run"];
+    l.run.id = r.value("id", int64_t{0});
+    l.run.suite = r.value("suite", std::string());
+    l.run.suite_path = r.value("suite_path", std::string());
+    l.run.fingerprint = r.value("fingerprint", std::string());
+    l.run.started = r.value("started", std::string());
+    l.run.status = r.value("status", std::string());
+    l.run.summary = r.value("summary", eval::Json());
+    for (const eval::Json& x : j["results"]) {
+      eval::ResultRow row;
+      row.item_key = x.value("item", std::string());
+      row.sample = x.value("sample", 0);
+      row.provider = x.value("provider", std::string());
+      row.prompt = x.value("prompt", std::string());
+      row.test = x.value("test", std::string());
+      row.vars = x.value("vars", eval::Json());
+      row.output = x.value("output", std::string());
+      row.pass = x.value("pass", false);
+      row.score = x.value("score", 0.0);
+      row.grades = x.value("grades", eval::Json());
+      row.latency_ms = x.value("latency_ms", 0.0);
+      row.error = x.contains("error") && x["error"].is_string() ? x["error"].get<std::string>() : "";
+      l.rows.push_back(std::move(row));
+    }
+  } catch (const eval::Json::exception& e) {
+    return Error(StatusCode::kInvalid, "'{}' is not a run exported by `sluice eval export`: {}", path, e.what());
   }
   return l;
 }

@@ -85,10 +85,10 @@ int run_pair(PairCliOptions& o) {
   if (!o.prompts.empty() + !o.prompts_file.empty() + !o.suite_file.empty() != 1) {
     return fail_usage("give the prompts one way: --prompts FILE, -p TEXT or --suite FILE");
   }
-  if (o.ngram_min > o.ngram_max) return fail_usage("--ngram-min must not exceed --ngram-max");
   if (!o.ngram && (o.ngram_min != PairCliOptions{}.ngram_min || o.ngram_max != PairCliOptions{}.ngram_max)) {
     return fail_usage("--ngram-min and --ngram-max set prompt lookup, which is not a candidate here: add --ngram");
   }
+  if (o.ngram_min > o.ngram_max) return fail_usage("--ngram-min must not exceed --ngram-max");
   // The report files were checked with the flags (output_file), not after minutes of measuring.
   if (!o.json_file.empty() && same_file(o.json_file, o.svg_file)) {
     return fail_usage("--json and --svg name the same file (the chart would overwrite the JSON)");

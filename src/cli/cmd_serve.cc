@@ -155,14 +155,17 @@ int run(ServeOptions& o) {
             << "      curl " << url << "/metrics\n"
             << "stop with Ctrl-C (in-flight requests finish first, up to --drain-timeout)\n";
   (*server)->run_until_shutdown();
-  // Requests as clients count them (one of n=4 is one, not four sequences), answered with any status.
-  int64_t answered = 0;
+  // Requests as clients count them (one of n=4 is one, not four sequences); a CORS preflight is none.
+  int64_t answered = 0, refused = 0;
   for (const auto& [key, count] : (*server)->http_metrics().responses) {
-    if (key.first == "/v1/completions" || key.first == "/v1/chat/completions") answered += count;
+    if (key.first != "/v1/completions" && key.first != "/v1/chat/completions") continue;
+    if (key.second == 200) answered += count;
+    if (key.second >= 400) refused += count;
   }
   const EngineMetrics m = (*engine)->metrics();
-  std::cerr << "sluice serve: stopped after " << answered << " completion requests (" << m.num_requests_submitted
-            << " sequences, " << m.num_generation_tokens << " tokens generated)\n";
+  std::cerr << "sluice serve: stopped after " << answered << " completion requests answered, " << refused
+            << " refused (" << m.num_requests_submitted << " sequences, " << m.num_generation_tokens
+            << " tokens generated)\n";
   return kExitOk;
 }
 

@@ -98,7 +98,7 @@ Result<int64_t> parse_memory_size(const std::string& text, int64_t available_byt
       return Error(StatusCode::kInvalid, "{} {}: a fraction of available memory is above 0 and at most "
                    "1.0 (a size takes a unit: 512MiB, 2G)", flag, text);
     }
-    if (available_bytes <= 0) return Error(StatusCode::kInvalid, "cannot read the available memory; give a size");
+    if (available_bytes <= 0) return Error(StatusCode::kInvalid, "{} {}: cannot read the available memory; give a size", flag, text);
     return static_cast<int64_t>(value * static_cast<double>(available_bytes));
   }
   double scale = 0;

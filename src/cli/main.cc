@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -82,6 +83,32 @@ std::string empty_key_variable(const char* name) {
                      name);
 }
 
+namespace {
+
+// Whether `path` can be opened for writing as it will be (a folder root may write to, yet /proc
+// or a read-only mount refuses): an existing file is opened for appending and left as it is; a
+// new one is made and removed again, only while it is still the empty file made here.
+std::string check_writable(const std::string& shown, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool existed = fs::exists(path, ec);
+  if (existed && !fs::is_regular_file(path, ec)) return {};  // a pipe or a device: opened when written
+  const int fd = existed ? ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC)
+                         : ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    if (!existed && errno == EEXIST) return {};  // made meanwhile by another: opened when written
+    return fmt::format("'{}' cannot be written: {}", shown, std::error_code(errno, std::generic_category()).message());
+  }
+  struct stat made{}, now{};
+  const bool ours = !existed && ::fstat(fd, &made) == 0 && ::lstat(path.c_str(), &now) == 0 &&
+                    made.st_dev == now.st_dev && made.st_ino == now.st_ino && now.st_size == 0;
+  if (ours) ::unlink(path.c_str());
+  ::close(fd);
+  return {};
+}
+
+}  // namespace
+
 CLI::Validator output_file() {
   return CLI::Validator(
       [](std::string& s) -> std::string {
@@ -89,25 +116,21 @@ CLI::Validator output_file() {
         if (s.empty()) return "an empty file name";
         std::error_code ec;
         if (fs::is_directory(s, ec)) return fmt::format("'{}' is a folder, not a file", s);
-        const fs::path dir = fs::path(s).parent_path();
+        // A symbolic link is written through: its target's folder is the one that must exist.
+        fs::path link = s;
+        for (int hops = 0; hops < 40 && fs::is_symlink(fs::symlink_status(link, ec)); ++hops) {
+          const fs::path to = fs::read_symlink(link, ec);
+          link = to.is_absolute() ? to : link.parent_path() / to;
+        }
+        const std::string target = link.string();
+        const fs::path dir = fs::path(target).parent_path();
         const std::string folder = dir.empty() ? "." : dir.string();
         if (!fs::is_directory(folder, ec)) return fmt::format("'{}': the folder '{}' does not exist", s, folder);
         if (::access(folder.c_str(), W_OK) != 0) {
           return fmt::format("'{}': the folder '{}' cannot be written: {}", s, folder,
                              std::error_code(errno, std::generic_category()).message());
         }
-        // Opened for writing now, as it will be (a folder root may write, yet /proc or a
-        // read-only file refuses): an existing file is left as it is, a new one removed again.
-        const bool existed = fs::exists(s, ec);
-        if (existed && !fs::is_regular_file(s, ec)) return {};  // a pipe or a device: opened when written
-        const int fd = existed ? ::open(s.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC)
-                               : ::open(s.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-        if (fd < 0) {
-          return fmt::format("'{}' cannot be written: {}", s, std::error_code(errno, std::generic_category()).message());
-        }
-        ::close(fd);
-        if (!existed) ::unlink(s.c_str());
-        return {};
+        return check_writable(s, target);
       },
       "FILE");
 }

@@ -19,6 +19,7 @@ enum class StatusCode {
   kInvalid,      // the request itself is wrong (a bad parameter, a prompt over the context)
   kOverloaded,   // refused for now because a bounded queue is full; retrying later may work
   kUnavailable,  // refused because the component is shutting down
+  kUnsupported,  // well formed, but asks for what this component does not do (another API)
 };
 
 class Status {

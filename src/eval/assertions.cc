@@ -163,7 +163,16 @@ Status check_assertion_spec(const Assertion& a) {
     if (auto n = number_value(j, t); !n) return n.error();
     return Status::ok();
   };
-  if (t == "numeric" || t == "max-tokens" || (limit_type && !a.threshold)) if (Status st = number(v); !st) return st;
+  if (t == "numeric" || t == "max-tokens" || (limit_type && !a.threshold)) {
+    if (Status st = number(v); !st) return st;
+  }
+  // A limit below 0 on a count or a time fails every answer.
+  if ((t == "latency" || t == "max-tokens") && v.is_number() && v.get<double>() < 0) {
+    return invalid_status(fmt::format("assertion '{}': the limit {} is below 0", t, v.dump()));
+  }
+  if (t == "latency" && a.threshold && *a.threshold < 0) {
+    return invalid_status(fmt::format("assertion 'latency': the threshold {} is below 0", *a.threshold));
+  }
   if (t == "length") {
     if (v.is_object()) {
       for (auto it = v.begin(); it != v.end(); ++it) {
@@ -172,8 +181,8 @@ Status check_assertion_spec(const Assertion& a) {
         }
         if (Status st = number(it.value()); !st) return st;
       }
-    } else {
-      if (Status st = number(v); !st) return st;
+    } else if (Status st = number(v); !st) {
+      return st;
     }
   }
   return Status::ok();

@@ -185,7 +185,7 @@ std::string compare_text(const Comparison& c, int32_t max_items) {
     }
   }
   if (c.only_base || c.only_cand) {
-    out += fmt::format("  {} items only in the baseline, {} only in the candidate (not compared)\n", c.only_base, c.only_cand);
+    out += fmt::format("  not compared: items only in the baseline {}, only in the candidate {}\n", c.only_base, c.only_cand);
   }
   if (c.num_flaky) out += fmt::format("  {} flaky items (their samples or runs disagree)\n", c.num_flaky);
   if (c.aa) out += fmt::format("  noise floor: the largest difference between the two runs is {:.4f}\n", c.noise_floor);
@@ -271,7 +271,7 @@ std::string compare_markdown(const Comparison& c, int32_t max_items) {
   if (c.num_flaky) out += fmt::format("\n{} flaky items (samples or runs disagree).\n", c.num_flaky);
   // A candidate that dropped items (a shorter suite, a provider removed) is said, not left out.
   if (c.only_base || c.only_cand) {
-    out += fmt::format("\n{} items only in the baseline, {} only in the candidate: not compared.\n", c.only_base, c.only_cand);
+    out += fmt::format("\nNot compared: items only in the baseline {}, only in the candidate {}.\n", c.only_base, c.only_cand);
   }
   return out;
 }

@@ -105,7 +105,7 @@ std::string compare_html(const Comparison& c, const std::vector<RunRow>& history
       xml_escape(c.verdict), c.cand_run, c.base_run,
       c.aa ? " (A/A: one configuration twice; differences are noise)" : "");
   if (c.only_base || c.only_cand) {
-    html += fmt::format("<p id=\"not-compared\">{} items only in the baseline, {} only in the candidate: not compared.</p>\n",
+    html += fmt::format("<p id=\"not-compared\">Not compared: items only in the baseline {}, only in the candidate {}.</p>\n",
                         c.only_base, c.only_cand);
   }
   html += "<h2>Metrics</h2>\n<table id=\"metric-table\"><tr><th>metric</th><th>items</th><th>baseline</th><th>candidate</th>"

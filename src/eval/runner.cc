@@ -156,13 +156,17 @@ Result<Plan> plan_run(const Suite& suite_in, const RunOptions& options) {
     Provider j = judge;
     j.api = "chat";
     if (!probed.insert(j.base_url + "\n" + j.model + "\n" + j.label).second) return Status::ok();
-    auto body = build_body(j, "Hello", nullptr, Json{{"max_tokens", 1}, {"temperature", 0}}, std::nullopt);
+    // As grading asks: a judge set to answer JSON (response_format) needs the word in the prompt.
+    auto body = build_body(j, "Answer with the JSON object {\"pass\": true}.", nullptr,
+                           Json{{"max_tokens", 16}, {"temperature", 0}}, std::nullopt);
     if (!body) return body.error();
     body->erase("stop");
     auto reply = call(j, *body, probe);
     if (!reply) {
-      return Status::error(fmt::format("judge '{}' cannot be reached: {}", j.label, reply.error().message()),
-                           reply.error().code() == StatusCode::kInvalid ? StatusCode::kInvalid : StatusCode::kUnavailable);
+      const bool refused = reply.error().code() == StatusCode::kInvalid;
+      return Status::error(fmt::format("judge '{}' {}: {}", j.label, refused ? "refused the probe" : "cannot be reached",
+                                       reply.error().message()),
+                           refused ? StatusCode::kInvalid : StatusCode::kUnavailable);
     }
     judge_fingerprints.emplace_back(j.label, reply->system_fingerprint);
     return Status::ok();

@@ -141,8 +141,9 @@ Status Reader::dataset(const Json& spec, const TestCase& defaults, size_t index)
   for (size_t r = 0; r < rows_or->size() && (limit < 0 || static_cast<int64_t>(r) < limit); ++r) {
     TestCase t = defaults;
     const Json& row = (*rows_or)[r];
-    for (auto it = row.begin(); it != row.end(); ++it) t.vars[it.key()] = it.value();
     const std::string w = fmt::format("{} row {}", spec["path"].get<std::string>(), r + 1);
+    if (!row.is_object()) return invalid(w + ": a row must be a mapping of columns");
+    for (auto it = row.begin(); it != row.end(); ++it) t.vars[it.key()] = it.value();
     if (!text.empty()) {
       ASSIGN_OR_FAIL(std::string s, render(text, t.vars));
       t.vars["text"] = s;
@@ -154,7 +155,7 @@ Status Reader::dataset(const Json& spec, const TestCase& defaults, size_t index)
     t.description = row.contains("id") ? fmt::format("{} {}", spec["path"].get<std::string>(), row["id"].dump()) : w;
     t.asserts.insert(t.asserts.end(), asserts.begin(), asserts.end());
     // Without prompts of the suite's own, each row's "text" is the prompt.
-    if (suite.prompts.empty() && !t.vars.contains("text")) {
+    if (default_prompt && !t.vars.contains("text")) {
       return invalid(fmt::format("{}: has no 'text' column for the prompt (map one with doc_to_text, or give prompts)", w));
     }
     RETURN_IF_FAILED(check_vars(t, w));
@@ -241,7 +242,9 @@ Status check_request_field(const std::string& key, const Json& value) {
   // The run writes these itself (the rendered prompt, the provider's model, one whole answer);
   // one set here would replace every test's prompt, or be read as no answer at all.
   static constexpr std::string_view kOwn[] = {"prompt", "messages", "model", "stream", "n", "echo"};
-  if (std::find(std::begin(kOwn), std::end(kOwn), key) != std::end(kOwn)) {
+  // (What the run sends anyway is harmless: n 1, stream and echo false.)
+  const bool as_sent = (key == "n" && value == 1) || ((key == "stream" || key == "echo") && value == false);
+  if (std::find(std::begin(kOwn), std::end(kOwn), key) != std::end(kOwn) && !as_sent) {
     return invalid(fmt::format("'{}' is set by the run itself (from the prompts, the provider's id or --model), not "
                                "as a request field", key));
   }
@@ -269,7 +272,7 @@ Result<Provider> parse_provider(const Json& spec) {
       // delay spaces requests out: no answer changes. transform, prompts and the rest would.
       static constexpr std::string_view kKeys[] = {"id", "label", "config", "delay"};
       if (std::find(std::begin(kKeys), std::end(kKeys), it.key()) == std::end(kKeys)) {
-        return Error(StatusCode::kInvalid, "provider '{}': '{}' is not supported", id, it.key());
+        return Error(StatusCode::kUnsupported, "provider '{}': '{}' is not supported", id, it.key());
       }
     }
   } else {
@@ -277,7 +280,7 @@ Result<Provider> parse_provider(const Json& spec) {
   }
   // openai:chat:MODEL, openai:completion:MODEL; openai:MODEL is chat (promptfoo's shorthand).
   if (!id.starts_with("openai:")) {
-    return Error(StatusCode::kInvalid, "provider '{}' is not an OpenAI-compatible one (openai:chat:MODEL or "
+    return Error(StatusCode::kUnsupported, "provider '{}' is not an OpenAI-compatible one (openai:chat:MODEL or "
                  "openai:completion:MODEL; point apiBaseUrl at any compatible server)", id);
   }
   std::string rest = id.substr(7);
@@ -286,7 +289,7 @@ Result<Provider> parse_provider(const Json& spec) {
   } else if (rest.starts_with("completion:")) {
     p.api = "completion", rest = rest.substr(11);
   } else if (rest.starts_with("embedding:") || rest.starts_with("image:") || rest.starts_with("assistant:")) {
-    return Error(StatusCode::kInvalid, "provider '{}': only chat and completion providers are supported", id);
+    return Error(StatusCode::kUnsupported, "provider '{}': only chat and completion providers are supported", id);
   }
   p.model = rest;
   if (p.label.empty()) p.label = id;
@@ -336,7 +339,9 @@ Result<Suite> parse_suite(const Json& doc, const std::string& dir) {
   }
   const Json providers = doc.value("providers", Json::array());
   for (const Json& spec : providers.is_array() ? providers : Json::array({providers})) {
+    // A provider sluice cannot run (another API) is listed; a mistake in one it can is the suite's.
     auto p = parse_provider(spec);
+    if (!p && p.error().code() != StatusCode::kUnsupported) return Error(p.error());
     if (!p) {
       r.suite.not_run.push_back(p.error().message());
       continue;
@@ -353,12 +358,15 @@ Result<Suite> parse_suite(const Json& doc, const std::string& dir) {
     for (Prompt& p : some) r.suite.prompts.push_back(std::move(p));
   }
   TestCase defaults;
+  // A suite of datasets without prompts of its own: each row's (or test's) "text" is the prompt,
+  // there before the tests are read (their vars are checked against the prompts).
+  r.default_prompt = doc.contains("datasets") && r.suite.prompts.empty();
+  if (r.default_prompt) r.suite.prompts.push_back({"text", "{{ text }}", nullptr});
   if (doc.contains("defaultTest")) SLUICE_RETURN_IF_ERROR(r.default_test(doc["defaultTest"], defaults));
   if (doc.contains("tests")) SLUICE_RETURN_IF_ERROR(r.tests(doc["tests"], defaults));
   if (doc.contains("datasets")) {
     if (!doc["datasets"].is_array()) return Error(StatusCode::kInvalid, "'datasets' must be a list");
     for (size_t i = 0; i < doc["datasets"].size(); ++i) SLUICE_RETURN_IF_ERROR(r.dataset(doc["datasets"][i], defaults, i));
-    if (r.suite.prompts.empty()) r.suite.prompts.push_back({"text", "{{ text }}", nullptr});
   }
   if (doc.contains("likelihood")) {
     if (!doc["likelihood"].is_array()) return Error(StatusCode::kInvalid, "'likelihood' must be a list");

@@ -136,7 +136,7 @@ Result<Suite> parse_suite(const Json& doc, const std::string& dir);
 Result<Provider> parse_provider(const Json& spec);
 
 // A request field a provider's config (or `eval run --set`) may set: not one the run writes
-// itself (prompt, messages, model, stream, n, echo); a seed is an integer.
+// itself (prompt, messages, model; stream, n, echo other than false, 1, false); a seed is an integer.
 Status check_request_field(const std::string& key, const Json& value);
 
 }  // namespace sluice::eval

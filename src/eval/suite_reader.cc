@@ -73,25 +73,34 @@ std::string undefined_var(const Json& value, const Json& vars) {
     return "";
   }
   if (!value.is_string()) return "";
-  const std::string& s = value.get_ref<const std::string&>();
+  std::string s = value.get_ref<const std::string&>();
   if (s.find("{%") != std::string::npos) return "";
+  // Comments ({# ... #}) render nothing: what they name is not used.
+  for (size_t at; (at = s.find("{#")) != std::string::npos;) {
+    const size_t end = s.find("#}", at + 2);
+    s.erase(at, end == std::string::npos ? std::string::npos : end + 2 - at);
+  }
   for (size_t at = s.find("{{"); at != std::string::npos; at = s.find("{{", at + 2)) {
     const size_t end = s.find("}}", at + 2);
     if (end == std::string::npos) break;
     const std::string_view expr(s.data() + at + 2, end - at - 2);
-    if (expr.find("default") != std::string_view::npos) continue;
+    // An expression that may handle a missing var (a default, a test, a condition) is left to it.
+    static constexpr std::string_view kHandles[] = {"default", "|d(", "| d(", " if ", " or ", " is ", " and "};
+    if (std::ranges::any_of(kHandles, [&](std::string_view h) { return expr.find(h) != std::string_view::npos; })) continue;
     const size_t i = expr.find_first_not_of(" \t-");  // {{- name }} trims the space before
     if (i == std::string_view::npos || !(std::isalpha(static_cast<unsigned char>(expr[i])) || expr[i] == '_')) continue;
     size_t j = i;
     while (j < expr.size() && (std::isalnum(static_cast<unsigned char>(expr[j])) || expr[j] == '_')) ++j;
     const std::string name(expr.substr(i, j - i));
-    static constexpr std::string_view kLiterals[] = {"true", "false", "none", "True", "False", "None"};
-    if (std::find(std::begin(kLiterals), std::end(kLiterals), name) != std::end(kLiterals)) continue;
+    // Literals, operators and the interpreter's globals are no vars.
+    static constexpr std::string_view kNotVars[] = {"true", "false", "none", "True", "False", "None", "not",
+                                                   "range", "namespace", "loop", "raise_exception", "dict",
+                                                   "lipsum", "cycler", "joiner", "strftime_now"};
+    if (std::ranges::find(kNotVars, name) != std::end(kNotVars)) continue;
     if (!vars.is_object() || !vars.contains(name)) return name;
   }
   return "";
 }
-
 
 // The values of the list vars (those a list in `listed`) that `vars` is one combination of, as
 // written (a file:// value by its name), on one line and cut at a character boundary.

@@ -53,6 +53,7 @@ struct Reader {
   // Each file read once (a defaultTest var naming one is in every test), and once in the
   // suite's content (its fingerprint).
   std::map<std::string, std::string> files;
+  bool default_prompt = false;  // the suite has no prompts: "{{ text }}" stands in (datasets)
 
   Result<std::string> file_text(const std::string& path);
   Result<std::vector<Json>> rows(const std::string& path);  // a .jsonl, .csv, .yaml or .json file's rows

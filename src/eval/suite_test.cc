@@ -431,6 +431,12 @@ TEST(Suite, BrokenSuitesAreClearErrors) {
   check("prompts: [x]\ndefaultTest: {passFraction: 7}\ntests: [{}]\n", "defaultTest: 'passFraction' must be a number in [0, 1]");
   check("prompts: [x]\nevaluateOptions: 3\ntests: [{}]\n", "'evaluateOptions' must be a mapping");
   check("judge: {id: 'openai:chat:m', config: 5}\nprompts: [x]\ntests: [{}]\n", "'config' must be a mapping");
+  // A mistake in one provider of several is the suite's too (it was listed as not run, and the
+  // suite ran without that provider); one sluice cannot run (another API) is listed.
+  check("providers: ['openai:chat:a', {id: 'openai:chat:b', config: {seed: 1.5}}]\nprompts: [x]\ntests: [{}]\n",
+        "provider 'openai:chat:b': 'seed' must be an integer");
+  check("providers: ['openai:chat:a', {id: 'openai:chat:b', label: 5}]\nprompts: [x]\ntests: [{}]\n",
+        "provider 'openai:chat:b': 'label' must be a string");
   check("judge: {id: 'openai:chat:m', config: {prompt: x}}\nprompts: [x]\ntests: [{}]\n", "'prompt' is set by the run itself");
   check("judge: {id: 'openai:chat:m', config: {seed: 1.5}}\nprompts: [x]\ntests: [{}]\n", "'seed' must be an integer");
   // What grading would find only after every answer, found before any request.
@@ -447,10 +453,28 @@ TEST(Suite, BrokenSuitesAreClearErrors) {
         "assertion 'contains' names '{{ expectd }}'");
 }
 
+TEST(Suite, DatasetRowsAreMappingsWithTheirPromptsText) {
+  TempDir dir;
+  dir.write("rows.yaml", "- a\n");
+  dir.write("q.jsonl", "{\"q\": \"x\"}\n");
+  for (auto [yaml, expected] : {std::pair{"datasets: [{path: rows.yaml}]\n", "rows.yaml row 1: a row must be a mapping"},
+                                {"datasets: [{path: q.jsonl}]\n", "q.jsonl row 1: has no 'text' column"},
+                                {"tests: [{vars: {q: y}}]\ndatasets: [{path: q.jsonl, doc_to_text: '{{ q }}'}]\n",
+                                 "test 1: prompt 'text' names '{{ text }}'"}}) {
+    auto doc = parse_yaml(yaml);
+    ASSERT_TRUE(doc);
+    auto s = parse_suite(*doc, dir.path.string());
+    ASSERT_FALSE(s) << yaml;
+    EXPECT_NE(s.error().message().find(expected), std::string::npos) << s.error().message();
+  }
+}
+
 // Templates may name a var on purpose where a default or a statement handles its absence; a value
 // a template fills is checked when graded.
 TEST(Suite, TemplatesThatHandleAMissingVarAndTemplatedLimitsAreTaken) {
-  auto doc = parse_yaml("prompts: ['{{ q }}{{ hint | default(\"\") }}', '{% if hint %}{{ hint }}{% endif %}{{ q }}']\n"
+  auto doc = parse_yaml("prompts: ['{{ q }}{{ hint | default(\"\") }}', '{% if hint %}{{ hint }}{% endif %}{{ q }}', "
+                        "'{{ hint | d(\"\") }}{{ hint if hint is defined else q }}{{ hint or q }}{{ not done }}"
+                        "{{ range(2) | join(\",\") }}{# {{ old }} #}{{ q }}']\n"
                         "tests: [{vars: {q: a, n: 3}, assert: [{type: length, value: '{{ n }}'}, {type: is-json}, "
                         "{type: latency, threshold: 5}]}]\n");
   ASSERT_TRUE(doc);

@@ -125,6 +125,10 @@ class EvalTest(unittest.TestCase):
         self.assertIn("baseline 'main' is now run 1", out)
 
         md, html, junit = (os.path.join(self.dir, f) for f in ("r.md", "r.html", "r.xml"))
+        # The HTML report through a link to a file not made yet (a validator that created the
+        # file to test it once refused such a link).
+        os.mkdir(os.path.join(self.dir, "reports"))
+        os.symlink(os.path.join("reports", "r.html"), html)
         rc, out = self.eval("run", suite, "--set", "temperature=1.5", "--set", "seed=3", "--baseline", "main",
                             "--markdown", md, "--html", html, "--junit", junit)
         self.assertEqual(rc, 1, out)
@@ -262,11 +266,14 @@ class EvalTest(unittest.TestCase):
         url = f"http://127.0.0.1:{server.server_address[1]}/v1"
         try:
             suite = self.questions_suite(2)
+            dangling = os.path.join(self.dir, "dangling.html")
+            os.symlink(os.path.join(self.dir, "nodir", "r.html"), dangling)
             for args, why in [(["--baseline", "b", "--max-drop", "banana"], "--max-drop 'banana' must be a number"),
                               (["--max-drop", "banana"], "--max-drop 'banana' must be a number"),
                               (["--baseline", "b", "--html", "/nonexistent/r.html"], "/nonexistent"),
                               # A folder that takes no new file (root may write to /proc's, in access()'s view).
                               (["--baseline", "b", "--html", "/proc/r.html"], "'/proc/r.html' cannot be written"),
+                              (["--baseline", "b", "--html", dangling], "the folder"),
                               (["--set", "prompt=x"], "'prompt' is set by the run itself"),
                               (["--set", "stream=true"], "'stream' is set by the run itself"),
                               (["--max-drop", "500pp"], "is past 100pp"),
