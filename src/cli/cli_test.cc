@@ -198,6 +198,10 @@ TEST(Cli, BadInputIsAClearErrorWithExitCode) {
       {"route rollout statuz", "unknown route rollout command 'statuz' (route rollout commands: "},
       {"route --backend http://127.0.0.1:1,version=v1 --shadow v2", "--shadow v2 copies nothing without --shadow-fraction"},
       {"route --backend http://127.0.0.1:1 --shadow-fraction 0.5", "--shadow-fraction needs --shadow VERSION"},
+      // Settings of a part that is off were taken without a word.
+      {"route --backend http://127.0.0.1:1 --shadow-by session", "--shadow-by picks how requests are copied"},
+      {"route --backend http://127.0.0.1:1 --rollout-eval-db e.db", "--rollout-eval-db stores the eval gates"},
+      {"route --backend http://127.0.0.1:1,weight=2,weight=3", "'weight=' is given twice"},
       {"eval --db /tmp history", "'/tmp' is a folder: give the SQLite file"},
       {"route shadow sett --fraction 1", "unknown route shadow command 'sett'"},
       {"generate -p hi --stop-token 999999", "stop token id 999999 is outside the vocabulary"},

@@ -79,6 +79,9 @@ int run_route(RouteOptions& o) {
   c.session_headers = split(o.session_headers, ',');
   c.learn_versions = true;
   c.shadow.by_session = o.shadow_by == "session";
+  if (o.shadow_by != "request" && c.shadow.version.empty()) {
+    return fail_usage("--shadow-by picks how requests are copied to a shadow version: give --shadow VERSION too");
+  }
   if (c.shadow.fraction > 0 && c.shadow.version.empty()) {
     return fail_usage("--shadow-fraction needs --shadow VERSION: the version the copies go to");
   }
@@ -88,6 +91,10 @@ int run_route(RouteOptions& o) {
                                   c.shadow.version));
   }
   if (o.controller && c.rollout_db.empty()) c.rollout_db = "sluice-rollouts.db";
+  if (!o.eval_db.empty() && c.rollout_db.empty()) {
+    return fail_usage("--rollout-eval-db stores the eval gates of rollouts: give --rollout-db FILE (or "
+                      "--rollout-controller) too");
+  }
   if (!c.rollout_db.empty()) {
     std::string eval_db = o.eval_db;
     if (eval_db.empty()) {

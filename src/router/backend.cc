@@ -37,12 +37,19 @@ Result<std::string> backend_name(std::string_view url) {
 
 Result<BackendConfig> parse_backend(std::string_view text) {
   BackendConfig c;
+  std::vector<std::string_view> seen;
   const size_t comma = text.find(',');
   const std::string_view url = text.substr(0, comma);
   for (std::string_view rest = comma == std::string_view::npos ? "" : text.substr(comma + 1);
        comma != std::string_view::npos;) {
     const size_t next = rest.find(',');
     const std::string_view option = rest.substr(0, next);
+    // One of each: a second would silently win.
+    const std::string_view name = option.substr(0, option.find('='));
+    if (std::ranges::count_if(seen, [&](std::string_view s) { return s == name; }) > 0) {
+      return Error(StatusCode::kInvalid, "backend '{}': '{}=' is given twice", text, name);
+    }
+    seen.push_back(name);
     if (option.starts_with("key=") && option.size() > 4) {
       c.api_key = std::string(option.substr(4));
     } else if (option.starts_with("weight=")) {

@@ -62,6 +62,9 @@ TEST(Backend, ParsesUrlAndKeyAndRefusesTheRest) {
                         "http://x:1,key=k,", "http://x:1,version="}) {
     EXPECT_FALSE(parse_backend(w)) << w;
   }
+  auto twice = parse_backend("http://x:1,weight=2,weight=3");  // the second silently won
+  ASSERT_FALSE(twice);
+  EXPECT_NE(twice.error().message().find("'weight=' is given twice"), std::string::npos) << twice.error().message();
   EXPECT_EQ(*backend_name("http://127.0.0.1:9000/"), "http://127.0.0.1:9000");
   // An OpenAI base URL is not a replica's: its /v1 would come twice.
   for (const char* v1 : {"http://x:1/v1", "http://x:1/v1/", "http://x:1/llm/v1,key=k"}) {

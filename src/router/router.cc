@@ -16,22 +16,9 @@
 namespace sluice::router {
 
 std::string_view reason(int status) {
-  switch (status) {
-    case 200: return "OK";
-    case 201: return "Created";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 409: return "Conflict";
-    case 413: return "Payload Too Large";
-    case 429: return "Too Many Requests";
-    case 500: return "Internal Server Error";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    default: return "Status";
-  }
+  // Beast's table of the registered codes ("415 Unsupported Media Type"; RFC 9110 15).
+  const std::string_view r = bhttp::obsolete_reason(bhttp::int_to_status(static_cast<unsigned>(status)));
+  return r.starts_with('<') ? "Status" : r;  // "<unknown-status>"
 }
 
 std::string error_body(std::string_view message, std::string_view type, std::string_view code) {
@@ -149,11 +136,25 @@ net::awaitable<bool> Router::Impl::handle(beast::tcp_stream& client, beast::flat
   const std::string path = target.substr(0, target.find('?'));
   const bool keep = req.keep_alive() && !stopping;
   const bool api = path.starts_with("/v1/") || path == "/tokenize" || path == "/detokenize";
+  // HTTP/1.1 requires Host (RFC 9112 3.2); a body in a coding other than chunked (gzip, chunked)
+  // would be relayed as if it were plain (RFC 9112 6.1: 501).
+  if (req.version() >= 11 && req.find(bhttp::field::host) == req.end()) {
+    co_return co_await respond(client, 400, error_body("an HTTP/1.1 request needs a Host header", "invalid_request_error"),
+                               false);
+  }
+  if (const auto te = req.find(bhttp::field::transfer_encoding); te != req.end() && !http::iequals(te->value(), "chunked")) {
+    co_return co_await respond(client, 501, error_body(fmt::format("Transfer-Encoding '{}' is not supported (only chunked)",
+                                                                   std::string(te->value())),
+                                                       "invalid_request_error"),
+                               false);
+  }
   if (api && !config.api_key.empty()) {
     if (!bearer_is(req[bhttp::field::authorization], config.api_key)) {
+      Headers challenge;
+      challenge.emplace_back("WWW-Authenticate", "Bearer");
       co_return co_await respond(client, 401, error_body("a valid API key is needed: Authorization: Bearer KEY",
                                                          "invalid_request_error", "invalid_api_key"),
-                                 keep);
+                                 keep, "application/json", &challenge);
     }
   }
   // HEAD of the router's own routes: their headers, no body (it would be read as the next answer).

@@ -132,6 +132,8 @@ struct Attempt {
   enum Kind { kRelayed, kClientGone, kRetryable, kFailed } kind = kFailed;
   int status = 0;                 // an upstream answer held back (kRetryable/kFailed with a body)
   std::string body, content_type, retry_after;
+  std::string allow, www_authenticate;  // relayed with a 405 or 401, as the replica sent them
+  std::string replica;            // the replica's name, for an answer held back and relayed later
   std::string error_kind;         // "connect", "closed", "timeout", "protocol": no answer
   bool keep_alive = true;         // the client connection may serve another request
   bool released = false;          // the replica's in-flight count was already given back
@@ -140,6 +142,10 @@ struct Attempt {
 
 // The request as replica `b` gets it: hop-by-hop headers dropped, the replica's key set.
 bhttp::request<bhttp::string_body> upstream_request(const BackendConfig& b, const Exchange& x);
+
+// A Retry-After value in seconds: delay-seconds or an HTTP-date (RFC 9110 10.2.3), from now;
+// infinity for one that is neither (relayed, not waited for).
+double retry_after_seconds(std::string_view value);
 
 // What went wrong reading a replica's answer: "timeout"; "protocol" where the bytes that came are
 // not HTTP (a malformed status line, header or Content-Length, a bad chunk); else "closed".

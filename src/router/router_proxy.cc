@@ -223,6 +223,7 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
   if (!version.empty() && last.status != 429) record_outcome(version, RequestOutcome{.error = true});
   if (last.status != 0 && !(saw_overload && last.status == 429)) {
     Headers extra;
+    extra.emplace_back("X-Sluice-Replica", last.replica);  // the last replica tried, whose answer this is
     if (!last.retry_after.empty()) extra.emplace_back("Retry-After", last.retry_after);
     const std::string type = last.content_type.empty() ? "application/json" : last.content_type;
     co_return co_await respond(client, last.status, last.body, keep, type, &extra);
@@ -327,6 +328,9 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
   result.status = static_cast<int>(u.parser.get().result_int());
   result.content_type = std::string(u.parser.get()[bhttp::field::content_type]);
   result.retry_after = std::string(u.parser.get()[bhttp::field::retry_after]);
+  result.allow = std::string(u.parser.get()[bhttp::field::allow]);
+  result.www_authenticate = std::string(u.parser.get()[bhttp::field::www_authenticate]);
+  result.replica = u.config->name;
   if (result.status / 100 == 2 && x.stream) {
     co_return co_await relay_stream(u, client, watcher, x, std::move(result), ttft);
   }
@@ -434,8 +438,7 @@ net::awaitable<Attempt> Router::Impl::relay_whole(Upstream& u, beast::tcp_stream
   if (result.status / 100 == 2) {
     if (auto j = parse_json(result.body)) read_usage(*j, x.prompt_tokens, x.cached_tokens, &x.completion_tokens);
   }
-  double retry_after = 0;
-  if (!result.retry_after.empty()) retry_after = std::atof(result.retry_after.c_str());
+  const double retry_after = result.retry_after.empty() ? 0 : retry_after_seconds(result.retry_after);
   const bool retryable = result.status == 502 || result.status == 503 || result.status == 504 ||
                          (result.status == 429 && retry_after <= config.max_retry_after_seconds);
   if (retryable) {
@@ -445,6 +448,8 @@ net::awaitable<Attempt> Router::Impl::relay_whole(Upstream& u, beast::tcp_stream
   Headers extra;
   extra.emplace_back("X-Sluice-Replica", u.config->name);
   if (!result.retry_after.empty()) extra.emplace_back("Retry-After", result.retry_after);
+  if (!result.allow.empty()) extra.emplace_back("Allow", result.allow);
+  if (!result.www_authenticate.empty()) extra.emplace_back("WWW-Authenticate", result.www_authenticate);
   const std::string type = result.content_type.empty() ? "application/json" : result.content_type;
   pool.end(u.backend, outcome_of(result.status));  // before the client sees the answer (as above)
   result.released = true;

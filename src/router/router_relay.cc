@@ -2,6 +2,8 @@
 // usage of an answer, the request as a replica gets it, the client watcher, writes to the client
 // and a stream's relay event by event (router_proxy.cc puts them together).
 #include <algorithm>
+#include <cmath>
+#include <ctime>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -57,6 +59,17 @@ bool read_usage(const Json& j, int64_t& prompt, int64_t& cached, int64_t* comple
     cached = u["prompt_tokens_details"]["cached_tokens"].get<int64_t>();
   }
   return true;
+}
+
+double retry_after_seconds(std::string_view value) {
+  const std::string v(value);
+  if (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos) return std::atof(v.c_str());
+  std::tm tm{};
+  // IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT"), the form senders must use.
+  const char* end = ::strptime(v.c_str(), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  if (!end || *end != '\0') return INFINITY;
+  const double at = static_cast<double>(::timegm(&tm));
+  return std::max(0.0, at - epoch_now());
 }
 
 std::string read_error_kind(const beast::error_code& ec) {

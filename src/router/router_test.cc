@@ -583,6 +583,50 @@ TEST(Router, HeadHasNoBodyAndExpectContinueIsAnswered) {
   EXPECT_TRUE(answer.starts_with("HTTP/1.1 200 OK\r\n")) << answer;
 }
 
+// Details of HTTP in what the router answers: reason phrases of every registered code, a
+// Retry-After as a date, a 401's challenge, a relayed 405's Allow, a request without Host or in
+// a transfer coding it cannot read.
+TEST(Router, AnswersKeepHttpsDetails) {
+  EXPECT_EQ(reason(415), "Unsupported Media Type");
+  EXPECT_EQ(reason(431), "Request Header Fields Too Large");
+  EXPECT_EQ(reason(299), "Status");
+  EXPECT_EQ(retry_after_seconds("5"), 5);
+  EXPECT_TRUE(std::isinf(retry_after_seconds("soon")));
+  EXPECT_EQ(retry_after_seconds("Sun, 06 Nov 1994 08:49:37 GMT"), 0);  // past
+  EXPECT_GT(retry_after_seconds("Wed, 21 Oct 2099 07:28:00 GMT"), 1e9);
+  TestHttpServer a([](const ReceivedRequest& r, TestExchange& ex) -> net::awaitable<void> {
+    if (r.target == "/health") {
+      co_await ex.respond(200, "{}");
+      co_return;
+    }
+    co_await ex.write("HTTP/1.1 405 X\r\nAllow: POST\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}");
+  });
+  const std::string key = "k";
+  Fixture f({&a}, "round_robin", {}, [&key](RouterConfig& c) { c.api_key = key; });
+  net::io_context io;
+  auto raw = [&](const std::string& request) {
+    net::ip::tcp::socket s(io);
+    s.connect({net::ip::make_address("127.0.0.1"), f.url.port});
+    net::write(s, net::buffer(request));
+    std::string got;
+    boost::system::error_code ec;
+    net::read(s, net::dynamic_buffer(got), ec);
+    return got;
+  };
+  const std::string no_key = raw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}");
+  EXPECT_TRUE(no_key.starts_with("HTTP/1.1 401 Unauthorized\r\n")) << no_key;
+  EXPECT_NE(no_key.find("WWW-Authenticate: Bearer\r\n"), std::string::npos) << no_key;
+  const std::string allowed = raw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n"
+                                  "Content-Length: 2\r\nConnection: close\r\n\r\n{}");
+  EXPECT_TRUE(allowed.starts_with("HTTP/1.1 405 Method Not Allowed\r\n")) << allowed;
+  EXPECT_NE(allowed.find("Allow: POST\r\n"), std::string::npos) << allowed;
+  const std::string no_host = raw("GET /version HTTP/1.1\r\n\r\n");
+  EXPECT_TRUE(no_host.starts_with("HTTP/1.1 400 Bad Request\r\n")) << no_host;
+  const std::string gzip = raw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n"
+                               "Transfer-Encoding: gzip, chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n");
+  EXPECT_TRUE(gzip.starts_with("HTTP/1.1 501 Not Implemented\r\n")) << gzip;
+}
+
 // A replica that took the request and does not answer within --upstream-timeout is a 504, not
 // retried on the others (each would be given the same work, the client waiting each timeout).
 TEST(Router, AnUpstreamTimeoutIsNotRetried) {
