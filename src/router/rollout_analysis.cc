@@ -37,6 +37,7 @@ int cache_band(double hit_fraction) {
 void VersionWindow::add(const RequestOutcome& o) {
   ++requests;
   errors += o.error;
+  refused += o.refused;
   if (o.ttft >= 0 && ttft.size() < kMaxSamples) ttft.emplace_back(cache_band(o.hit_fraction), o.ttft);
   if (o.tpot >= 0 && tpot.size() < kMaxSamples) tpot.push_back(o.tpot);
 }
@@ -45,9 +46,14 @@ AnalysisVerdict analyze(const VersionWindow& stable, const VersionWindow& candid
                         const ShadowWindow& shadow, bool shadow_required) {
   AnalysisVerdict v;
   auto rate = [](const VersionWindow& w) { return w.requests ? static_cast<double>(w.errors) / w.requests : 0.0; };
-  v.metrics = {{"stable", {{"requests", stable.requests}, {"errors", stable.errors}, {"error_rate", rate(stable)}}},
+  auto refusal_rate = [](const VersionWindow& w) {
+    return w.requests ? static_cast<double>(w.refused) / w.requests : 0.0;
+  };
+  v.metrics = {{"stable", {{"requests", stable.requests}, {"errors", stable.errors}, {"error_rate", rate(stable)},
+                           {"refused", stable.refused}, {"refusal_rate", refusal_rate(stable)}}},
                {"candidate", {{"requests", candidate.requests}, {"errors", candidate.errors},
-                              {"error_rate", rate(candidate)}}}};
+                              {"error_rate", rate(candidate)}, {"refused", candidate.refused},
+                              {"refusal_rate", refusal_rate(candidate)}}}};
   if (stable.requests < config.min_requests || candidate.requests < config.min_requests) {
     v.reason = fmt::format("{} stable and {} candidate requests; {} of each needed", stable.requests,
                            candidate.requests, config.min_requests);
@@ -60,6 +66,13 @@ AnalysisVerdict analyze(const VersionWindow& stable, const VersionWindow& candid
   if (increase > config.max_error_rate_increase) {
     failures.push_back(fmt::format("error rate {:.1f}% vs stable's {:.1f}% (more than +{:.1f} points)",
                                    100 * rate(candidate), 100 * rate(stable), 100 * config.max_error_rate_increase));
+  }
+  compared.push_back(fmt::format("refusals (4xx) {:.1f}% vs {:.1f}%", 100 * refusal_rate(candidate),
+                                 100 * refusal_rate(stable)));
+  if (refusal_rate(candidate) - refusal_rate(stable) > config.max_error_rate_increase) {
+    failures.push_back(fmt::format("refusals (4xx) {:.1f}% vs stable's {:.1f}% (more than +{:.1f} points)",
+                                   100 * refusal_rate(candidate), 100 * refusal_rate(stable),
+                                   100 * config.max_error_rate_increase));
   }
   nlohmann::json bands = nlohmann::json::array();
   for (int band = 0; band < 5; ++band) {

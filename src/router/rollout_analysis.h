@@ -4,6 +4,9 @@
 //   errors   5xx answers, requests no replica answered, streams ended by an upstream failure
 //            (not 4xx: the client's; not 429: load). Fails when the candidate's rate exceeds
 //            stable's by more than max_error_rate_increase.
+//   refusals 4xx answers but 429: a client's mistakes reach both versions alike, so a candidate
+//            that refuses more than stable (a model it does not serve: 404 for everything) is
+//            the candidate's fault. Fails past the same max_error_rate_increase.
 //   TTFT     p95, compared within bands of the prompt's cache-hit fraction (cached / prompt
 //            tokens from usage: [0, 0.25), [0.25, 0.5), [0.5, 0.75), [0.75, 1], and one band for
 //            answers without usage), in each band where both versions have kMinBandSamples: a
@@ -32,6 +35,7 @@ namespace sluice::router {
 // One finished request of a version.
 struct RequestOutcome {
   bool error = false;
+  bool refused = false;      // a 4xx answer other than 429
   double ttft = -1;          // seconds; < 0: unknown (an answer not streamed)
   double tpot = -1;          // seconds per output token after the first; < 0: unknown
   double hit_fraction = -1;  // cached / prompt tokens; < 0: no usage
@@ -40,7 +44,7 @@ struct RequestOutcome {
 // What one version did in a window (samples kept up to kMaxSamples each).
 struct VersionWindow {
   static constexpr size_t kMaxSamples = 4096;
-  int64_t requests = 0, errors = 0;
+  int64_t requests = 0, errors = 0, refused = 0;
   std::vector<std::pair<int, double>> ttft;  // (cache band, seconds)
   std::vector<double> tpot;
   void add(const RequestOutcome& o);

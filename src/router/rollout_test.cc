@@ -332,6 +332,24 @@ TEST(RolloutAnalysis, ErrorRateAboveStablesFails) {
   EXPECT_EQ(v.metrics["candidate"]["errors"], 10);
 }
 
+// A candidate that refuses what stable takes (404 model_not_found for every request) fails; the
+// clients' own mistakes, as many on both, do not.
+TEST(RolloutAnalysis, RefusalsAboveStablesFail) {
+  AnalysisConfig c;
+  c.min_requests = 20;
+  auto refusing = [](int64_t requests, int64_t refused) {
+    VersionWindow w;
+    for (int64_t i = 0; i < requests; ++i) w.add(RequestOutcome{.refused = i < refused});
+    return w;
+  };
+  EXPECT_TRUE(analyze(refusing(100, 30), refusing(100, 31), c).passed);
+  const AnalysisVerdict v = analyze(refusing(100, 0), refusing(100, 100), c);
+  ASSERT_TRUE(v.conclusive);
+  EXPECT_FALSE(v.passed);
+  EXPECT_NE(v.reason.find("refusals (4xx) 100.0% vs stable's 0.0%"), std::string::npos) << v.reason;
+  EXPECT_EQ(v.metrics["candidate"]["refused"], 100);
+}
+
 // A new version starts with a cold cache: its cold requests are compared with stable's cold
 // ones, not with stable's warm ones.
 TEST(RolloutAnalysis, TtftIsComparedWithinCacheHitBands) {

@@ -111,6 +111,7 @@ void Router::Impl::record_answered(Exchange& x, const Decision& d, const std::st
     // impatient clients weigh on both versions alike).
     RequestOutcome o;
     o.error = !relayed || last.status >= 500 || x.stream_failed || pool.config(d.backend)->version != version;
+    o.refused = relayed && last.status >= 400 && last.status < 500 && last.status != 429;
     o.ttft = ttft;
     if (ttft >= 0 && x.completion_tokens > 1) {
       o.tpot = (attempt_seconds - ttft) / static_cast<double>(x.completion_tokens - 1);
