@@ -78,6 +78,7 @@ int run_route(RouteOptions& o) {
   }
   c.session_headers = split(o.session_headers, ',');
   c.learn_versions = true;
+  c.route_by_model = true;
   c.shadow.by_session = o.shadow_by == "session";
   if (o.shadow_by != "request" && c.shadow.version.empty()) {
     return fail_usage("--shadow-by picks how requests are copied to a shadow version: give --shadow VERSION too");

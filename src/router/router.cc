@@ -52,17 +52,17 @@ net::awaitable<bool> respond(beast::tcp_stream& client, int status, std::string 
   co_return !ec && keep_alive;
 }
 
-int Router::Impl::num_answering() {
-  bool rollout_in_force = false;  // (a rollout assigns every request a version of its own)
+std::string Router::Impl::shadow_only_version() {
   if (rollout_store || !config.follow_url.empty()) {
     MutexLock lock(rollout_mu);
-    rollout_in_force = rollout.has_value();
+    if (rollout.has_value()) return {};
   }
-  std::string shadow_only;
-  if (!rollout_in_force) {
-    MutexLock lock(shadow_mu);
-    if (shadow_config.fraction > 0) shadow_only = shadow_config.version;
-  }
+  MutexLock lock(shadow_mu);
+  return shadow_config.fraction > 0 ? shadow_config.version : std::string();
+}
+
+int Router::Impl::num_answering() {
+  const std::string shadow_only = shadow_only_version();
   int n = 0;
   for (const BackendView& v : pool.snapshot()) {
     n += v.available && (shadow_only.empty() || pool.config(v.index)->version != shadow_only);
@@ -193,8 +193,9 @@ net::awaitable<Json> Router::Impl::models() {
   Json data = Json::array();
   std::vector<std::string> seen;
   const auto views = pool.snapshot();
+  const std::string shadow_only = shadow_only_version();  // they answer no client
   for (const BackendView& v : views) {
-    if (!v.available) continue;
+    if (!v.available || (!shadow_only.empty() && pool.config(v.index)->version == shadow_only)) continue;
     auto got = co_await get(v.index, "/v1/models");
     if (!got) continue;
     auto body = parse_json(got->body);

@@ -142,6 +142,10 @@ struct RouterConfig {
   // Replicas without a version label are labelled by the model id and system_fingerprint they
   // report (GET /v1/models after a passing health check; again every tenth). `sluice route` does.
   bool learn_versions = false;
+  // Without a rollout, a request naming a model goes to the replicas whose /v1/models lists it
+  // (asked after the first passing health check and every tenth), when any does. `sluice route`
+  // does.
+  bool route_by_model = false;
 };
 
 class Router {

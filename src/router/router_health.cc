@@ -55,10 +55,14 @@ net::awaitable<void> Router::Impl::health_loop(int backend, uint64_t generation)
     // system_fingerprint where it has one (sluice's changes with the model file and the engine
     // configuration), "id@fingerprint". Asked again every tenth check: a replica restarted with
     // another model changes version.
+    // The models it lists are asked at the first check and every tenth too (routing by model).
     const std::shared_ptr<const BackendConfig> now = pool.config(backend);
-    if (config.learn_versions && passed && (now->version.empty() || (now->version_reported && checks % 10 == 0))) {
+    const bool learn_version = config.learn_versions && (now->version.empty() || now->version_reported);
+    const bool tenth = checks % 10 == 0;
+    if (passed && ((config.route_by_model && tenth) || (learn_version && (now->version.empty() || tenth)))) {
       auto models = co_await get(backend, "/v1/models");
-      if (auto listed = models ? http::first_listed_model(models->body) : std::nullopt) {
+      if (models) learn_models(backend, generation, models->body);
+      if (auto listed = models && learn_version ? http::first_listed_model(models->body) : std::nullopt) {
         std::string version = listed->id;
         if (!listed->system_fingerprint.empty()) version += "@" + listed->system_fingerprint;
         pool.set_reported_version(backend, std::move(version), generation);
@@ -68,6 +72,17 @@ net::awaitable<void> Router::Impl::health_loop(int backend, uint64_t generation)
     net::steady_timer t(ex, ms(config.health_interval_seconds));
     co_await t.async_wait(kTuple);
   }
+}
+
+void Router::Impl::learn_models(int backend, uint64_t generation, std::string_view body) {
+  const auto j = parse_json(body);
+  if (!j || !j->is_object() || !j->contains("data") || !(*j)["data"].is_array()) return;
+  std::vector<std::string> ids;
+  for (const Json& m : (*j)["data"]) {
+    if (m.is_object() && m.contains("id") && m["id"].is_string()) ids.push_back(m["id"].get<std::string>());
+  }
+  MutexLock lock(route_mu);
+  if (pool.generation(backend) == generation) served_models[backend] = {generation, std::move(ids)};
 }
 
 net::awaitable<void> Router::Impl::scrape_loop(int backend, uint64_t generation) {

@@ -101,6 +101,7 @@ struct Exchange {
   bhttp::request<bhttp::string_body>& req;
   RouteRequest route;
   std::string group;       // the usage group (router.h)
+  std::string model;       // the body's "model", "" when it names none
   bool stream = false;
   bool keep_alive = true;  // the client's connection may serve another request after this one
   bool fresh = false;      // connect anew rather than reuse an idle connection
@@ -237,6 +238,10 @@ struct Router::Impl {
   // Held from the snapshot of the replicas' load to the chosen one's begin() (router_proxy.cc),
   // and while a slot is given to a new replica (add_backend).
   Mutex route_mu;
+  // The model ids each replica lists in /v1/models, by slot, with the slot's generation (asked at
+  // the first health check and every tenth): a request naming a model goes to those that list
+  // it (choose()). A slot not in it: not known yet.
+  std::map<int, std::pair<uint64_t, std::vector<std::string>>> served_models SLUICE_GUARDED_BY(route_mu);
 
   RouterConfig config;
   BackendPool pool;
@@ -406,6 +411,11 @@ struct Router::Impl {
   // Replicas available that answer clients: not those of a shadow version in force without a
   // rollout (they only get copies).
   int num_answering();
+  // The shadow version whose replicas answer no client ("" when none): one in force, without a
+  // rollout (a rollout assigns every request a version of its own).
+  std::string shadow_only_version();
+  // Keeps the model ids a /v1/models answer lists for the slot (served_models).
+  void learn_models(int backend, uint64_t generation, std::string_view body);
 
   // A connection is kept with the generation of the slot it was opened for: one to a replica
   // since removed is never handed to the slot's next replica.

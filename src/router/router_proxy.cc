@@ -32,7 +32,8 @@ Exchange Router::Impl::exchange_for(bhttp::request<bhttp::string_body>& req, con
     }
   }
   std::string group = usage_group(req[config.usage_group_header], !session.empty());
-  Exchange x{req, RouteRequest{std::move(session), std::move(prompt)}, std::move(group), false, keep};
+  Exchange x{req, RouteRequest{std::move(session), std::move(prompt)}, std::move(group), {}, false, keep};
+  if (body.is_object() && body.contains("model") && body["model"].is_string()) x.model = body["model"].get<std::string>();
   x.stream = body.is_object() && body.contains("stream") && body["stream"].is_boolean() && body["stream"].get<bool>();
   x.body = req.body();
   x.parsed_body = &body;
@@ -59,6 +60,20 @@ Decision Router::Impl::choose(const Exchange& x, const std::vector<int>& tried, 
   MutexLock lock(route_mu);
   const std::vector<BackendView> views = pool.snapshot();
   std::vector<int> exclude = tried;
+  // Without a rollout, a request naming a model goes to the replicas that list it (when any
+  // does; else one answers its own 404). A rollout's versions decide for themselves.
+  if (!x.model.empty() && versions.assigned.empty()) {
+    auto lists = [&](const BackendView& v) -> std::optional<bool> {
+      const auto it = served_models.find(v.index);
+      if (it == served_models.end() || it->second.first != pool.generation(v.index)) return std::nullopt;
+      return std::ranges::find(it->second.second, x.model) != it->second.second.end();
+    };
+    if (std::ranges::any_of(views, [&](const BackendView& v) { return v.available && lists(v).value_or(false); })) {
+      for (const BackendView& v : views) {
+        if (!lists(v).value_or(true)) exclude.push_back(v.index);
+      }
+    }
+  }
   if (!shadow_only.empty()) {
     for (const BackendView& v : views) {
       if (pool.config(v.index)->version == shadow_only) exclude.push_back(v.index);

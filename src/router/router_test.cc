@@ -258,7 +258,7 @@ TEST(Router, CountsUsageAndStripsTheUsageChunkItAskedFor) {
 // its end (or per MiB), and its usage chunk, asked for by the router, reached the client.
 TEST(Router, StreamsRelayEventByEventWhateverTheirLineEnds) {
   bhttp::request<bhttp::string_body> req(bhttp::verb::post, "/v1/completions", 11);
-  Exchange x{req, RouteRequest{}, "", false, true};
+  Exchange x{req, RouteRequest{}, "", "", false, true};
   x.strip_usage = true;
   StreamRelay relay(x);
   EXPECT_EQ(relay.take("data: {\"choices\":[{\"text\":\"a\"}],\"usage\":null}\r\n\r\ndata: {\"cho"),
@@ -625,6 +625,37 @@ TEST(Router, AnswersKeepHttpsDetails) {
   const std::string gzip = raw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n"
                                "Transfer-Encoding: gzip, chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n");
   EXPECT_TRUE(gzip.starts_with("HTTP/1.1 501 Not Implemented\r\n")) << gzip;
+}
+
+// Without a rollout, a request naming a model goes to the replicas that list it (they answered
+// 404 model_not_found on the others, with /v1/models listing the union); one naming no model, or
+// one no replica lists, goes anywhere.
+TEST(Router, ARequestNamingAModelGoesToTheReplicasThatListIt) {
+  auto serving = [](std::string model) {
+    return [model](const ReceivedRequest& r, TestExchange& ex) -> net::awaitable<void> {
+      if (r.target == "/v1/models") {
+        co_await ex.respond(200, R"({"object":"list","data":[{"id":")" + model + R"(","object":"model"}]})");
+      } else {
+        co_await ex.respond(200, R"({"served":")" + model + R"("})");
+      }
+    };
+  };
+  TestHttpServer a(serving("m1")), b(serving("m2"));
+  Fixture f({&a, &b}, "round_robin", {}, [](RouterConfig& c) { c.route_by_model = true; });
+  // The lists are asked after the first passing health check.
+  for (int i = 0; i < 200; ++i) {
+    auto r = f.post("/v1/completions", R"({"model":"m2","prompt":"x"})");
+    ASSERT_TRUE(r) << r.error().message;
+    if (i >= 100 || r->body != R"({"served":"m1"})") break;
+    std::this_thread::sleep_for(10ms);
+  }
+  std::map<std::string, int> named, unnamed, unknown;
+  for (int i = 0; i < 8; ++i) ++named[f.post("/v1/completions", R"({"model":"m2","prompt":"x"})")->body];
+  for (int i = 0; i < 8; ++i) ++unnamed[f.post("/v1/completions", R"({"prompt":"x"})")->body];
+  for (int i = 0; i < 8; ++i) ++unknown[f.post("/v1/completions", R"({"model":"m3","prompt":"x"})")->body];
+  EXPECT_EQ(named, (std::map<std::string, int>{{R"({"served":"m2"})", 8}}));
+  EXPECT_EQ(unnamed.size(), 2u);
+  EXPECT_EQ(unknown.size(), 2u);
 }
 
 // A replica that took the request and does not answer within --upstream-timeout is a 504, not
