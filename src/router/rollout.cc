@@ -153,6 +153,10 @@ Result<RolloutSpec> parse_rollout(const Json& j) {
       *out = j[key].dump();
       continue;
     }
+    if (j.contains(key) && j[key].is_number()) {  // 1.10 would be read as 1.1
+      return Error(StatusCode::kInvalid, "rollout: '{}' {} is a number: quote it (\"{}\") to name a version", key,
+                   j[key].dump(), j[key].dump());
+    }
     if (!j.contains(key) || !j[key].is_string() || j[key].get<std::string>().empty()) {
       return Error(StatusCode::kInvalid, "rollout: '{}' is required (a non-empty string)", key);
     }
@@ -209,6 +213,7 @@ Result<RolloutSpec> parse_rollout(const Json& j) {
     const Json& a = j["analysis"];
     if (!a.is_object()) return Error(StatusCode::kInvalid, "rollout: 'analysis' must be an object");
     SLUICE_RETURN_IF_ERROR(known_keys(a, {"interval", "failureLimit", "minRequests", "maxErrorRateIncrease",
+                                          "maxRefusalRateIncrease",
                                           "maxTtftP95Ratio", "maxTpotP95Ratio", "maxShadowDisagreementIncrease",
                                           "minShadowPairs", "evalSuite", "evalMaxDrop"},
                                       "rollout.analysis"));
@@ -229,6 +234,7 @@ Result<RolloutSpec> parse_rollout(const Json& j) {
       spec.analysis.eval_suite = a["evalSuite"].get<std::string>();
     }
     for (auto [key, out, lo] : {std::tuple{"maxErrorRateIncrease", &spec.analysis.max_error_rate_increase, 0.0},
+                                std::tuple{"maxRefusalRateIncrease", &spec.analysis.max_refusal_rate_increase, 0.0},
                                 std::tuple{"evalMaxDrop", &spec.analysis.eval_max_drop, 0.0},
                                 std::tuple{"maxShadowDisagreementIncrease",
                                            &spec.analysis.max_shadow_disagreement_increase, 0.0},
@@ -297,6 +303,7 @@ Json to_json(const RolloutSpec& spec) {
             {"failureLimit", spec.analysis.failure_limit},
             {"minRequests", spec.analysis.min_requests},
             {"maxErrorRateIncrease", spec.analysis.max_error_rate_increase},
+            {"maxRefusalRateIncrease", spec.analysis.max_refusal_rate_increase},
             {"maxTtftP95Ratio", spec.analysis.max_ttft_p95_ratio},
             {"maxTpotP95Ratio", spec.analysis.max_tpot_p95_ratio},
             {"maxShadowDisagreementIncrease", spec.analysis.max_shadow_disagreement_increase},

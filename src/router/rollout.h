@@ -66,6 +66,10 @@ struct AnalysisConfig {
   int32_t failure_limit = 2;            // failed analyses tolerated over the rollout; one more aborts it
   int64_t min_requests = 20;            // per version in a window, else no verdict yet
   double max_error_rate_increase = 0.02;  // candidate's error rate less stable's
+  // Its refusals' (4xx but 429) less stable's: wider, since a session's mistakes (a chat past the
+  // context, 400 every turn) all reach one version; a candidate refusing what stable serves (404
+  // for a model it lacks) is far past it.
+  double max_refusal_rate_increase = 0.1;
   double max_ttft_p95_ratio = 1.5;      // within each cache-hit band with enough requests on both
   double max_tpot_p95_ratio = 1.5;
   // Quality from shadow traffic: the share of the candidate's shadow pairs that disagree with

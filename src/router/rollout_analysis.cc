@@ -69,10 +69,10 @@ AnalysisVerdict analyze(const VersionWindow& stable, const VersionWindow& candid
   }
   compared.push_back(fmt::format("refusals (4xx) {:.1f}% vs {:.1f}%", 100 * refusal_rate(candidate),
                                  100 * refusal_rate(stable)));
-  if (refusal_rate(candidate) - refusal_rate(stable) > config.max_error_rate_increase) {
+  if (refusal_rate(candidate) - refusal_rate(stable) > config.max_refusal_rate_increase) {
     failures.push_back(fmt::format("refusals (4xx) {:.1f}% vs stable's {:.1f}% (more than +{:.1f} points)",
                                    100 * refusal_rate(candidate), 100 * refusal_rate(stable),
-                                   100 * config.max_error_rate_increase));
+                                   100 * config.max_refusal_rate_increase));
   }
   nlohmann::json bands = nlohmann::json::array();
   for (int band = 0; band < 5; ++band) {

@@ -4,9 +4,11 @@
 //   errors   5xx answers, requests no replica answered, streams ended by an upstream failure
 //            (not 4xx: the client's; not 429: load). Fails when the candidate's rate exceeds
 //            stable's by more than max_error_rate_increase.
-//   refusals 4xx answers but 429: a client's mistakes reach both versions alike, so a candidate
-//            that refuses more than stable (a model it does not serve: 404 for everything) is
-//            the candidate's fault. Fails past the same max_error_rate_increase.
+//   refusals 4xx answers but 429 (not counted where the request is an error already): clients'
+//            mistakes reach both versions, so a candidate that refuses far more than stable (a
+//            model it does not serve: 404 for everything) is the candidate's fault. Fails past
+//            max_refusal_rate_increase (wider than errors': a session's mistakes, sticky, all
+//            reach one version).
 //   TTFT     p95, compared within bands of the prompt's cache-hit fraction (cached / prompt
 //            tokens from usage: [0, 0.25), [0.25, 0.5), [0.5, 0.75), [0.75, 1], and one band for
 //            answers without usage), in each band where both versions have kMinBandSamples: a

@@ -45,6 +45,9 @@ TEST(Rollout, ParsesArgoStepsAndDefaultsAndNamesWhatIsWrong) {
   const RolloutSpec numbered = spec_of(R"({"name": "r", "stable": 1, "candidate": 2})");
   EXPECT_EQ(numbered.stable, "1");
   EXPECT_EQ(numbered.candidate, "2");
+  auto decimal = parse_rollout(Json::parse(R"({"name": "r", "stable": "v1", "candidate": 1.10})"));
+  ASSERT_FALSE(decimal);
+  EXPECT_NE(decimal.error().message().find("is a number: quote it"), std::string::npos) << decimal.error().message();
   const std::pair<const char*, const char*> bad[] = {
       {R"({"stable": "v1", "candidate": "v2"})", "'name' is required"},
       {R"({"name": "r", "stable": "v1", "candidate": "v1"})", "the same version 'v1'"},
@@ -342,7 +345,8 @@ TEST(RolloutAnalysis, RefusalsAboveStablesFail) {
     for (int64_t i = 0; i < requests; ++i) w.add(RequestOutcome{.refused = i < refused});
     return w;
   };
-  EXPECT_TRUE(analyze(refusing(100, 30), refusing(100, 31), c).passed);
+  EXPECT_TRUE(analyze(refusing(100, 30), refusing(100, 39), c).passed);  // within the default 10 points
+  EXPECT_FALSE(analyze(refusing(100, 30), refusing(100, 41), c).passed);
   const AnalysisVerdict v = analyze(refusing(100, 0), refusing(100, 100), c);
   ASSERT_TRUE(v.conclusive);
   EXPECT_FALSE(v.passed);

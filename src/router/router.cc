@@ -52,21 +52,19 @@ net::awaitable<bool> respond(beast::tcp_stream& client, int status, std::string 
   co_return !ec && keep_alive;
 }
 
-std::string Router::Impl::shadow_only_version() {
+Router::Impl::ClientVersions Router::Impl::client_versions() {
   if (rollout_store || !config.follow_url.empty()) {
     MutexLock lock(rollout_mu);
-    if (rollout.has_value()) return {};
+    if (rollout.has_value()) return {{rollout->spec().stable, rollout->spec().candidate}, {}};
   }
   MutexLock lock(shadow_mu);
-  return shadow_config.fraction > 0 ? shadow_config.version : std::string();
+  return {{}, shadow_config.fraction > 0 ? shadow_config.version : std::string()};
 }
 
 int Router::Impl::num_answering() {
-  const std::string shadow_only = shadow_only_version();
+  const ClientVersions answering = client_versions();
   int n = 0;
-  for (const BackendView& v : pool.snapshot()) {
-    n += v.available && (shadow_only.empty() || pool.config(v.index)->version != shadow_only);
-  }
+  for (const BackendView& v : pool.snapshot()) n += v.available && answering.admits(pool.config(v.index)->version);
   return n;
 }
 
@@ -83,6 +81,37 @@ net::awaitable<void> Router::Impl::accept_loop() {
   }
 }
 
+namespace {
+
+bool is_api_path(std::string_view path) {
+  return path.starts_with("/v1/") || path == "/tokenize" || path == "/detokenize";
+}
+
+}  // namespace
+
+std::optional<Router::Impl::Refusal> Router::Impl::refuse_before_body(const bhttp::request<bhttp::string_body>& req) {
+  // HTTP/1.1 requires Host (RFC 9112 3.2); a body in a coding other than chunked (gzip, chunked)
+  // would be relayed as if it were plain (RFC 9112 6.1: 501).
+  if (req.version() >= 11 && req.find(bhttp::field::host) == req.end()) {
+    return Refusal{400, error_body("an HTTP/1.1 request needs a Host header", "invalid_request_error"), {}};
+  }
+  if (const auto te = req.find(bhttp::field::transfer_encoding); te != req.end() && !http::iequals(te->value(), "chunked")) {
+    return Refusal{501,
+                   error_body(fmt::format("Transfer-Encoding '{}' is not supported (only chunked)", std::string(te->value())),
+                              "invalid_request_error"),
+                   {}};
+  }
+  const std::string_view target = req.target();
+  if (is_api_path(target.substr(0, target.find('?'))) && !config.api_key.empty() &&
+      !bearer_is(req[bhttp::field::authorization], config.api_key)) {
+    return Refusal{401,
+                   error_body("a valid API key is needed: Authorization: Bearer KEY", "invalid_request_error",
+                              "invalid_api_key"),
+                   {{"WWW-Authenticate", "Bearer"}}};
+  }
+  return std::nullopt;
+}
+
 net::awaitable<void> Router::Impl::serve(tcp::socket socket) {
   beast::tcp_stream client(std::move(socket));
   beast::flat_buffer buffer;
@@ -92,9 +121,20 @@ net::awaitable<void> Router::Impl::serve(tcp::socket socket) {
     parser.header_limit(64 << 10);
     client.expires_after(ms(config.idle_timeout_seconds));
     auto [ec, n] = co_await bhttp::async_read_header(client, buffer, parser, kTuple);
+    // What the header alone refuses is answered before the body is read (and the connection
+    // closed: the body, unread, is in the way of a next request).
+    if (!ec) {
+      if (std::optional<Refusal> no = refuse_before_body(parser.get())) {
+        const bool head_only = parser.get().method() == bhttp::verb::head;
+        co_await respond(client, no->status, no->body, false, "application/json", &no->headers, head_only);
+        break;
+      }
+    }
     // A client that sends its body only once told to (Expect: 100-continue, RFC 9110 10.1.1; curl
-    // does past 1 MiB) is told so: it waited a second for nothing, or for ever.
-    if (!ec && !parser.is_done() && http::iequals(parser.get()[bhttp::field::expect], "100-continue")) {
+    // does past 1 MiB) is told so: it waited a second for nothing, or for ever. (An HTTP/1.0
+    // request's expectation is ignored, as the RFC says.)
+    if (!ec && !parser.is_done() && parser.get().version() >= 11 &&
+        http::iequals(parser.get()[bhttp::field::expect], "100-continue")) {
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       auto [wec, wn] = co_await net::async_write(client, net::buffer(kContinue), kTuple);
       ec = wec;
@@ -135,28 +175,7 @@ net::awaitable<bool> Router::Impl::handle(beast::tcp_stream& client, beast::flat
   const std::string target(req.target());
   const std::string path = target.substr(0, target.find('?'));
   const bool keep = req.keep_alive() && !stopping;
-  const bool api = path.starts_with("/v1/") || path == "/tokenize" || path == "/detokenize";
-  // HTTP/1.1 requires Host (RFC 9112 3.2); a body in a coding other than chunked (gzip, chunked)
-  // would be relayed as if it were plain (RFC 9112 6.1: 501).
-  if (req.version() >= 11 && req.find(bhttp::field::host) == req.end()) {
-    co_return co_await respond(client, 400, error_body("an HTTP/1.1 request needs a Host header", "invalid_request_error"),
-                               false);
-  }
-  if (const auto te = req.find(bhttp::field::transfer_encoding); te != req.end() && !http::iequals(te->value(), "chunked")) {
-    co_return co_await respond(client, 501, error_body(fmt::format("Transfer-Encoding '{}' is not supported (only chunked)",
-                                                                   std::string(te->value())),
-                                                       "invalid_request_error"),
-                               false);
-  }
-  if (api && !config.api_key.empty()) {
-    if (!bearer_is(req[bhttp::field::authorization], config.api_key)) {
-      Headers challenge;
-      challenge.emplace_back("WWW-Authenticate", "Bearer");
-      co_return co_await respond(client, 401, error_body("a valid API key is needed: Authorization: Bearer KEY",
-                                                         "invalid_request_error", "invalid_api_key"),
-                                 keep, "application/json", &challenge);
-    }
-  }
+  const bool api = is_api_path(path);
   // HEAD of the router's own routes: their headers, no body (it would be read as the next answer).
   const bool head_only = req.method() == bhttp::verb::head;
   if (path == "/health") {
@@ -178,24 +197,26 @@ net::awaitable<bool> Router::Impl::handle(beast::tcp_stream& client, beast::flat
   }
   if (path == "/admin" || path.starts_with("/admin/")) co_return co_await admin(client, req, path);
   if (path == "/ui" || path == "/ui/") co_return co_await dashboard(client, req);
-  if (path == "/v1/models" && req.method() == bhttp::verb::get) {
+  if (path == "/v1/models" && (req.method() == bhttp::verb::get || head_only)) {
     Json list = co_await models();
     if (list["data"].empty()) {
-      co_return co_await respond(client, 503, error_body("no replica answered /v1/models", "server_error"), keep);
+      co_return co_await respond(client, 503, error_body("no replica answered /v1/models", "server_error"), keep,
+                                 "application/json", nullptr, head_only);
     }
-    co_return co_await respond(client, 200, list.dump(), keep);
+    co_return co_await respond(client, 200, list.dump(), keep, "application/json", nullptr, head_only);
   }
   if (api) co_return co_await proxy(client, buffer, req);
-  co_return co_await respond(client, 404, error_body(fmt::format("no route {}", path), "invalid_request_error"), keep);
+  co_return co_await respond(client, 404, error_body(fmt::format("no route {}", path), "invalid_request_error"), keep,
+                             "application/json", nullptr, head_only);
 }
 
 net::awaitable<Json> Router::Impl::models() {
   Json data = Json::array();
   std::vector<std::string> seen;
   const auto views = pool.snapshot();
-  const std::string shadow_only = shadow_only_version();  // they answer no client
+  const ClientVersions answering = client_versions();
   for (const BackendView& v : views) {
-    if (!v.available || (!shadow_only.empty() && pool.config(v.index)->version == shadow_only)) continue;
+    if (!v.available || !answering.admits(pool.config(v.index)->version)) continue;
     auto got = co_await get(v.index, "/v1/models");
     if (!got) continue;
     auto body = parse_json(got->body);

@@ -196,11 +196,13 @@ net::awaitable<bool> Router::Impl::admin(beast::tcp_stream& client, bhttp::reque
   }
   if (!bearer_is(req[bhttp::field::authorization], config.admin_key)) {
     const bool sent = !req[bhttp::field::authorization].empty();
+    Headers challenge;  // RFC 9110 11.6.1: a 401 says how to authenticate
+    challenge.emplace_back("WWW-Authenticate", "Bearer");
     co_return co_await respond(client, 401,
                                error_body(sent ? "the admin API refused this key: it is not the router's --admin-key"
                                                : "the admin API needs Authorization: Bearer ADMIN_KEY",
                                           "invalid_request_error", "invalid_api_key"),
-                               keep);
+                               keep, "application/json", &challenge);
   }
   if (path == "/admin/rollouts" || path.starts_with("/admin/rollouts/")) {
     co_return co_await admin_rollouts(client, req, path, keep);

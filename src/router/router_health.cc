@@ -44,7 +44,8 @@ void Router::Impl::start_checks(int backend) {
 
 net::awaitable<void> Router::Impl::health_loop(int backend, uint64_t generation) {
   auto ex = co_await net::this_coro::executor;
-  int64_t checks = 0;
+  int64_t checks = 0, passing_since_models = 0;
+  bool models_known = false;
   while (!stopping && pool.generation(backend) == generation) {
     auto got = co_await get(backend, "/health");
     // A server without the route (404) is alive all the same; a 5xx (draining) or no answer is not.
@@ -55,13 +56,18 @@ net::awaitable<void> Router::Impl::health_loop(int backend, uint64_t generation)
     // system_fingerprint where it has one (sluice's changes with the model file and the engine
     // configuration), "id@fingerprint". Asked again every tenth check: a replica restarted with
     // another model changes version.
-    // The models it lists are asked at the first check and every tenth too (routing by model).
+    // The models it lists (routing by model) are asked at each passing check until an answer
+    // comes, then every tenth passing check.
     const std::shared_ptr<const BackendConfig> now = pool.config(backend);
     const bool learn_version = config.learn_versions && (now->version.empty() || now->version_reported);
-    const bool tenth = checks % 10 == 0;
-    if (passed && ((config.route_by_model && tenth) || (learn_version && (now->version.empty() || tenth)))) {
+    const bool ask_models = config.route_by_model && passed && (!models_known || passing_since_models >= 10);
+    if (ask_models || (passed && learn_version && (now->version.empty() || checks % 10 == 0))) {
       auto models = co_await get(backend, "/v1/models");
-      if (models) learn_models(backend, generation, models->body);
+      if (models) {
+        learn_models(backend, generation, models->body);
+        models_known = true;
+        passing_since_models = 0;
+      }
       if (auto listed = models && learn_version ? http::first_listed_model(models->body) : std::nullopt) {
         std::string version = listed->id;
         if (!listed->system_fingerprint.empty()) version += "@" + listed->system_fingerprint;
@@ -69,6 +75,7 @@ net::awaitable<void> Router::Impl::health_loop(int backend, uint64_t generation)
       }
     }
     ++checks;
+    passing_since_models += passed;
     net::steady_timer t(ex, ms(config.health_interval_seconds));
     co_await t.async_wait(kTuple);
   }

@@ -99,7 +99,9 @@ struct ShadowExchange;  // router_shadow.cc
 // What a client asked for, as the router relays it.
 struct Exchange {
   bhttp::request<bhttp::string_body>& req;
-  RouteRequest route;
+  // The routing hints (policy.h): owned here, and seen by the policies through route().
+  std::string session_key, prompt;
+  RouteRequest route() const { return {session_key, prompt}; }
   std::string group;       // the usage group (router.h)
   std::string model;       // the body's "model", "" when it names none
   bool stream = false;
@@ -188,13 +190,16 @@ class StreamRelay {
   explicit StreamRelay(Exchange& x) : x_(x) {}
   // What to relay once `piece` has arrived; an answer that is not SSE goes as it is past 1 MiB.
   std::string take(std::string_view piece);
-  // An unfinished last event.
-  std::string rest() { return std::exchange(events_, {}); }
+  // What is left once the stream ended: the events a last CR ends (it could not be told from
+  // half of a CRLF before), then an unfinished last event as it came.
+  std::string finish();
   // The event that ends a stream the replica broke off, with the id, created and model of the
   // chunks before it.
   std::string error_event(std::string_view error_kind) const;
 
  private:
+  std::string relay(bool final);  // the whole events in events_, as relayed
+  void capture(const std::string& out);  // for the shadow comparison (Exchange::capture)
   Exchange& x_;
   std::string events_;  // bytes not yet relayed: at most one incomplete event
   Json head_;           // the first chunk's id, created, model, system_fingerprint
@@ -313,6 +318,7 @@ struct Router::Impl {
   // rollout's other version, which takes it while its own has no replica.
   struct RouteVersions {
     std::string assigned, other;
+    bool held = false;  // routed while the rollout was held: its outcome is evidence of neither
   };
   RouteVersions route_version(std::string_view session_key);
   // Logs the decisions and queues them for the store; the caller then calls write_rollout_store
@@ -366,6 +372,14 @@ struct Router::Impl {
   net::awaitable<bool> admin_shadow(beast::tcp_stream& client, bhttp::request<bhttp::string_body>& req,
                                     std::string_view path, bool keep);
 
+  // What the request's header alone refuses (no Host in HTTP/1.1, a transfer coding other than
+  // chunked, an API route without the API key), answered before its body is read.
+  struct Refusal {
+    int status;
+    std::string body;
+    Headers headers;
+  };
+  std::optional<Refusal> refuse_before_body(const bhttp::request<bhttp::string_body>& req);
   net::awaitable<void> accept_loop();
   net::awaitable<void> serve(tcp::socket socket);
   net::awaitable<bool> handle(beast::tcp_stream& client, beast::flat_buffer& buffer,
@@ -381,7 +395,8 @@ struct Router::Impl {
   // A request relayed or given up by its client: usage, metrics, the rollout's outcome. `name`:
   // the replica's as chosen (its slot may hold another by now).
   void record_answered(Exchange& x, const Decision& d, const std::string& name, const Attempt& last,
-                       const std::string& version, bool present, double seconds, double attempt_seconds, double ttft);
+                       const RouteVersions& versions, bool present, double seconds, double attempt_seconds,
+                       double ttft);
   net::awaitable<Attempt> attempt(int backend, beast::tcp_stream& client, beast::flat_buffer& buffer, Exchange& x,
                                   double& ttft);
   // Connects (or takes an idle connection) and writes the request; false with `result` set when
@@ -411,9 +426,16 @@ struct Router::Impl {
   // Replicas available that answer clients: not those of a shadow version in force without a
   // rollout (they only get copies).
   int num_answering();
-  // The shadow version whose replicas answer no client ("" when none): one in force, without a
-  // rollout (a rollout assigns every request a version of its own).
-  std::string shadow_only_version();
+  // Which replicas answer clients: with a rollout loaded, its two versions' only (choose()
+  // sends none elsewhere); without, all but a shadow version's in force (they only get copies).
+  struct ClientVersions {
+    std::vector<std::string> only;  // empty: any
+    std::string except;             // "": none
+    bool admits(const std::string& version) const {
+      return (only.empty() || std::ranges::find(only, version) != only.end()) && (except.empty() || version != except);
+    }
+  };
+  ClientVersions client_versions();
   // Keeps the model ids a /v1/models answer lists for the slot (served_models).
   void learn_models(int backend, uint64_t generation, std::string_view body);
 

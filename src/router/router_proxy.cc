@@ -32,7 +32,7 @@ Exchange Router::Impl::exchange_for(bhttp::request<bhttp::string_body>& req, con
     }
   }
   std::string group = usage_group(req[config.usage_group_header], !session.empty());
-  Exchange x{req, RouteRequest{std::move(session), std::move(prompt)}, std::move(group), {}, false, keep};
+  Exchange x{req, std::move(session), std::move(prompt), std::move(group), {}, false, keep};
   if (body.is_object() && body.contains("model") && body["model"].is_string()) x.model = body["model"].get<std::string>();
   x.stream = body.is_object() && body.contains("stream") && body["stream"].is_boolean() && body["stream"].get<bool>();
   x.body = req.body();
@@ -60,23 +60,27 @@ Decision Router::Impl::choose(const Exchange& x, const std::vector<int>& tried, 
   MutexLock lock(route_mu);
   const std::vector<BackendView> views = pool.snapshot();
   std::vector<int> exclude = tried;
-  // Without a rollout, a request naming a model goes to the replicas that list it (when any
-  // does; else one answers its own 404). A rollout's versions decide for themselves.
+  auto answers_clients = [&](const BackendView& v) {
+    return shadow_only.empty() || pool.config(v.index)->version != shadow_only;
+  };
+  for (const BackendView& v : views) {
+    if (!answers_clients(v)) exclude.push_back(v.index);
+  }
+  // Without a rollout, a request naming a model goes to the replicas that list it (when any of
+  // those that answer clients does; else one answers its own 404). A rollout's versions decide
+  // for themselves.
   if (!x.model.empty() && versions.assigned.empty()) {
     auto lists = [&](const BackendView& v) -> std::optional<bool> {
       const auto it = served_models.find(v.index);
       if (it == served_models.end() || it->second.first != pool.generation(v.index)) return std::nullopt;
       return std::ranges::find(it->second.second, x.model) != it->second.second.end();
     };
-    if (std::ranges::any_of(views, [&](const BackendView& v) { return v.available && lists(v).value_or(false); })) {
+    if (std::ranges::any_of(views, [&](const BackendView& v) {
+          return v.available && answers_clients(v) && lists(v).value_or(false);
+        })) {
       for (const BackendView& v : views) {
         if (!lists(v).value_or(true)) exclude.push_back(v.index);
       }
-    }
-  }
-  if (!shadow_only.empty()) {
-    for (const BackendView& v : views) {
-      if (pool.config(v.index)->version == shadow_only) exclude.push_back(v.index);
     }
   }
   if (!versions.assigned.empty()) {
@@ -96,14 +100,15 @@ Decision Router::Impl::choose(const Exchange& x, const std::vector<int>& tried, 
     const std::vector<int>& excluded = arm_has_one ? others : outside;
     exclude.insert(exclude.end(), excluded.begin(), excluded.end());
   }
-  const Decision d = policy->choose(x.route, views, exclude);
+  const Decision d = policy->choose(x.route(), views, exclude);
   if (d.backend >= 0) generation = pool.begin(d.backend);
   return d;
 }
 
 void Router::Impl::record_answered(Exchange& x, const Decision& d, const std::string& name, const Attempt& last,
-                                   const std::string& version, bool present, double seconds, double attempt_seconds,
-                                   double ttft) {
+                                   const RouteVersions& versions, bool present, double seconds,
+                                   double attempt_seconds, double ttft) {
+  const std::string& version = versions.assigned;
   const bool relayed = last.kind == Attempt::kRelayed;
   if (relayed && x.prompt_tokens >= 0) {
     with_metrics([&](Metrics& m) {
@@ -119,14 +124,14 @@ void Router::Impl::record_answered(Exchange& x, const Decision& d, const std::st
   }
   if (present) count(name, d.kind, last.kind == Attempt::kClientGone ? 499 : last.status);
   if (relayed) finish_primary(x, last.status, last.body);
-  if (!version.empty()) {
+  if (!version.empty() && !versions.held) {
     // Counted for the version it was assigned to. Served by another version because that one had
     // no replica available (failing replicas get ejected): an error of its own. A client that
     // gave up before its whole answer reached it is one too (a hung version is seen as such;
     // impatient clients weigh on both versions alike).
     RequestOutcome o;
     o.error = !relayed || last.status >= 500 || x.stream_failed || pool.config(d.backend)->version != version;
-    o.refused = relayed && last.status >= 400 && last.status < 500 && last.status != 429;
+    o.refused = !o.error && last.status >= 400 && last.status < 500 && last.status != 429;
     o.ttft = ttft;
     if (ttft >= 0 && x.completion_tokens > 1) {
       o.tpot = (attempt_seconds - ttft) / static_cast<double>(x.completion_tokens - 1);
@@ -165,7 +170,7 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
   const auto started = Clock::now();
   // A rollout sends the request to one version's replicas (router.h): the others are excluded,
   // unless that version has no replica left to try.
-  const RouteVersions versions = route_version(x.route.session_key);
+  const RouteVersions versions = route_version(x.session_key);
   const std::string& version = versions.assigned;
   // Without a rollout, a shadow version in force answers no client: its replicas only get copies.
   std::string shadow_only;
@@ -221,14 +226,14 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
       // Under route_mu, which a slot's reuse holds too (add_backend): learnt before the reuse
       // (and forgotten by it) or not at all.
       MutexLock lock(route_mu);
-      if (pool.generation(d.backend) == generation) policy->routed(x.route, d.backend, relayed && last.status / 100 == 2);
+      if (pool.generation(d.backend) == generation) policy->routed(x.route(), d.backend, relayed && last.status / 100 == 2);
     }
     if (!last.error_kind.empty() && present) {
       with_metrics([&](Metrics& m) { ++m.upstream_errors[{name, last.error_kind}]; });
     }
     if (relayed || last.kind == Attempt::kClientGone) {
       const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
-      record_answered(x, d, name, last, version, present, seconds, attempt_seconds, ttft);
+      record_answered(x, d, name, last, versions, present, seconds, attempt_seconds, ttft);
       co_return relayed && last.keep_alive && keep;
     }
     if (present) count(name, d.kind, last.status ? last.status : (last.error_kind == "timeout" ? 504 : 502));
@@ -236,31 +241,33 @@ net::awaitable<bool> Router::Impl::proxy(beast::tcp_stream& client, beast::flat_
   }
   // Nothing was relayed: answer from here (a request of a rollout's version that no replica
   // answered is an error of the version it was sent to).
-  if (!version.empty() && last.status != 429) record_outcome(version, RequestOutcome{.error = true});
+  if (!version.empty() && !versions.held && last.status != 429) record_outcome(version, RequestOutcome{.error = true});
+  const bool head_only = req.method() == bhttp::verb::head;  // headers alone, as for any HEAD
   if (last.status != 0 && !(saw_overload && last.status == 429)) {
     Headers extra;
     extra.emplace_back("X-Sluice-Replica", last.replica);  // the last replica tried, whose answer this is
     if (!last.retry_after.empty()) extra.emplace_back("Retry-After", last.retry_after);
     const std::string type = last.content_type.empty() ? "application/json" : last.content_type;
-    co_return co_await respond(client, last.status, last.body, keep, type, &extra);
+    co_return co_await respond(client, last.status, last.body, keep, type, &extra, head_only);
   }
   if (saw_overload) {
     with_metrics([](Metrics& m) { ++m.no_backend; });
     Headers extra;
     extra.emplace_back("Retry-After", retry_after);
     co_return co_await respond(client, 429, error_body("every replica is saturated; retry later", "rate_limit_error"),
-                               keep, "application/json", &extra);
+                               keep, "application/json", &extra, head_only);
   }
   if (tried.empty()) {
     with_metrics([](Metrics& m) { ++m.no_backend; });
-    co_return co_await respond(client, 503, error_body("no replica is available", "server_error"), keep);
+    co_return co_await respond(client, 503, error_body("no replica is available", "server_error"), keep,
+                               "application/json", nullptr, head_only);
   }
   const bool timeout = last.error_kind == "timeout";
   co_return co_await respond(
       client, timeout ? 504 : 502,
       error_body(fmt::format("no replica answered ({} tried; the last: {})", tried.size(), last.error_kind),
                  "server_error"),
-      keep);
+      keep, "application/json", nullptr, head_only);
 }
 
 net::awaitable<bool> Router::Impl::send(Upstream& u, bhttp::request<bhttp::string_body>& up, Exchange& x,
@@ -397,7 +404,7 @@ net::awaitable<Attempt> Router::Impl::relay_stream(Upstream& u, beast::tcp_strea
     co_return result;  // the upstream connection closes with `u.conn`
   }
   std::string tail;
-  if (std::string rest = relay.rest(); !rest.empty()) tail = frame(rest);  // an unfinished last event
+  if (std::string rest = relay.finish(); !rest.empty()) tail = frame(rest);
   if (failed) {
     // The stream started: end it with an error event rather than retry or hang.
     with_metrics([](Metrics& m) { ++m.stream_errors; });

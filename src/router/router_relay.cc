@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "router/router_impl.h"
+#include "router/shadow_compare.h"
 
 namespace sluice::router {
 
@@ -155,37 +156,36 @@ namespace {
 // A stream chunk's usage field before the usage chunk (OpenAI's form), as replicas write it.
 constexpr std::string_view kNullUsage[] = {",\"usage\":null", ", \"usage\": null", ",\"usage\": null"};
 
-// Where the first event in `s` from `at` ends (past the blank line that ends it), or npos. SSE
-// lines end in LF, CRLF or CR (WHATWG HTML, "Server-sent events", 9.2.5): sluice writes "\n\n",
-// servers built on sse-starlette "\r\n\r\n". A CR last in `s` may be half of a CRLF: it waits.
-size_t event_end(std::string_view s, size_t at) {
-  // The end of the line terminator at `i`, or npos when it cannot be told yet.
-  auto terminator_end = [&s](size_t i) -> size_t {
-    if (s[i] == '\n') return i + 1;
-    if (i + 1 == s.size()) return std::string_view::npos;
-    return s[i + 1] == '\n' ? i + 2 : i + 1;
-  };
-  for (size_t i = s.find_first_of("\r\n", at); i != std::string_view::npos; i = s.find_first_of("\r\n", i)) {
-    const size_t next = terminator_end(i);
-    if (next == std::string_view::npos || next == s.size()) return std::string_view::npos;
-    if (s[next] == '\n' || s[next] == '\r') {
-      const size_t end = terminator_end(next);
-      // "\r" then the end of what came: "\r\r" already ends an event, unless a "\n" follows.
-      if (end == std::string_view::npos) return std::string_view::npos;
-      return end;
-    }
-    i = next;
-  }
-  return std::string_view::npos;
-}
-
 }  // namespace
 
 std::string StreamRelay::take(std::string_view piece) {
   events_.append(piece);
+  std::string out = relay(false);
+  if (events_.size() > (1u << 20)) {  // not SSE: relayed as it is
+    out += events_;
+    events_.clear();
+  }
+  capture(out);
+  return out;
+}
+
+std::string StreamRelay::finish() {
+  std::string out = relay(true);
+  out += std::exchange(events_, {});  // an unfinished last event, as it came
+  capture(out);
+  return out;
+}
+
+void StreamRelay::capture(const std::string& out) {
+  if (!x_.capture || x_.capture_overflow) return;
+  x_.capture_overflow = x_.captured.size() + out.size() > kMaxCapturedStream;
+  if (!x_.capture_overflow) x_.captured += out;
+}
+
+std::string StreamRelay::relay(bool final) {
   std::string out;
   size_t at = 0;
-  for (size_t end; (end = event_end(events_, at)) != std::string::npos; at = end) {
+  for (size_t end; (end = sse_event_end(events_, at, final)) != std::string::npos; at = end) {
     const std::string_view event(events_.data() + at, end - at);
     if (head_.is_null() && event.starts_with("data: {")) {
       // The response's id, model and created, for an error event that ends it (error_event).
@@ -219,14 +219,6 @@ std::string StreamRelay::take(std::string_view piece) {
     out.append(event);
   }
   events_.erase(0, at);
-  if (events_.size() > (1u << 20)) {  // not SSE: relayed as it is
-    out += events_;
-    events_.clear();
-  }
-  if (x_.capture && !x_.capture_overflow) {
-    x_.capture_overflow = x_.captured.size() + out.size() > kMaxCapturedStream;
-    if (!x_.capture_overflow) x_.captured += out;
-  }
   return out;
 }
 

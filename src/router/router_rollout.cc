@@ -69,8 +69,9 @@ Router::Impl::RouteVersions Router::Impl::route_version(std::string_view session
   if (rollout->phase() == RolloutPhase::kPromoted) return {spec.candidate, spec.stable};
   const bool to_candidate = rollout->routes_to_candidate(key);
   rollout->count_request(to_candidate);
-  if (to_candidate) return {spec.candidate, spec.stable};
-  return {spec.stable, spec.candidate};
+  const bool held = !rollout->held_for().empty();
+  if (to_candidate) return {spec.candidate, spec.stable, held};
+  return {spec.stable, spec.candidate, held};
 }
 
 void Router::Impl::persist_rollout(const std::vector<RolloutDecision>& decisions) {
@@ -285,7 +286,10 @@ net::awaitable<void> Router::Impl::rollout_loop() {
         } else if (missing.empty() && rollout->unhold(now)) {
           fmt::print(stderr, "sluice route: rollout {} '{}': every version has a replica again; its steps go on\n",
                      rollout_id, rollout->spec().name);
-          last_analysis = now;  // a whole interval of requests before the next verdict
+          // A whole interval of requests before the next verdict, none of them from the hold.
+          last_analysis = now;
+          stable_window = {};
+          candidate_window = {};
         }
         if (rollout->held_for().empty()) analyze_rollout(now);
         if (missing.empty() && rollout->wants_eval() && !eval_running &&

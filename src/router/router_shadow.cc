@@ -127,10 +127,10 @@ void Router::Impl::start_shadows(Exchange& x, int backend) {
   std::vector<std::pair<std::string, std::string>> arms;  // (arm, version)
   const bool on_shadow_version = !shadow->version.empty() && primary->version == shadow->version;
   if (!shadow->version.empty() && !on_shadow_version &&
-      mirrored(x.route.session_key, r1, shadow->fraction, shadow->by_session)) {
+      mirrored(x.session_key, r1, shadow->fraction, shadow->by_session)) {
     arms.emplace_back("candidate", shadow->version);
   }
-  if (!on_shadow_version && mirrored(x.route.session_key, r2, shadow->noise_fraction, shadow->by_session)) {
+  if (!on_shadow_version && mirrored(x.session_key, r2, shadow->noise_fraction, shadow->by_session)) {
     arms.emplace_back("noise", primary->version);
   }
   if (arms.empty()) return;

@@ -258,7 +258,7 @@ TEST(Router, CountsUsageAndStripsTheUsageChunkItAskedFor) {
 // its end (or per MiB), and its usage chunk, asked for by the router, reached the client.
 TEST(Router, StreamsRelayEventByEventWhateverTheirLineEnds) {
   bhttp::request<bhttp::string_body> req(bhttp::verb::post, "/v1/completions", 11);
-  Exchange x{req, RouteRequest{}, "", "", false, true};
+  Exchange x{req, "", "", "", "", false, true};
   x.strip_usage = true;
   StreamRelay relay(x);
   EXPECT_EQ(relay.take("data: {\"choices\":[{\"text\":\"a\"}],\"usage\":null}\r\n\r\ndata: {\"cho"),
@@ -269,7 +269,13 @@ TEST(Router, StreamsRelayEventByEventWhateverTheirLineEnds) {
   EXPECT_EQ(relay.take(usage + "\r\n\r\n"), "");  // the router's own: taken out
   EXPECT_EQ(x.prompt_tokens, 7);
   EXPECT_EQ(relay.take(": comment\r\rdata: [DONE]\n\n"), ": comment\r\rdata: [DONE]\n\n");
-  EXPECT_EQ(relay.rest(), "");
+  // A CR-only stream's last event: a CR last could be half of a CRLF until the stream ends; the
+  // usage chunk the router asked for is taken out of it then too.
+  EXPECT_EQ(relay.take(usage + "\r\r"), "");
+  EXPECT_EQ(relay.finish(), "");
+  StreamRelay cut(x);
+  EXPECT_EQ(cut.take("data: {\"choices\":[]}\r\n\r\ndata: {\"cho"), "data: {\"choices\":[]}\r\n\r\n");
+  EXPECT_EQ(cut.finish(), "data: {\"cho");  // an unfinished last event, as it came
 }
 
 TEST(Router, SessionKeysStickThroughTheProxyAndApiKeysAreChecked) {
@@ -547,11 +553,18 @@ TEST(Router, StreamsToAnHttp10ClientWithoutChunks) {
 // answer on the connection), and a client that waits for "100 Continue" before its body gets it.
 TEST(Router, HeadHasNoBodyAndExpectContinueIsAnswered) {
   TestHttpServer a(named("a"));
-  Fixture f({&a});
+  const std::string key = "k";
+  Fixture f({&a}, "round_robin", {}, [&key](RouterConfig& c) { c.api_key = key; });
   net::io_context io;
+  auto connect = [&](net::ip::tcp::socket& s) {
+    s.connect({net::ip::make_address("127.0.0.1"), f.url.port});
+    const timeval limit{5, 0};  // a read that waits past it fails the test rather than hang
+    ::setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  };
   net::ip::tcp::socket s(io);
-  s.connect({net::ip::make_address("127.0.0.1"), f.url.port});
-  net::write(s, net::buffer(std::string("HEAD /health HTTP/1.1\r\nHost: x\r\n\r\nGET /version HTTP/1.1\r\nHost: x\r\n\r\n")));
+  connect(s);
+  net::write(s, net::buffer(std::string("HEAD /health HTTP/1.1\r\nHost: x\r\n\r\nHEAD /nothing HTTP/1.1\r\nHost: x\r\n\r\n"
+                                        "GET /version HTTP/1.1\r\nHost: x\r\n\r\n")));
   std::string got;
   boost::system::error_code ec;
   while (std::count(got.begin(), got.end(), '{') < 1 && !ec) {
@@ -559,14 +572,17 @@ TEST(Router, HeadHasNoBodyAndExpectContinueIsAnswered) {
     got.append(piece, s.read_some(net::buffer(piece), ec));
   }
   ASSERT_TRUE(got.starts_with("HTTP/1.1 200 OK\r\n")) << got;
-  const size_t second = got.find("HTTP/1.1 200 OK\r\n", 1);
+  const size_t second = got.find("HTTP/1.1 404 Not Found\r\n", 1);
   ASSERT_NE(second, std::string::npos) << got;
   EXPECT_TRUE(got.substr(0, second).ends_with("\r\n\r\n")) << got;  // no body after the HEAD's headers
+  const size_t third = got.find("HTTP/1.1 200 OK\r\n", second);
+  ASSERT_NE(third, std::string::npos) << got;
+  EXPECT_TRUE(got.substr(second, third - second).ends_with("\r\n\r\n")) << got;
   EXPECT_NE(got.find("\"version\""), std::string::npos) << got;
 
   const std::string body = R"({"prompt":"hi"})";
   net::write(s, net::buffer(fmt::format("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                                        "Content-Length: {}\r\nExpect: 100-continue\r\n\r\n",
+                                        "Authorization: Bearer k\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n",
                                         body.size())));
   std::string cont;
   while (cont.find("\r\n\r\n") == std::string::npos && !ec) {  // the body is sent only after it
@@ -581,6 +597,17 @@ TEST(Router, HeadHasNoBodyAndExpectContinueIsAnswered) {
     answer.append(piece, s.read_some(net::buffer(piece), ec));
   }
   EXPECT_TRUE(answer.starts_with("HTTP/1.1 200 OK\r\n")) << answer;
+
+  // Without the key, the refusal comes instead of "100 Continue": no body is sent for nothing.
+  net::ip::tcp::socket t(io);
+  connect(t);
+  net::write(t, net::buffer(std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n"
+                                        "Expect: 100-continue\r\n\r\n")));
+  std::string refused;
+  boost::system::error_code tec;
+  net::read(t, net::dynamic_buffer(refused), tec);  // to the end: the router closes
+  EXPECT_TRUE(refused.starts_with("HTTP/1.1 401 Unauthorized\r\n")) << refused;
+  EXPECT_EQ(refused.find("100 Continue"), std::string::npos) << refused;
 }
 
 // Details of HTTP in what the router answers: reason phrases of every registered code, a

@@ -53,6 +53,15 @@ TEST(ShadowAnswer, ReadsWholeAndStreamedCompletionsAndChatsAlike) {
   EXPECT_EQ(streamed.token_ends, (std::vector<size_t>{4, 7}));
   EXPECT_EQ(streamed.logprobs, (std::vector<double>{-0.5, -0.25}));
 
+  // The same stream with CRLF line ends (sse-starlette's), as the router relays and captures it:
+  // its events were not found, and every pair dropped as "the stream ended before [DONE]".
+  std::string crlf;
+  for (char c : stream) crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
+  const ShadowAnswer from_crlf = read_answer(200, crlf, true);
+  ASSERT_TRUE(from_crlf.ok) << from_crlf.error;
+  EXPECT_EQ(from_crlf.text, "Once up");
+  EXPECT_EQ(from_crlf.logprobs, streamed.logprobs);
+
   const ShadowAnswer cut = read_answer(200, stream.substr(0, stream.find("data: [DONE]")), true);
   EXPECT_FALSE(cut.ok);
   EXPECT_NE(cut.error.find("[DONE]"), std::string::npos);
