@@ -1,0 +1,221 @@
+// The router's HTTP with clients and replicas over scripted replicas on loopback: SSE framing,
+// HTTP/1.0 streams, HEAD and Expect, reason phrases and relayed headers, refusals before the
+// body, upstream timeouts, routing by model.
+#include <cmath>
+
+#include "router/router_impl.h"
+#include "router/router_test_fixture.h"
+
+namespace sluice::router {
+namespace {
+
+using namespace router_testing;
+
+// Events end at a blank line however the replica ends its lines: "\r\n\r\n" (sse-starlette's
+// default), "\r\r" too. They were split at "\n\n" only: a CRLF stream went out in one piece at
+// its end (or per MiB), and its usage chunk, asked for by the router, reached the client.
+TEST(Router, StreamsRelayEventByEventWhateverTheirLineEnds) {
+  bhttp::request<bhttp::string_body> req(bhttp::verb::post, "/v1/completions", 11);
+  Exchange x{req, "", "", "", "", false, true};
+  x.strip_usage = true;
+  StreamRelay relay(x);
+  EXPECT_EQ(relay.take("data: {\"choices\":[{\"text\":\"a\"}],\"usage\":null}\r\n\r\ndata: {\"cho"),
+            "data: {\"choices\":[{\"text\":\"a\"}]}\r\n\r\n");
+  EXPECT_EQ(relay.take("ices\":[{\"text\":\"b\"}]}\r"), "");  // a CR last may be half of a CRLF
+  EXPECT_EQ(relay.take("\n\r\n"), "data: {\"choices\":[{\"text\":\"b\"}]}\r\n\r\n");
+  const std::string usage = R"(data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2}})";
+  EXPECT_EQ(relay.take(usage + "\r\n\r\n"), "");  // the router's own: taken out
+  EXPECT_EQ(x.prompt_tokens, 7);
+  EXPECT_EQ(relay.take(": comment\r\rdata: [DONE]\n\n"), ": comment\r\rdata: [DONE]\n\n");
+  // A CR-only stream's last event: a CR last could be half of a CRLF until the stream ends; the
+  // usage chunk the router asked for is taken out of it then too.
+  EXPECT_EQ(relay.take(usage + "\r\r"), "");
+  EXPECT_EQ(relay.finish(), "");
+  StreamRelay cut(x);
+  EXPECT_EQ(cut.take("data: {\"choices\":[]}\r\n\r\ndata: {\"cho"), "data: {\"choices\":[]}\r\n\r\n");
+  EXPECT_EQ(cut.finish(), "data: {\"cho");  // an unfinished last event, as it came
+}
+
+
+// An HTTP/1.0 client knows no chunked encoding: its stream comes as plain bytes, ended by close.
+TEST(Router, StreamsToAnHttp10ClientWithoutChunks) {
+  TestHttpServer a(named("a"));
+  Fixture f({&a});
+  net::io_context io;
+  net::ip::tcp::socket s(io);
+  s.connect({net::ip::make_address("127.0.0.1"), f.url.port});
+  const std::string body = R"({"prompt":"hi","stream":true})";
+  const std::string req = fmt::format("POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
+                                      "Content-Length: {}\r\n\r\n{}",
+                                      body.size(), body);
+  net::write(s, net::buffer(req));
+  std::string got;
+  boost::system::error_code ec;
+  net::read(s, net::dynamic_buffer(got), ec);  // to the end: the router closes
+  EXPECT_EQ(ec, net::error::eof);
+  EXPECT_EQ(got.find("chunked"), std::string::npos) << got;
+  EXPECT_NE(got.find("Connection: close"), std::string::npos) << got;
+  EXPECT_TRUE(got.ends_with("\r\n\r\ndata: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: [DONE]\n\n")) << got;
+}
+
+// The router's own routes answer HEAD with headers alone (a body would be read as the next
+// answer on the connection), and a client that waits for "100 Continue" before its body gets it.
+TEST(Router, HeadHasNoBodyAndExpectContinueIsAnswered) {
+  TestHttpServer a(named("a"));
+  const std::string key = "k";
+  Fixture f({&a}, "round_robin", {}, [&key](RouterConfig& c) { c.api_key = key; });
+  net::io_context io;
+  auto connect = [&](net::ip::tcp::socket& s) {
+    s.connect({net::ip::make_address("127.0.0.1"), f.url.port});
+    const timeval limit{5, 0};  // a read that waits past it fails the test rather than hang
+    ::setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  };
+  net::ip::tcp::socket s(io);
+  connect(s);
+  net::write(s, net::buffer(std::string("HEAD /health HTTP/1.1\r\nHost: x\r\n\r\nHEAD /nothing HTTP/1.1\r\nHost: x\r\n\r\n"
+                                        "GET /version HTTP/1.1\r\nHost: x\r\n\r\n")));
+  std::string got;
+  boost::system::error_code ec;
+  while (std::count(got.begin(), got.end(), '{') < 1 && !ec) {
+    char piece[4096];
+    got.append(piece, s.read_some(net::buffer(piece), ec));
+  }
+  ASSERT_TRUE(got.starts_with("HTTP/1.1 200 OK\r\n")) << got;
+  const size_t second = got.find("HTTP/1.1 404 Not Found\r\n", 1);
+  ASSERT_NE(second, std::string::npos) << got;
+  EXPECT_TRUE(got.substr(0, second).ends_with("\r\n\r\n")) << got;  // no body after the HEAD's headers
+  const size_t third = got.find("HTTP/1.1 200 OK\r\n", second);
+  ASSERT_NE(third, std::string::npos) << got;
+  EXPECT_TRUE(got.substr(second, third - second).ends_with("\r\n\r\n")) << got;
+  EXPECT_NE(got.find("\"version\""), std::string::npos) << got;
+
+  const std::string body = R"({"prompt":"hi"})";
+  net::write(s, net::buffer(fmt::format("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                        "Authorization: Bearer k\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n",
+                                        body.size())));
+  std::string cont;
+  while (cont.find("\r\n\r\n") == std::string::npos && !ec) {  // the body is sent only after it
+    char piece[256];
+    cont.append(piece, s.read_some(net::buffer(piece), ec));
+  }
+  EXPECT_EQ(cont, "HTTP/1.1 100 Continue\r\n\r\n");
+  net::write(s, net::buffer(body));
+  std::string answer;
+  while (answer.find("{\"replica\":\"a\"}") == std::string::npos && !ec) {
+    char piece[4096];
+    answer.append(piece, s.read_some(net::buffer(piece), ec));
+  }
+  EXPECT_TRUE(answer.starts_with("HTTP/1.1 200 OK\r\n")) << answer;
+
+  // Without the key, the refusal comes instead of "100 Continue": no body is sent for nothing.
+  net::ip::tcp::socket t(io);
+  connect(t);
+  net::write(t, net::buffer(std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n"
+                                        "Expect: 100-continue\r\n\r\n")));
+  std::string refused;
+  boost::system::error_code tec;
+  net::read(t, net::dynamic_buffer(refused), tec);  // to the end: the router closes
+  EXPECT_TRUE(refused.starts_with("HTTP/1.1 401 Unauthorized\r\n")) << refused;
+  EXPECT_EQ(refused.find("100 Continue"), std::string::npos) << refused;
+}
+
+// Details of HTTP in what the router answers: reason phrases of every registered code, a
+// Retry-After as a date, a 401's challenge, a relayed 405's Allow, a request without Host or in
+// a transfer coding it cannot read.
+TEST(Router, AnswersKeepHttpsDetails) {
+  EXPECT_EQ(reason(415), "Unsupported Media Type");
+  EXPECT_EQ(reason(431), "Request Header Fields Too Large");
+  EXPECT_EQ(reason(299), "Status");
+  EXPECT_EQ(retry_after_seconds("5"), 5);
+  EXPECT_TRUE(std::isinf(retry_after_seconds("soon")));
+  EXPECT_EQ(retry_after_seconds("Sun, 06 Nov 1994 08:49:37 GMT"), 0);  // past
+  EXPECT_GT(retry_after_seconds("Wed, 21 Oct 2099 07:28:00 GMT"), 1e9);
+  TestHttpServer a([](const ReceivedRequest& r, TestExchange& ex) -> net::awaitable<void> {
+    if (r.target == "/health") {
+      co_await ex.respond(200, "{}");
+      co_return;
+    }
+    co_await ex.write("HTTP/1.1 405 X\r\nAllow: POST\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}");
+  });
+  const std::string key = "k";
+  Fixture f({&a}, "round_robin", {}, [&key](RouterConfig& c) { c.api_key = key; });
+  net::io_context io;
+  auto raw = [&](const std::string& request) {
+    net::ip::tcp::socket s(io);
+    s.connect({net::ip::make_address("127.0.0.1"), f.url.port});
+    net::write(s, net::buffer(request));
+    std::string got;
+    boost::system::error_code ec;
+    net::read(s, net::dynamic_buffer(got), ec);
+    return got;
+  };
+  const std::string no_key = raw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}");
+  EXPECT_TRUE(no_key.starts_with("HTTP/1.1 401 Unauthorized\r\n")) << no_key;
+  EXPECT_NE(no_key.find("WWW-Authenticate: Bearer\r\n"), std::string::npos) << no_key;
+  const std::string allowed = raw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n"
+                                  "Content-Length: 2\r\nConnection: close\r\n\r\n{}");
+  EXPECT_TRUE(allowed.starts_with("HTTP/1.1 405 Method Not Allowed\r\n")) << allowed;
+  EXPECT_NE(allowed.find("Allow: POST\r\n"), std::string::npos) << allowed;
+  const std::string no_host = raw("GET /version HTTP/1.1\r\n\r\n");
+  EXPECT_TRUE(no_host.starts_with("HTTP/1.1 400 Bad Request\r\n")) << no_host;
+  const std::string gzip = raw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n"
+                               "Transfer-Encoding: gzip, chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n");
+  EXPECT_TRUE(gzip.starts_with("HTTP/1.1 501 Not Implemented\r\n")) << gzip;
+}
+
+// Without a rollout, a request naming a model goes to the replicas that list it (they answered
+// 404 model_not_found on the others, with /v1/models listing the union); one naming no model, or
+// one no replica lists, goes anywhere.
+TEST(Router, ARequestNamingAModelGoesToTheReplicasThatListIt) {
+  auto serving = [](std::string model) {
+    return [model](const ReceivedRequest& r, TestExchange& ex) -> net::awaitable<void> {
+      if (r.target == "/v1/models") {
+        co_await ex.respond(200, R"({"object":"list","data":[{"id":")" + model + R"(","object":"model"}]})");
+      } else {
+        co_await ex.respond(200, R"({"served":")" + model + R"("})");
+      }
+    };
+  };
+  TestHttpServer a(serving("m1")), b(serving("m2"));
+  Fixture f({&a, &b}, "round_robin", {}, [](RouterConfig& c) { c.route_by_model = true; });
+  // The lists are asked after the first passing health check.
+  for (int i = 0; i < 200; ++i) {
+    auto r = f.post("/v1/completions", R"({"model":"m2","prompt":"x"})");
+    ASSERT_TRUE(r) << r.error().message;
+    if (i >= 100 || r->body != R"({"served":"m1"})") break;
+    std::this_thread::sleep_for(10ms);
+  }
+  std::map<std::string, int> named, unnamed, unknown;
+  for (int i = 0; i < 8; ++i) ++named[f.post("/v1/completions", R"({"model":"m2","prompt":"x"})")->body];
+  for (int i = 0; i < 8; ++i) ++unnamed[f.post("/v1/completions", R"({"prompt":"x"})")->body];
+  for (int i = 0; i < 8; ++i) ++unknown[f.post("/v1/completions", R"({"model":"m3","prompt":"x"})")->body];
+  EXPECT_EQ(named, (std::map<std::string, int>{{R"({"served":"m2"})", 8}}));
+  EXPECT_EQ(unnamed.size(), 2u);
+  EXPECT_EQ(unknown.size(), 2u);
+}
+
+// A replica that took the request and does not answer within --upstream-timeout is a 504, not
+// retried on the others (each would be given the same work, the client waiting each timeout).
+TEST(Router, AnUpstreamTimeoutIsNotRetried) {
+  std::atomic<int> asked{0};
+  auto slow = [&](const ReceivedRequest& r, TestExchange& ex) -> net::awaitable<void> {
+    if (r.target == "/health") {
+      co_await ex.respond(200, "{}");
+      co_return;
+    }
+    ++asked;
+    net::steady_timer t(co_await net::this_coro::executor, std::chrono::seconds(2));
+    co_await t.async_wait(net::as_tuple(net::use_awaitable));
+    co_await ex.respond(200, "{}");
+  };
+  TestHttpServer a(slow), b(slow);
+  Fixture f({&a, &b}, "round_robin", {}, [](RouterConfig& rc) { rc.upstream_timeout_seconds = 0.3; });
+  auto r = f.post("/v1/completions", R"({"prompt":"x"})");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("HTTP 504: {\"error\":{\"message\":\"no replica answered (1 tried; the last: timeout)"),
+            std::string::npos) << r.error().message;
+  EXPECT_EQ(asked.load(), 1);
+}
+
+}  // namespace
+}  // namespace sluice::router
