@@ -108,7 +108,7 @@ int run_eval_run(EvalOptions& o) {
   if (auto drop = parse_drop(o.gate.max_drop); !drop) return fail_usage(drop.error().message());
   auto suite = eval::load_suite(o.suite);
   if (!suite) return fail_usage(suite.error().message());
-  auto refuse_not_run = [&o](const std::vector<std::string>& not_run) {
+  auto refuse_not_run = [](const std::vector<std::string>& not_run) {
     for (const std::string& n : not_run) std::cerr << "not run: " << n << "\n";
     return fail_usage(fmt::format("{} part(s) of the suite cannot run (--strict)", not_run.size()));
   };

@@ -70,17 +70,16 @@ Decision Router::Impl::choose(const Exchange& x, const std::vector<int>& tried, 
   // those that answer clients does; else one answers its own 404). A rollout's versions decide
   // for themselves.
   if (!x.model.empty() && versions.assigned.empty()) {
-    auto lists = [&](const BackendView& v) -> std::optional<bool> {
-      const auto it = served_models.find(v.index);
-      if (it == served_models.end() || it->second.first != pool.generation(v.index)) return std::nullopt;
-      return std::ranges::find(it->second.second, x.model) != it->second.second.end();
-    };
-    if (std::ranges::any_of(views, [&](const BackendView& v) {
-          return v.available && answers_clients(v) && lists(v).value_or(false);
-        })) {
-      for (const BackendView& v : views) {
-        if (!lists(v).value_or(true)) exclude.push_back(v.index);
-      }
+    std::vector<std::optional<bool>> lists(views.size());  // per replica: lists it (unknown: none)
+    bool any = false;
+    for (size_t i = 0; i < views.size(); ++i) {
+      const auto it = served_models.find(views[i].index);
+      if (it == served_models.end() || it->second.first != pool.generation(views[i].index)) continue;
+      lists[i] = std::ranges::find(it->second.second, x.model) != it->second.second.end();
+      any = any || (*lists[i] && views[i].available && answers_clients(views[i]));
+    }
+    for (size_t i = 0; any && i < views.size(); ++i) {
+      if (!lists[i].value_or(true)) exclude.push_back(views[i].index);
     }
   }
   if (!versions.assigned.empty()) {
