@@ -63,4 +63,21 @@ void SseParser::process_line(std::string_view line, const EventFn& on_event) {
   // "retry" and unknown fields are ignored: a client that never reconnects has no use for them.
 }
 
+size_t sse_event_end(std::string_view s, size_t at, bool final) {
+  constexpr size_t npos = std::string_view::npos;
+  // The end of the line terminator at `i`, or npos when it cannot be told yet.
+  auto terminator_end = [&](size_t i) -> size_t {
+    if (s[i] == '\n') return i + 1;
+    if (i + 1 == s.size()) return final ? i + 1 : npos;
+    return s[i + 1] == '\n' ? i + 2 : i + 1;
+  };
+  for (size_t i = s.find_first_of("\r\n", at); i != npos; i = s.find_first_of("\r\n", i)) {
+    const size_t next = terminator_end(i);
+    if (next == npos || next == s.size()) return npos;
+    if (s[next] == '\n' || s[next] == '\r') return terminator_end(next);  // a blank line
+    i = next;
+  }
+  return npos;
+}
+
 }  // namespace sluice::http

@@ -11,6 +11,7 @@
 // Not thread-safe: one parser per stream.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -42,5 +43,10 @@ class SseParser {
   bool has_data_ = false;
   SseEvent event_;
 };
+
+// The raw form, for a relay that passes events on as they came: where the first event in `s`
+// from `at` ends (past the blank line that ends it), or npos. A CR last in `s` may be half of a
+// CRLF: it waits, unless `final` (nothing more comes).
+size_t sse_event_end(std::string_view s, size_t at, bool final = false);
 
 }  // namespace sluice::http

@@ -40,6 +40,19 @@ TEST(Sse, AcceptsCrLfCrAndLfLineEnds) {
   EXPECT_EQ(parse({"data: a\r\rdata: b\n\ndata: c\r\n\r\n"}), (std::vector<std::string>{"a", "b", "c"}));
 }
 
+// Where an event ends in the raw bytes, for a relay that passes them on as they came: after a
+// blank line in any line ends; a CR last waits for what follows unless the stream has ended.
+TEST(Sse, FindsTheEndOfAnEventInTheRawBytes) {
+  const std::string_view lf = "data: a\n\ndata: b", crlf = "data: a\r\n\r\ndata: b", cr = "data: a\r\r";
+  EXPECT_EQ(sse_event_end(lf, 0), 9u);
+  EXPECT_EQ(sse_event_end(lf, 9), std::string_view::npos);
+  EXPECT_EQ(sse_event_end(crlf, 0), 11u);
+  EXPECT_EQ(sse_event_end("data: a\r\n\r", 0), std::string_view::npos);  // "\r" may be half of "\r\n"
+  EXPECT_EQ(sse_event_end(cr, 0), std::string_view::npos);
+  EXPECT_EQ(sse_event_end(cr, 0, /*final=*/true), 9u);
+  EXPECT_EQ(sse_event_end(": comment\n\n", 0), 11u);
+}
+
 TEST(Sse, JoinsMultiLineDataWithNewlines) {
   EXPECT_EQ(parse({"data: line one\ndata:line two\ndata\n\n"}), (std::vector<std::string>{"line one\nline two\n"}));
 }

@@ -72,14 +72,19 @@ TEST(Router, HeadHasNoBodyAndExpectContinueIsAnswered) {
   };
   net::ip::tcp::socket s(io);
   connect(s);
+  boost::system::error_code ec;
+  // What the router writes on `s` until `want` has come (or the read fails).
+  auto read_until = [&](std::string_view want) {
+    std::string got;
+    while (got.find(want) == std::string::npos && !ec) {
+      char piece[4096];
+      got.append(piece, s.read_some(net::buffer(piece), ec));
+    }
+    return got;
+  };
   net::write(s, net::buffer(std::string("HEAD /health HTTP/1.1\r\nHost: x\r\n\r\nHEAD /nothing HTTP/1.1\r\nHost: x\r\n\r\n"
                                         "GET /version HTTP/1.1\r\nHost: x\r\n\r\n")));
-  std::string got;
-  boost::system::error_code ec;
-  while (std::count(got.begin(), got.end(), '{') < 1 && !ec) {
-    char piece[4096];
-    got.append(piece, s.read_some(net::buffer(piece), ec));
-  }
+  const std::string got = read_until("\"version\"");
   ASSERT_TRUE(got.starts_with("HTTP/1.1 200 OK\r\n")) << got;
   const size_t second = got.find("HTTP/1.1 404 Not Found\r\n", 1);
   ASSERT_NE(second, std::string::npos) << got;
@@ -93,18 +98,9 @@ TEST(Router, HeadHasNoBodyAndExpectContinueIsAnswered) {
   net::write(s, net::buffer(fmt::format("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                                         "Authorization: Bearer k\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n",
                                         body.size())));
-  std::string cont;
-  while (cont.find("\r\n\r\n") == std::string::npos && !ec) {  // the body is sent only after it
-    char piece[256];
-    cont.append(piece, s.read_some(net::buffer(piece), ec));
-  }
-  EXPECT_EQ(cont, "HTTP/1.1 100 Continue\r\n\r\n");
+  EXPECT_EQ(read_until("\r\n\r\n"), "HTTP/1.1 100 Continue\r\n\r\n");  // the body is sent only after it
   net::write(s, net::buffer(body));
-  std::string answer;
-  while (answer.find("{\"replica\":\"a\"}") == std::string::npos && !ec) {
-    char piece[4096];
-    answer.append(piece, s.read_some(net::buffer(piece), ec));
-  }
+  const std::string answer = read_until("{\"replica\":\"a\"}");
   EXPECT_TRUE(answer.starts_with("HTTP/1.1 200 OK\r\n")) << answer;
 
   // Without the key, the refusal comes instead of "100 Continue": no body is sent for nothing.
@@ -196,6 +192,28 @@ TEST(Router, ARequestNamingAModelGoesToTheReplicasThatListIt) {
 
 // A replica that took the request and does not answer within --upstream-timeout is a 504, not
 // retried on the others (each would be given the same work, the client waiting each timeout).
+// An answer held back for a retry and relayed once every replica gave one names the replica
+// whose answer it is, as any relayed answer does.
+TEST(Router, AnAnswerRelayedAfterRetriesNamesItsReplica) {
+  auto unavailable = [](const ReceivedRequest& r, TestExchange& ex) -> net::awaitable<void> {
+    co_await ex.respond(r.target == "/health" ? 200 : 503, "{}");
+  };
+  TestHttpServer a(unavailable), b(unavailable);
+  Fixture f({&a, &b}, "round_robin", {}, [](RouterConfig& c) { c.max_attempts = 2; });
+  net::io_context io;
+  net::ip::tcp::socket s(io);
+  s.connect({net::ip::make_address("127.0.0.1"), f.url.port});
+  net::write(s, net::buffer(std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+                                        "Connection: close\r\n\r\n{}")));
+  std::string got;
+  boost::system::error_code ec;
+  net::read(s, net::dynamic_buffer(got), ec);  // to the end: the router closes
+  EXPECT_TRUE(got.starts_with("HTTP/1.1 503 Service Unavailable\r\n")) << got;
+  const bool named = got.find("X-Sluice-Replica: " + a.url().to_string() + "\r\n") != std::string::npos ||
+                     got.find("X-Sluice-Replica: " + b.url().to_string() + "\r\n") != std::string::npos;
+  EXPECT_TRUE(named) << got;
+}
+
 TEST(Router, AnUpstreamTimeoutIsNotRetried) {
   std::atomic<int> asked{0};
   auto slow = [&](const ReceivedRequest& r, TestExchange& ex) -> net::awaitable<void> {

@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 
 #include "router/router_impl.h"
-#include "router/shadow_compare.h"
+#include "common/sse.h"
 
 namespace sluice::router {
 
@@ -185,7 +185,7 @@ void StreamRelay::capture(const std::string& out) {
 std::string StreamRelay::relay(bool final) {
   std::string out;
   size_t at = 0;
-  for (size_t end; (end = sse_event_end(events_, at, final)) != std::string::npos; at = end) {
+  for (size_t end; (end = http::sse_event_end(events_, at, final)) != std::string::npos; at = end) {
     const std::string_view event(events_.data() + at, end - at);
     if (head_.is_null() && event.starts_with("data: {")) {
       // The response's id, model and created, for an error event that ends it (error_event).

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common/json.h"
+#include "common/sse.h"
 #include "common/utf8.h"
 
 namespace sluice::router {
@@ -101,19 +102,16 @@ ShadowAnswer read_answer(int status, std::string_view body, bool stream) {
     }
     read_object(*j, a, offsets);
   } else {
-    size_t at = 0;
+    // The stream as relayed, in any line ends the replica wrote (sse.h).
     bool done = false;
-    for (size_t end; (end = sse_event_end(body, at, true)) != std::string_view::npos; at = end) {
-      std::string_view event = body.substr(at, end - at);
-      while (!event.empty() && (event.back() == '\n' || event.back() == '\r')) event.remove_suffix(1);
-      if (!event.starts_with("data: ")) continue;
-      event.remove_prefix(6);
-      if (event == "[DONE]") {
+    http::SseParser sse;
+    sse.feed(body, [&](const http::SseEvent& e) {
+      if (e.data == "[DONE]") {
         done = true;
-        continue;
+      } else if (auto j = parse_json(e.data)) {
+        read_object(*j, a, offsets);
       }
-      if (auto j = parse_json(event)) read_object(*j, a, offsets);
-    }
+    });
     if (!done) {
       a.error = "the stream ended before [DONE]";
       return a;
@@ -214,23 +212,6 @@ nlohmann::ordered_json to_json(const ShadowComparison& c) {
   if (c.primary_json) j["shadow_json_valid"] = c.shadow_json;
   j["logprob_gap"] = c.has_logprob_gap ? Json(c.logprob_gap) : Json(nullptr);
   return j;
-}
-
-size_t sse_event_end(std::string_view s, size_t at, bool final) {
-  constexpr size_t npos = std::string_view::npos;
-  // The end of the line terminator at `i`, or npos when it cannot be told yet.
-  auto terminator_end = [&](size_t i) -> size_t {
-    if (s[i] == '\n') return i + 1;
-    if (i + 1 == s.size()) return final ? i + 1 : npos;
-    return s[i + 1] == '\n' ? i + 2 : i + 1;
-  };
-  for (size_t i = s.find_first_of("\r\n", at); i != npos; i = s.find_first_of("\r\n", i)) {
-    const size_t next = terminator_end(i);
-    if (next == npos || next == s.size()) return npos;
-    if (s[next] == '\n' || s[next] == '\r') return terminator_end(next);  // a blank line
-    i = next;
-  }
-  return npos;
 }
 
 }  // namespace sluice::router

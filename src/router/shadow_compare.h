@@ -74,10 +74,4 @@ nlohmann::ordered_json to_json(const ShadowComparison& c);
 // Levenshtein distance over code points (invalid UTF-8 bytes count as one each).
 size_t edit_distance(std::string_view a, std::string_view b, size_t max_chars = kMaxEditChars);
 
-// Where the first server-sent event in `s` from `at` ends (past the blank line that ends it), or
-// npos. Lines end in LF, CRLF or CR (WHATWG HTML, "Server-sent events", 9.2.5): sluice writes
-// "\n\n", servers on sse-starlette "\r\n\r\n". A CR last in `s` may be half of a CRLF: it waits,
-// unless `final` (nothing more comes).
-size_t sse_event_end(std::string_view s, size_t at, bool final = false);
-
 }  // namespace sluice::router
