@@ -200,6 +200,7 @@ TEST(Cli, BadInputIsAClearErrorWithExitCode) {
       {"route --backend http://127.0.0.1:1 --shadow-fraction 0.5", "--shadow-fraction needs --shadow VERSION"},
       // Settings of a part that is off were taken without a word.
       {"route --backend http://127.0.0.1:1 --shadow-by session", "--shadow-by picks how requests are copied"},
+      {"route --backend http://127.0.0.1:1 --shadow-by request", "--shadow-by picks how requests are copied"},
       {"route --backend http://127.0.0.1:1 --rollout-eval-db e.db", "--rollout-eval-db stores the eval gates"},
       {"route --backend http://127.0.0.1:1,weight=2,weight=3", "'weight=' is given twice"},
       {"eval --db /tmp history", "'/tmp' is a folder: give the SQLite file"},

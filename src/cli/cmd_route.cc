@@ -21,7 +21,7 @@ struct RouteOptions {
   std::string session_headers = "X-Session-ID,X-User-ID";
   bool controller = false;  // --rollout-controller
   std::string eval_db;      // --rollout-eval-db
-  std::string shadow_by = "request";
+  std::string shadow_by;    // --shadow-by, "" when not given (request)
 };
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -80,7 +80,7 @@ int run_route(RouteOptions& o) {
   c.learn_versions = true;
   c.route_by_model = true;
   c.shadow.by_session = o.shadow_by == "session";
-  if (o.shadow_by != "request" && c.shadow.version.empty()) {
+  if (!o.shadow_by.empty() && c.shadow.version.empty()) {
     return fail_usage("--shadow-by picks how requests are copied to a shadow version: give --shadow VERSION too");
   }
   if (c.shadow.fraction > 0 && c.shadow.version.empty()) {
@@ -185,7 +185,9 @@ CommandFn add_route_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(0.0, 1.0))->group(shadow);
   cmd->add_option("--shadow-by", o->shadow_by,
                   "request: each request drawn at random; session: whole sessions (a hash of the session key)")
-      ->capture_default_str()->check(CLI::IsMember({"request", "session"}))->group(shadow);
+      ->default_str("request")
+      ->check(CLI::IsMember({"request", "session"}))
+      ->group(shadow);
   cmd->add_option("--shadow-noise", c.shadow.noise_fraction,
                   "The share also copied to a second replica of the primary's own version: the noise floor a "
                   "candidate's differences are judged against (needs two replicas of that version)")

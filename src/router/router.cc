@@ -95,7 +95,12 @@ std::optional<Router::Impl::Refusal> Router::Impl::refuse_before_body(const bhtt
   if (req.version() >= 11 && req.find(bhttp::field::host) == req.end()) {
     return Refusal{400, error_body("an HTTP/1.1 request needs a Host header", "invalid_request_error"), {}};
   }
-  if (const auto te = req.find(bhttp::field::transfer_encoding); te != req.end() && !http::iequals(te->value(), "chunked")) {
+  const auto te = req.find(bhttp::field::transfer_encoding);
+  // HTTP/1.0 has no transfer codings: its framing is faulty, whatever Content-Length says (RFC 9112 6.1).
+  if (te != req.end() && req.version() < 11) {
+    return Refusal{400, error_body("an HTTP/1.0 request cannot use Transfer-Encoding", "invalid_request_error"), {}};
+  }
+  if (te != req.end() && !http::iequals(te->value(), "chunked")) {
     return Refusal{501,
                    error_body(fmt::format("Transfer-Encoding '{}' is not supported (only chunked)", std::string(te->value())),
                               "invalid_request_error"),

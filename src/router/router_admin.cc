@@ -161,15 +161,15 @@ Json Router::Impl::replicas_json() {
 net::awaitable<bool> Router::Impl::dashboard(beast::tcp_stream& client, bhttp::request<bhttp::string_body>& req) {
   const bool keep = req.keep_alive() && !stopping;
   if (config.admin_key.empty()) {
-    co_return co_await respond(client, 404, "the dashboard is off: start sluice route with --admin-key\n", keep,
-                               "text/plain; charset=utf-8");
+    co_return co_await reply(req, client, 404, "the dashboard is off: start sluice route with --admin-key\n", keep,
+                             "text/plain; charset=utf-8");
   }
   const std::string_view auth = req[bhttp::field::authorization];
   if (!bearer_is(auth, config.admin_key) && !basic_password_is(auth, config.admin_key)) {
     Headers challenge;
     challenge.emplace_back("WWW-Authenticate", "Basic realm=\"sluice route\", charset=\"UTF-8\"");
-    co_return co_await respond(client, 401, "the dashboard needs the admin key (as the password)\n", keep,
-                               "text/plain; charset=utf-8", &challenge);
+    co_return co_await reply(req, client, 401, "the dashboard needs the admin key (as the password)\n", keep,
+                             "text/plain; charset=utf-8", &challenge);
   }
   DashboardData d;
   d.replicas = replicas_json();
@@ -183,26 +183,26 @@ net::awaitable<bool> Router::Impl::dashboard(beast::tcp_stream& client, bhttp::r
   Headers extra;
   extra.emplace_back("Cache-Control", "no-store");
   extra.emplace_back("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data:");
-  co_return co_await respond(client, 200, render_dashboard(d), keep, "text/html; charset=utf-8", &extra);
+  co_return co_await reply(req, client, 200, render_dashboard(d), keep, "text/html; charset=utf-8", &extra);
 }
 
 net::awaitable<bool> Router::Impl::admin(beast::tcp_stream& client, bhttp::request<bhttp::string_body>& req,
                                          std::string_view path) {
   const bool keep = req.keep_alive() && !stopping;
   if (config.admin_key.empty()) {
-    co_return co_await respond(
-        client, 404, error_body("the admin API is off: start sluice route with --admin-key", "invalid_request_error"),
-        keep);
+    co_return co_await reply(
+        req, client, 404,
+        error_body("the admin API is off: start sluice route with --admin-key", "invalid_request_error"), keep);
   }
   if (!bearer_is(req[bhttp::field::authorization], config.admin_key)) {
     const bool sent = !req[bhttp::field::authorization].empty();
     Headers challenge;  // RFC 9110 11.6.1: a 401 says how to authenticate
     challenge.emplace_back("WWW-Authenticate", "Bearer");
-    co_return co_await respond(client, 401,
-                               error_body(sent ? "the admin API refused this key: it is not the router's --admin-key"
-                                               : "the admin API needs Authorization: Bearer ADMIN_KEY",
-                                          "invalid_request_error", "invalid_api_key"),
-                               keep, "application/json", &challenge);
+    co_return co_await reply(req, client, 401,
+                             error_body(sent ? "the admin API refused this key: it is not the router's --admin-key"
+                                             : "the admin API needs Authorization: Bearer ADMIN_KEY",
+                                        "invalid_request_error", "invalid_api_key"),
+                             keep, "application/json", &challenge);
   }
   if (path == "/admin/rollouts" || path.starts_with("/admin/rollouts/")) {
     co_return co_await admin_rollouts(client, req, path, keep);
@@ -210,39 +210,41 @@ net::awaitable<bool> Router::Impl::admin(beast::tcp_stream& client, bhttp::reque
   if (path == "/admin/shadow" || path.starts_with("/admin/shadow/")) {
     co_return co_await admin_shadow(client, req, path, keep);
   }
-  const bool get = req.method() == bhttp::verb::get, post = req.method() == bhttp::verb::post;
+  const bool get = req.method() == bhttp::verb::get || req.method() == bhttp::verb::head,
+             post = req.method() == bhttp::verb::post;
   if (path == "/admin/replicas" && get) {
     Json out = {{"policy", std::string(policy->name())}, {"replicas", replicas_json()}};
-    co_return co_await respond(client, 200, out.dump(), keep);
+    co_return co_await reply(req, client, 200, out.dump(), keep);
   }
   static constexpr std::string_view kOps[] = {"/admin/replicas", "/admin/replicas/remove", "/admin/replicas/drain",
                                               "/admin/replicas/weight"};
   if (std::find(std::begin(kOps), std::end(kOps), path) == std::end(kOps)) {
-    co_return co_await respond(client, 404, error_body(fmt::format("no admin route {}", path), "invalid_request_error"),
-                               keep);
+    co_return co_await reply(req, client, 404,
+                             error_body(fmt::format("no admin route {}", path), "invalid_request_error"), keep);
   }
   if (!post) {
     Headers allow;
     allow.emplace_back("Allow", path == "/admin/replicas" ? "GET, POST" : "POST");
-    co_return co_await respond(client, 405, error_body(fmt::format("{} takes POST", path), "invalid_request_error"),
-                               keep, "application/json", &allow);
+    co_return co_await reply(req, client, 405, error_body(fmt::format("{} takes POST", path), "invalid_request_error"),
+                             keep, "application/json", &allow);
   }
   auto parsed = parse_json(req.body());
   if (!parsed) {
-    co_return co_await respond(
-        client, 400, error_body(fmt::format("the body is not JSON: {}", parsed.error().message), "invalid_request_error"),
-        keep);
+    co_return co_await reply(
+        req, client, 400,
+        error_body(fmt::format("the body is not JSON: {}", parsed.error().message), "invalid_request_error"), keep);
   }
   const Json body = std::move(*parsed);
   auto name = url_of(body);
-  if (!name) co_return co_await respond(client, 400, error_body(name.error().message(), "invalid_request_error"), keep);
+  if (!name)
+    co_return co_await reply(req, client, 400, error_body(name.error().message(), "invalid_request_error"), keep);
   auto bad = [&](std::string message) { return error_body(message, "invalid_request_error"); };
   const std::string unknown = path == "/admin/replicas"         ? unknown_field(body, {"url", "key", "weight", "version"})
                               : path == "/admin/replicas/drain"  ? unknown_field(body, {"url", "drain"})
                               : path == "/admin/replicas/weight" ? unknown_field(body, {"url", "weight"})
                                                                  : unknown_field(body, {"url"});
   if (!unknown.empty()) {
-    co_return co_await respond(client, 400, bad(fmt::format("unknown field \"{}\" for {}", unknown, path)), keep);
+    co_return co_await reply(req, client, 400, bad(fmt::format("unknown field \"{}\" for {}", unknown, path)), keep);
   }
   std::string answer;
   int status = 200;
@@ -251,46 +253,47 @@ net::awaitable<bool> Router::Impl::admin(beast::tcp_stream& client, bhttp::reque
     std::string spec = *name;
     if (body.contains("key")) {
       if (!body["key"].is_string() || body["key"].get<std::string>().find(',') != std::string::npos) {
-        co_return co_await respond(client, 400, bad("\"key\" must be a string without commas"), keep);
+        co_return co_await reply(req, client, 400, bad("\"key\" must be a string without commas"), keep);
       }
       if (!body["key"].get<std::string>().empty()) spec += ",key=" + body["key"].get<std::string>();
     }
     if (body.contains("weight")) {
-      if (!body["weight"].is_number()) co_return co_await respond(client, 400, bad("\"weight\" must be a number"), keep);
+      if (!body["weight"].is_number())
+        co_return co_await reply(req, client, 400, bad("\"weight\" must be a number"), keep);
       spec += fmt::format(",weight={}", body["weight"].get<double>());
     }
     if (body.contains("version")) {
       if (!body["version"].is_string() || body["version"].get<std::string>().find(',') != std::string::npos) {
-        co_return co_await respond(client, 400, bad("\"version\" must be a string without commas"), keep);
+        co_return co_await reply(req, client, 400, bad("\"version\" must be a string without commas"), keep);
       }
       if (!body["version"].get<std::string>().empty()) spec += ",version=" + body["version"].get<std::string>();
     }
     auto backend = parse_backend(spec);
-    if (!backend) co_return co_await respond(client, 400, bad(backend.error().message()), keep);
+    if (!backend) co_return co_await reply(req, client, 400, bad(backend.error().message()), keep);
     backend->source = Source::kAdmin;
     // The weight was checked above: the pool refuses only a replica that is there already.
     auto slot = add_backend(std::move(*backend), /*ramp=*/true);
-    if (!slot) co_return co_await respond(client, 409, bad(slot.error().message()), keep);
+    if (!slot) co_return co_await reply(req, client, 409, bad(slot.error().message()), keep);
     status = 201;
   } else {
     if (pool.find(*name) < 0) {
-      co_return co_await respond(client, 404, bad(fmt::format("no replica {}", *name)), keep);
+      co_return co_await reply(req, client, 404, bad(fmt::format("no replica {}", *name)), keep);
     }
     Status s;
     if (path == "/admin/replicas/remove") {
       s = remove_backend(*name);
     } else if (path == "/admin/replicas/drain") {
       if (body.contains("drain") && !body["drain"].is_boolean()) {
-        co_return co_await respond(client, 400, bad("\"drain\" must be true or false"), keep);
+        co_return co_await reply(req, client, 400, bad("\"drain\" must be true or false"), keep);
       }
       s = pool.drain(*name, !body.contains("drain") || body["drain"].get<bool>());
     } else {
       if (!body.contains("weight") || !body["weight"].is_number()) {
-        co_return co_await respond(client, 400, bad("\"weight\" must be a number"), keep);
+        co_return co_await reply(req, client, 400, bad("\"weight\" must be a number"), keep);
       }
       s = set_weight(*name, body["weight"].get<double>());
     }
-    if (!s.is_ok()) co_return co_await respond(client, 400, bad(s.message()), keep);
+    if (!s.is_ok()) co_return co_await reply(req, client, 400, bad(s.message()), keep);
   }
   // The replica as it is now (gone after a removal: its last listing is not kept).
   Json out = {{"url", *name}};
@@ -300,7 +303,7 @@ net::awaitable<bool> Router::Impl::admin(beast::tcp_stream& client, bhttp::reque
     out = replica_json(b, metrics);
   }
   if (path == "/admin/replicas/remove") out["removed"] = true;
-  co_return co_await respond(client, status, out.dump(), keep);
+  co_return co_await reply(req, client, status, out.dump(), keep);
 }
 
 }  // namespace sluice::router

@@ -63,7 +63,10 @@ TEST(Router, StreamsToAnHttp10ClientWithoutChunks) {
 TEST(Router, HeadHasNoBodyAndExpectContinueIsAnswered) {
   TestHttpServer a(named("a"));
   const std::string key = "k";
-  Fixture f({&a}, "round_robin", {}, [&key](RouterConfig& c) { c.api_key = key; });
+  Fixture f({&a}, "round_robin", {}, [&key](RouterConfig& c) {
+    c.api_key = key;
+    c.admin_key = "adm";
+  });
   net::io_context io;
   auto connect = [&](net::ip::tcp::socket& s) {
     s.connect({net::ip::make_address("127.0.0.1"), f.url.port});
@@ -82,17 +85,21 @@ TEST(Router, HeadHasNoBodyAndExpectContinueIsAnswered) {
     }
     return got;
   };
+  // The admin API and the dashboard too: a GET route's headers, a POST-only route's 405, a 401.
   net::write(s, net::buffer(std::string("HEAD /health HTTP/1.1\r\nHost: x\r\n\r\nHEAD /nothing HTTP/1.1\r\nHost: x\r\n\r\n"
-                                        "GET /version HTTP/1.1\r\nHost: x\r\n\r\n")));
+                                        "HEAD /admin/replicas HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer adm\r\n\r\n"
+                                        "HEAD /admin/replicas/drain HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer adm\r\n\r\n"
+                                        "HEAD /ui HTTP/1.1\r\nHost: x\r\n\r\nHEAD /ui HTTP/1.1\r\nHost: x\r\n"
+                                        "Authorization: Bearer adm\r\n\r\nGET /version HTTP/1.1\r\nHost: x\r\n\r\n")));
   const std::string got = read_until("\"version\"");
-  ASSERT_TRUE(got.starts_with("HTTP/1.1 200 OK\r\n")) << got;
-  const size_t second = got.find("HTTP/1.1 404 Not Found\r\n", 1);
-  ASSERT_NE(second, std::string::npos) << got;
-  EXPECT_TRUE(got.substr(0, second).ends_with("\r\n\r\n")) << got;  // no body after the HEAD's headers
-  const size_t third = got.find("HTTP/1.1 200 OK\r\n", second);
-  ASSERT_NE(third, std::string::npos) << got;
-  EXPECT_TRUE(got.substr(second, third - second).ends_with("\r\n\r\n")) << got;
-  EXPECT_NE(got.find("\"version\""), std::string::npos) << got;
+  const std::vector<std::string> statuses = {"200 OK", "404 Not Found", "200 OK", "405 Method Not Allowed",
+                                             "401 Unauthorized", "200 OK", "200 OK"};
+  size_t at = 0;
+  for (size_t i = 0; i < statuses.size(); ++i) {
+    ASSERT_EQ(got.find("HTTP/1.1 " + statuses[i] + "\r\n", at), at) << i << ": " << got.substr(at);
+    at = got.find("\r\n\r\n", at) + 4;  // the next answer starts right after the headers: no body
+  }
+  EXPECT_TRUE(got.substr(at).starts_with("{\"version\"")) << got;
 
   const std::string body = R"({"prompt":"hi"})";
   net::write(s, net::buffer(fmt::format("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -117,7 +124,7 @@ TEST(Router, HeadHasNoBodyAndExpectContinueIsAnswered) {
 
 // Details of HTTP in what the router answers: reason phrases of every registered code, a
 // Retry-After as a date, a 401's challenge, a relayed 405's Allow, a request without Host or in
-// a transfer coding it cannot read.
+// a transfer coding it cannot read (or any, in HTTP/1.0), every challenge of a relayed 401.
 TEST(Router, AnswersKeepHttpsDetails) {
   EXPECT_EQ(reason(415), "Unsupported Media Type");
   EXPECT_EQ(reason(431), "Request Header Fields Too Large");
@@ -129,6 +136,11 @@ TEST(Router, AnswersKeepHttpsDetails) {
   TestHttpServer a([](const ReceivedRequest& r, TestExchange& ex) -> net::awaitable<void> {
     if (r.target == "/health") {
       co_await ex.respond(200, "{}");
+      co_return;
+    }
+    if (r.target == "/v1/chat/completions") {
+      co_await ex.write("HTTP/1.1 401 X\r\nWWW-Authenticate: Bearer\r\nWWW-Authenticate: Basic realm=\"r\"\r\n"
+                        "Content-Length: 2\r\n\r\n{}");
       co_return;
     }
     co_await ex.write("HTTP/1.1 405 X\r\nAllow: POST\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}");
@@ -157,6 +169,14 @@ TEST(Router, AnswersKeepHttpsDetails) {
   const std::string gzip = raw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n"
                                "Transfer-Encoding: gzip, chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n");
   EXPECT_TRUE(gzip.starts_with("HTTP/1.1 501 Not Implemented\r\n")) << gzip;
+  const std::string http10 = raw("POST /v1/completions HTTP/1.0\r\nAuthorization: Bearer k\r\n"
+                                 "Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n");
+  EXPECT_TRUE(http10.starts_with("HTTP/1.1 400 Bad Request\r\n")) << http10;
+  const std::string challenged = raw("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n"
+                                     "Content-Length: 2\r\nConnection: close\r\n\r\n{}");
+  EXPECT_TRUE(challenged.starts_with("HTTP/1.1 401 Unauthorized\r\n")) << challenged;
+  EXPECT_NE(challenged.find("WWW-Authenticate: Bearer\r\nWWW-Authenticate: Basic realm=\"r\"\r\n"), std::string::npos)
+      << challenged;
 }
 
 // Without a rollout, a request naming a model goes to the replicas that list it (they answered

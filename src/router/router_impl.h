@@ -135,7 +135,8 @@ struct Attempt {
   enum Kind { kRelayed, kClientGone, kRetryable, kFailed } kind = kFailed;
   int status = 0;                 // an upstream answer held back (kRetryable/kFailed with a body)
   std::string body, content_type, retry_after;
-  std::string allow, www_authenticate;  // relayed with a 405 or 401, as the replica sent them
+  std::string allow;                          // relayed with a 405, as the replica sent it
+  std::vector<std::string> www_authenticate;  // relayed with a 401: every challenge the replica sent
   std::string replica;            // the replica's name, for an answer held back and relayed later
   std::string error_kind;         // "connect", "closed", "timeout", "protocol": no answer
   bool keep_alive = true;         // the client connection may serve another request
@@ -489,6 +490,12 @@ std::string_view reason(int status);
 net::awaitable<bool> respond(beast::tcp_stream& client, int status, std::string body, bool keep_alive,
                              std::string_view content_type = "application/json", const Headers* extra = nullptr,
                              bool head_only = false);
+// respond() to `req`: the headers alone when it is HEAD (the body would be read as the next answer).
+inline net::awaitable<bool> reply(const bhttp::request<bhttp::string_body>& req, beast::tcp_stream& client, int status,
+                                  std::string body, bool keep_alive, std::string_view content_type = "application/json",
+                                  const Headers* extra = nullptr) {
+  return respond(client, status, std::move(body), keep_alive, content_type, extra, req.method() == bhttp::verb::head);
+}
 // The text a prompt starts with, for the prefix index: a completion's prompt (strings of a list
 // joined), a chat's messages as role and content in order.
 std::string prompt_text(const Json& body);

@@ -351,7 +351,8 @@ net::awaitable<Attempt> Router::Impl::attempt(int backend, beast::tcp_stream& cl
   result.content_type = std::string(u.parser.get()[bhttp::field::content_type]);
   result.retry_after = std::string(u.parser.get()[bhttp::field::retry_after]);
   result.allow = std::string(u.parser.get()[bhttp::field::allow]);
-  result.www_authenticate = std::string(u.parser.get()[bhttp::field::www_authenticate]);
+  const auto [first, last] = u.parser.get().equal_range(bhttp::field::www_authenticate);
+  for (auto it = first; it != last; ++it) result.www_authenticate.emplace_back(it->value());
   result.replica = u.config->name;
   if (result.status / 100 == 2 && x.stream) {
     co_return co_await relay_stream(u, client, watcher, x, std::move(result), ttft);
@@ -471,7 +472,7 @@ net::awaitable<Attempt> Router::Impl::relay_whole(Upstream& u, beast::tcp_stream
   extra.emplace_back("X-Sluice-Replica", u.config->name);
   if (!result.retry_after.empty()) extra.emplace_back("Retry-After", result.retry_after);
   if (!result.allow.empty()) extra.emplace_back("Allow", result.allow);
-  if (!result.www_authenticate.empty()) extra.emplace_back("WWW-Authenticate", result.www_authenticate);
+  for (const std::string& challenge : result.www_authenticate) extra.emplace_back("WWW-Authenticate", challenge);
   const std::string type = result.content_type.empty() ? "application/json" : result.content_type;
   pool.end(u.backend, outcome_of(result.status));  // before the client sees the answer (as above)
   result.released = true;

@@ -81,11 +81,12 @@ Json Router::Impl::current_rollout_json(bool with_analyses) {
 net::awaitable<bool> Router::Impl::admin_rollouts(beast::tcp_stream& client, bhttp::request<bhttp::string_body>& req,
                                                   std::string_view path, bool keep) {
   auto bad = [](std::string message) { return error_body(message, "invalid_request_error"); };
-  const bool get = req.method() == bhttp::verb::get, post = req.method() == bhttp::verb::post;
+  const bool get = req.method() == bhttp::verb::get || req.method() == bhttp::verb::head,
+             post = req.method() == bhttp::verb::post;
   if (!rollout_store && !config.follow_url.empty()) {
     if (!(get && path == "/admin/rollouts")) {
-      co_return co_await respond(
-          client, 409, bad(fmt::format("this router follows {}: manage rollouts there", config.follow_url)), keep);
+      co_return co_await reply(
+          req, client, 409, bad(fmt::format("this router follows {}: manage rollouts there", config.follow_url)), keep);
     }
     int64_t id = 0;
     std::optional<Rollout> copy;
@@ -94,21 +95,22 @@ net::awaitable<bool> Router::Impl::admin_rollouts(beast::tcp_stream& client, bht
       if (rollout) copy = *rollout, id = rollout_id;
     }
     Json out = {{"current", copy ? rollout_json(*copy, id, {}) : Json(nullptr)}, {"following", config.follow_url}};
-    co_return co_await respond(client, 200, out.dump(), keep);
+    co_return co_await reply(req, client, 200, out.dump(), keep);
   }
   if (!rollout_store) {
-    co_return co_await respond(client, 404, bad("rollouts are off: start sluice route with --rollout-db FILE"), keep);
+    co_return co_await reply(req, client, 404, bad("rollouts are off: start sluice route with --rollout-db FILE"),
+                             keep);
   }
   static constexpr std::string_view kActions[] = {"pause", "resume", "promote", "abort"};
   const std::string_view action = path == "/admin/rollouts" ? "" : path.substr(std::string_view("/admin/rollouts/").size());
   if (!action.empty() && std::find(std::begin(kActions), std::end(kActions), action) == std::end(kActions)) {
-    co_return co_await respond(client, 404, bad(fmt::format("no admin route {}", path)), keep);
+    co_return co_await reply(req, client, 404, bad(fmt::format("no admin route {}", path)), keep);
   }
   if (!(post || (get && action.empty()))) {
     Headers allow;
     allow.emplace_back("Allow", action.empty() ? "GET, POST" : "POST");
-    co_return co_await respond(client, 405, bad(fmt::format("{} takes {}", path, allow.back().second)), keep,
-                               "application/json", &allow);
+    co_return co_await reply(req, client, 405, bad(fmt::format("{} takes {}", path, allow.back().second)), keep,
+                             "application/json", &allow);
   }
   auto current = [&] { return current_rollout_json(false); };
   if (get) {
@@ -125,17 +127,17 @@ net::awaitable<bool> Router::Impl::admin_rollouts(beast::tcp_stream& client, bht
     for (Json& h : out["history"]) {
       if (!out["current"].is_null() && h["id"] == out["current"]["id"]) h["phase"] = out["current"]["phase"];
     }
-    co_return co_await respond(client, 200, out.dump(), keep);
+    co_return co_await reply(req, client, 200, out.dump(), keep);
   }
   auto parsed = parse_json(req.body().empty() ? std::string_view("{}") : std::string_view(req.body()));
   if (!parsed || !parsed->is_object()) {
-    co_return co_await respond(client, 400, bad("the body must be a JSON object"), keep);
+    co_return co_await reply(req, client, 400, bad("the body must be a JSON object"), keep);
   }
   const Json body = std::move(*parsed);
   const double now = epoch_now();
   if (action.empty()) {
     auto spec = parse_rollout(nlohmann::json::parse(body.dump()));
-    if (!spec) co_return co_await respond(client, 400, bad(spec.error().message()), keep);
+    if (!spec) co_return co_await reply(req, client, 400, bad(spec.error().message()), keep);
     if (!spec->analysis.eval_suite.empty()) {
       std::error_code ec;
       const std::string problem =
@@ -145,16 +147,18 @@ net::awaitable<bool> Router::Impl::admin_rollouts(beast::tcp_stream& client, bht
               ? fmt::format("rollout.analysis.evalSuite: no file '{}' (a path as the router sees it)",
                             spec->analysis.eval_suite)
               : std::string();
-      if (!problem.empty()) co_return co_await respond(client, 400, bad(problem), keep);
+      if (!problem.empty()) co_return co_await reply(req, client, 400, bad(problem), keep);
     }
     // A version no replica carries is a typo, not a rollout.
     for (const std::string& v : {spec->stable, spec->candidate}) {
       bool found = false;
       for (const auto& b : pool.stats()) found = found || b.version == v;
       if (!found) {
-        co_return co_await respond(
-            client, 400, bad(fmt::format("no replica has version '{}' (label replicas with --backend URL,version=V or "
-                                         "the admin API's \"version\")", v)),
+        co_return co_await reply(
+            req, client, 400,
+            bad(fmt::format("no replica has version '{}' (label replicas with --backend URL,version=V or "
+                            "the admin API's \"version\")",
+                            v)),
             keep);
       }
     }
@@ -162,8 +166,8 @@ net::awaitable<bool> Router::Impl::admin_rollouts(beast::tcp_stream& client, bht
       int stable_replicas = 0;
       for (const auto& b : pool.stats()) stable_replicas += b.version == spec->stable;
       if (stable_replicas < 2) {
-        co_return co_await respond(
-            client, 400,
+        co_return co_await reply(
+            req, client, 400,
             bad(fmt::format("rollout.shadow.noiseFraction copies requests to a second replica of the stable version "
                             "'{}', which has {} (set it to 0, or add a replica)",
                             spec->stable, stable_replicas)),
@@ -226,15 +230,16 @@ net::awaitable<bool> Router::Impl::admin_rollouts(beast::tcp_stream& client, bht
       }
     }
     write_rollout_store();
-    if (status == 503) co_return co_await respond(client, status, error_body(error, "server_error"), keep);
-    if (status != 201) co_return co_await respond(client, status, bad(error), keep);
-    co_return co_await respond(client, 201, current().dump(), keep);
+    if (status == 503) co_return co_await reply(req, client, status, error_body(error, "server_error"), keep);
+    if (status != 201) co_return co_await reply(req, client, status, bad(error), keep);
+    co_return co_await reply(req, client, 201, current().dump(), keep);
   }
   for (const auto& [k, v] : body.items()) {
-    if (k != "reason") co_return co_await respond(client, 400, bad(fmt::format("unknown field \"{}\" for {}", k, path)), keep);
+    if (k != "reason")
+      co_return co_await reply(req, client, 400, bad(fmt::format("unknown field \"{}\" for {}", k, path)), keep);
   }
   if (body.contains("reason") && !body["reason"].is_string()) {
-    co_return co_await respond(client, 400, bad("\"reason\" must be a string"), keep);
+    co_return co_await reply(req, client, 400, bad("\"reason\" must be a string"), keep);
   }
   const std::string reason = body.value("reason", std::string());
   int status = 200;
@@ -262,8 +267,8 @@ net::awaitable<bool> Router::Impl::admin_rollouts(beast::tcp_stream& client, bht
     }
   }
   write_rollout_store();
-  if (status != 200) co_return co_await respond(client, status, bad(error), keep);
-  co_return co_await respond(client, 200, current().dump(), keep);
+  if (status != 200) co_return co_await reply(req, client, status, bad(error), keep);
+  co_return co_await reply(req, client, 200, current().dump(), keep);
 }
 
 }  // namespace sluice::router

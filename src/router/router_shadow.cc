@@ -332,10 +332,11 @@ net::awaitable<Json> Router::Impl::shadow_report_off_thread(ShadowReportOptions 
 net::awaitable<bool> Router::Impl::admin_shadow(beast::tcp_stream& client, bhttp::request<bhttp::string_body>& req,
                                                 std::string_view path, bool keep) {
   auto bad = [](std::string message) { return error_body(message, "invalid_request_error"); };
-  const bool get = req.method() == bhttp::verb::get, post = req.method() == bhttp::verb::post;
+  const bool get = req.method() == bhttp::verb::get || req.method() == bhttp::verb::head,
+             post = req.method() == bhttp::verb::post;
   auto state = [&] { return shadow_status(); };
   if (path == "/admin/shadow/report") {
-    if (!get) co_return co_await respond(client, 405, bad("/admin/shadow/report takes GET"), keep);
+    if (!get) co_return co_await reply(req, client, 405, bad("/admin/shadow/report takes GET"), keep);
     ShadowReportOptions o;
     o.version = query_value(req.target(), "version");
     const std::string since = query_value(req.target(), "since"), worst = query_value(req.target(), "worst");
@@ -353,22 +354,25 @@ net::awaitable<bool> Router::Impl::admin_shadow(beast::tcp_stream& client, bhttp
     o.bucket_seconds = number(bucket, o.bucket_seconds);
     if (!parsed || !(worst_n >= 0 && worst_n <= 1000) || worst_n != std::floor(worst_n) || !(o.bucket_seconds > 0) ||
         !std::isfinite(o.since) || !std::isfinite(o.bucket_seconds)) {
-      co_return co_await respond(
-          client, 400, bad("query: since=SECONDS_SINCE_EPOCH, worst=0..1000, bucket=SECONDS (> 0), version=V"), keep);
+      co_return co_await reply(req, client, 400,
+                               bad("query: since=SECONDS_SINCE_EPOCH, worst=0..1000, bucket=SECONDS (> 0), version=V"),
+                               keep);
     }
     o.worst = static_cast<int32_t>(worst_n);
     std::string error;
     const Json out = co_await shadow_report_off_thread(o, &error);
-    if (out.is_null()) co_return co_await respond(client, 500, error_body(error, "server_error"), keep);
-    co_return co_await respond(client, 200, out.dump(-1, ' ', false, Json::error_handler_t::replace), keep);
+    if (out.is_null()) co_return co_await reply(req, client, 500, error_body(error, "server_error"), keep);
+    co_return co_await reply(req, client, 200, out.dump(-1, ' ', false, Json::error_handler_t::replace), keep);
   }
-  if (path != "/admin/shadow") co_return co_await respond(client, 404, bad(fmt::format("no admin route {}", path)), keep);
-  if (get) co_return co_await respond(client, 200, state().dump(), keep);
-  if (!post) co_return co_await respond(client, 405, bad("/admin/shadow takes GET or POST"), keep);
+  if (path != "/admin/shadow")
+    co_return co_await reply(req, client, 404, bad(fmt::format("no admin route {}", path)), keep);
+  if (get) co_return co_await reply(req, client, 200, state().dump(), keep);
+  if (!post) co_return co_await reply(req, client, 405, bad("/admin/shadow takes GET or POST"), keep);
   auto parsed = parse_json(req.body());
-  if (!parsed || !parsed->is_object()) co_return co_await respond(client, 400, bad("the body must be a JSON object"), keep);
+  if (!parsed || !parsed->is_object())
+    co_return co_await reply(req, client, 400, bad("the body must be a JSON object"), keep);
   auto shadow = parse_shadow(nlohmann::json::parse(parsed->dump()), "shadow", false);
-  if (!shadow) co_return co_await respond(client, 400, bad(shadow.error().message()), keep);
+  if (!shadow) co_return co_await reply(req, client, 400, bad(shadow.error().message()), keep);
   if (!shadow->version.empty()) {
     bool found = false, other = false;
     for (const auto& b : pool.stats()) {
@@ -376,7 +380,8 @@ net::awaitable<bool> Router::Impl::admin_shadow(beast::tcp_stream& client, bhttp
       other = other || b.version != shadow->version;
     }
     if (!found) {
-      co_return co_await respond(client, 400, bad(fmt::format("no replica has version '{}'", shadow->version)), keep);
+      co_return co_await reply(req, client, 400, bad(fmt::format("no replica has version '{}'", shadow->version)),
+                               keep);
     }
     // A rollout that has ended (promoted, aborted) sends every client to one version: shadowed,
     // it answers them still, and no answer of another version is left to copy to it.
@@ -387,8 +392,8 @@ net::awaitable<bool> Router::Impl::admin_shadow(beast::tcp_stream& client, bhttp
       if (rollout && rollout->phase() == RolloutPhase::kAborted) sole = rollout->spec().stable;
     }
     if (sole == shadow->version && shadow->fraction > 0) {
-      co_return co_await respond(
-          client, 400,
+      co_return co_await reply(
+          req, client, 400,
           bad(fmt::format("version '{}' answers every client since the rollout ended: no answer of another version "
                           "is left to copy to it; shadow another version",
                           shadow->version)),
@@ -396,8 +401,8 @@ net::awaitable<bool> Router::Impl::admin_shadow(beast::tcp_stream& client, bhttp
     }
     if (!other && shadow->fraction > 0) {
       // Its replicas answer no client while it is shadowed: nobody would be left to.
-      co_return co_await respond(
-          client, 400,
+      co_return co_await reply(
+          req, client, 400,
           bad(fmt::format("every replica has version '{}': shadowed, none would be left to answer clients",
                           shadow->version)),
           keep);
@@ -410,8 +415,8 @@ net::awaitable<bool> Router::Impl::admin_shadow(beast::tcp_stream& client, bhttp
       if (b.version != shadow->version) ++replicas[b.version];
     }
     if (std::ranges::none_of(replicas, [](const auto& v) { return v.second >= 2; })) {
-      co_return co_await respond(
-          client, 400,
+      co_return co_await reply(
+          req, client, 400,
           bad("noiseFraction copies a request to a second replica of the version that answered it, and no version "
               "has two replicas (set it to 0, or add a replica)"),
           keep);
@@ -421,7 +426,7 @@ net::awaitable<bool> Router::Impl::admin_shadow(beast::tcp_stream& client, bhttp
     MutexLock lock(shadow_mu);
     shadow_config = *shadow;
   }
-  co_return co_await respond(client, 200, state().dump(), keep);
+  co_return co_await reply(req, client, 200, state().dump(), keep);
 }
 
 }  // namespace sluice::router
