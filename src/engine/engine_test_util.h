@@ -124,4 +124,26 @@ inline std::vector<StreamOutput> run_concurrently(Engine& engine, const std::vec
   return outs;
 }
 
+// The four prompts speculation is tested on (repeats, a sequence, a story), 40 tokens each, with
+// logprobs; sampled with every sampler knob and one seed each, or greedy.
+inline std::vector<Request> test_requests(const Fixture& f, bool sampled) {
+  std::vector<Request> rs;
+  for (const char* prompt : {"the cat sat on the mat, the cat sat on the", "hello hello hello", "a b c d e f g a b c",
+                             "once upon a time there was"}) {
+    Request r = f.request(prompt, 40);
+    r.logprobs = true;
+    r.sampling.top_logprobs = 3;
+    if (sampled) {
+      r.sampling.temperature = 0.9f;
+      r.sampling.top_k = 40;
+      r.sampling.top_p = 0.95f;
+      r.sampling.repetition_penalty = 1.1f;
+      r.sampling.frequency_penalty = 0.2f;
+      r.seed = 1234 + rs.size();
+    }
+    rs.push_back(std::move(r));
+  }
+  return rs;
+}
+
 }  // namespace sluice::engine_test
