@@ -45,6 +45,11 @@ bool is_rate(const MetricResult& m) { return m.test == "mcnemar"; }
 
 }  // namespace
 
+std::string mde_text(const MetricResult& m) {
+  if (!is_rate(m)) return fmt::format("{:.4f}", m.mde);
+  return m.mde > 1 ? ">100%" : pct(m.mde);
+}
+
 std::string xml_escape(std::string_view s) {
   std::string out;
   for (unsigned char c : s) {
@@ -177,9 +182,9 @@ std::string compare_text(const Comparison& c, int32_t max_items) {
   for (const MetricResult& m : c.metrics) {
     const bool rate = is_rate(m);
     out += fmt::format("  {:<24} {:>5} {:>9} {:>9} {:>10} {:>9.4f} {:>9} {:>8}  {}\n", one_line(m.name, 24), m.n,
-                       rate ? pct(m.base) : fmt::format("{:.4f}", m.base), rate ? pct(m.cand) : fmt::format("{:.4f}", m.cand),
-                       signed_num(m.diff, rate), m.p_adjusted, m.test,
-                       rate ? pct(m.mde) : fmt::format("{:.4f}", m.mde), m.verdict);
+                       rate ? pct(m.base) : fmt::format("{:.4f}", m.base),
+                       rate ? pct(m.cand) : fmt::format("{:.4f}", m.cand), signed_num(m.diff, rate), m.p_adjusted,
+                       m.test, mde_text(m), m.verdict);
     if (!rate && m.pass_to_fail + m.fail_to_pass > 0) {
       out += fmt::format("  {:<24} 95% interval of the difference [{:+.4f}, {:+.4f}]\n", "", m.ci_lo, m.ci_hi);
     }
@@ -252,9 +257,9 @@ std::string compare_markdown(const Comparison& c, int32_t max_items) {
   for (const MetricResult& m : c.metrics) {
     const bool rate = is_rate(m);
     out += fmt::format("| {} | {} | {} | {} | {} | {:.4f} | {} | {} | {} |\n", md_cell(m.name), m.n,
-                       rate ? pct(m.base) : fmt::format("{:.4f}", m.base), rate ? pct(m.cand) : fmt::format("{:.4f}", m.cand),
-                       signed_num(m.diff, rate), m.p_adjusted, m.test, rate ? pct(m.mde) : fmt::format("{:.4f}", m.mde),
-                       m.verdict);
+                       rate ? pct(m.base) : fmt::format("{:.4f}", m.base),
+                       rate ? pct(m.cand) : fmt::format("{:.4f}", m.cand), signed_num(m.diff, rate), m.p_adjusted,
+                       m.test, mde_text(m), m.verdict);
   }
   int shown = 0;
   std::string rows;

@@ -27,6 +27,9 @@ Json compare_json(const Comparison& c);
 std::string compare_junit(const Comparison& c);
 // Markdown for a pull-request comment: the verdict, the metrics table, the regressed items.
 std::string compare_markdown(const Comparison& c, int32_t max_items = 20);
+// A metric's minimum detectable effect as the reports show it: a rate in percent, ">100%" where
+// the suite is too small to see any drop; a score to 4 decimals.
+std::string mde_text(const MetricResult& m);
 // A self-contained HTML page (no external scripts or fonts): the verdict and metrics, an SVG
 // chart of the suite's scores over its runs, the per-item diff table.
 std::string compare_html(const Comparison& c, const std::vector<RunRow>& history);

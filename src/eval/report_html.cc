@@ -111,10 +111,11 @@ std::string compare_html(const Comparison& c, const std::vector<RunRow>& history
   html += "<h2>Metrics</h2>\n<table id=\"metric-table\"><tr><th>metric</th><th>items</th><th>baseline</th><th>candidate</th>"
           "<th>diff</th><th>p (Holm)</th><th>test</th><th>MDE</th><th>verdict</th></tr>\n";
   for (const MetricResult& m : c.metrics) {
-    html += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.4f}</td><td>{:.4f}</td><td>{:+.4f}</td><td>{:.4f}</td><td>{}</td>"
-                        "<td>{:.4f}</td><td class=\"{}\">{}</td></tr>\n",
-                        xml_escape(m.name), m.n, m.base, m.cand, m.diff, m.p_adjusted, m.test, m.mde,
-                        xml_escape(m.verdict), xml_escape(m.verdict));
+    html += fmt::format(
+        "<tr><td>{}</td><td>{}</td><td>{:.4f}</td><td>{:.4f}</td><td>{:+.4f}</td><td>{:.4f}</td><td>{}</td>"
+        "<td>{}</td><td class=\"{}\">{}</td></tr>\n",
+        xml_escape(m.name), m.n, m.base, m.cand, m.diff, m.p_adjusted, m.test, xml_escape(mde_text(m)),
+        xml_escape(m.verdict), xml_escape(m.verdict));
   }
   html += "</table>\n" + metrics_svg(c);
   html += "<h2>Scores over runs</h2>\n" + history_svg(history);

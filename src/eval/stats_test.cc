@@ -119,6 +119,15 @@ TEST(Compare, IdenticalRunsAreNoChangeAndSmallDifferencesInconclusive) {
   const Comparison c = compare_runs(1, base, 3, one_flip, {});
   EXPECT_EQ(c.metrics[0].verdict, "inconclusive");  // 1 flip in 20: 30pp could not even be seen
   EXPECT_NEAR(c.metrics[0].mde, 6.0 / 20.0, 1e-12);
+  EXPECT_EQ(mde_text(c.metrics[0]), "30.0%");
+  // A suite of 4 items could not see any drop: its MDE (6 flips of 4) is shown as such, not as 150%.
+  const std::vector<ResultRow> base4(base.begin(), base.begin() + 4), flip4(one_flip.begin(), one_flip.begin() + 4);
+  const Comparison tiny = compare_runs(1, base4, 3, flip4, {});
+  EXPECT_NEAR(tiny.metrics[0].mde, 6.0 / 4.0, 1e-12);
+  EXPECT_EQ(mde_text(tiny.metrics[0]), ">100%");
+  EXPECT_NE(compare_text(tiny).find(" >100%  inconclusive"), std::string::npos) << compare_text(tiny);
+  EXPECT_NE(compare_markdown(tiny).find("| >100% | inconclusive |"), std::string::npos) << compare_markdown(tiny);
+  EXPECT_NE(compare_html(tiny, {}).find("<td>&gt;100%</td>"), std::string::npos);
   // A/A: the flipped item is flaky and the difference is the noise floor.
   CompareOptions aa;
   aa.aa = true;
