@@ -194,6 +194,57 @@ TEST(Cli, ModelMakeLeavesNoTemporaryFiles) {
   std::filesystem::remove_all(dir);
 }
 
+// Text from a file reaches the terminal escaped: a name with an escape sequence, a bell and a
+// newline (a forged line of output), an architecture that is not UTF-8.
+TEST(Cli, ModelInfoEscapesTheFilesText) {
+  const std::string path = ::testing::TempDir() + "/cli_hostile_name.gguf";
+  gguf::Writer w;
+  w.set_string("general.name", "a\x1b]0;title\x07\nfake: ok");
+  w.set_string("general.architecture", "ll\xffma");
+  ASSERT_TRUE(w.write_file(path));
+  for (const std::string flags : {"", " -a"}) {
+    Output info = run("model info " + path + flags, true);
+    EXPECT_NE(info.out.find("name:            a\\x1b]0;title\\x07\\x0afake: ok\n"), std::string::npos) << info.out;
+    EXPECT_NE(info.out.find("ll\xef\xbf\xbdma"), std::string::npos) << info.out;
+    EXPECT_EQ(info.out.find('\x1b'), std::string::npos) << info.out;
+    EXPECT_TRUE(utf8_is_valid(info.out)) << info.out;
+  }
+  std::filesystem::remove(path);
+}
+
+// A kernel path forced by the environment is checked before any work (it was checked when the
+// written model was loaded back, and left it behind), in either case; a shape too large for this
+// machine's memory is refused before it is made (it was an out-of-memory "internal error").
+TEST(Cli, ModelMakeRefusesWhatCannotRunBeforeAnyWork) {
+  const std::string dir = ::testing::TempDir() + "/cli_refused";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string bin = sluice::testing::binary_dir() + "/src/cli/sluice";
+  const std::string bogus =
+      shell("SLUICE_KERNELS=bogus " + bin + " model make --preset tiny -o " + dir + "/m.gguf 2>&1; echo rc=$?");
+  EXPECT_NE(bogus.find("SLUICE_KERNELS=bogus: unknown kernel path 'bogus'"), std::string::npos) << bogus;
+  EXPECT_NE(bogus.find("rc=2"), std::string::npos) << bogus;
+  const std::string repack = shell("SLUICE_REPACK=sometimes " + bin + " generate -m demo -p x -n 1 2>&1; echo rc=$?");
+  EXPECT_NE(repack.find("SLUICE_REPACK=sometimes: expected auto, on, lean or off"), std::string::npos) << repack;
+  EXPECT_NE(repack.find("rc=2"), std::string::npos) << repack;
+  const std::string upper =
+      shell("SLUICE_KERNELS=AVX2 " + bin + " model make --preset tiny -o " + dir + "/m.gguf 2>&1; echo rc=$?");
+  EXPECT_NE(upper.find("rc=0"), std::string::npos) << upper;
+  std::filesystem::remove(dir + "/m.gguf");
+  Output huge =
+      run("model make --dim 65536 --ffn 262144 --layers 256 --vocab-size 4194304 --heads 64 --kv-heads 8 -o " + dir +
+              "/huge.gguf",
+          true);
+  EXPECT_EQ(huge.exit_code, 2) << huge.out;
+  EXPECT_NE(huge.out.find("this model would take 61440.1 GiB of memory to make (60416.1 GiB of weights), more than"),
+            std::string::npos)
+      << huge.out;
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++entries;
+  EXPECT_EQ(entries, 0);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Cli, PiecesAreValidUtf8) {
   if (!have_shared()) GTEST_SKIP() << "no shared tokenizers";
   // U+1F642 is not in the SPM vocabulary: it falls back to four byte tokens, each shown escaped.

@@ -2,8 +2,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cctype>
+#include <charconv>
 #include <cstdio>
 #include <iostream>
 #include <limits>
@@ -13,6 +13,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "common/utf8.h"
 #include "model/config.h"
 #include "model/loader.h"
 #include "model/model.h"
@@ -47,18 +48,19 @@ int run_info(const std::string& path, bool all_metadata) {
     std::printf("note:            built-in demo model with RANDOM weights: it talks gibberish\n");
   }
   std::string name = f.get_string_or("general.name", "");
-  if (!name.empty()) std::printf("name:            %s\n", name.c_str());
+  if (!name.empty()) std::printf("name:            %s\n", terminal_safe(name).c_str());
   if (f.find("general.architecture")) {
     auto config = ModelConfig::from_gguf(f);
     if (!config) {
-      std::printf("architecture:    %s (cannot load: %s)\n", f.get_string_or("general.architecture", "?").c_str(),
-                  config.error().message().c_str());
+      std::printf("architecture:    %s (cannot load: %s)\n",
+                  terminal_safe(f.get_string_or("general.architecture", "?")).c_str(),
+                  terminal_safe(config.error().message()).c_str());
     } else {
       // Binding the weights checks every tensor's presence, shape and type, as loading does.
       auto weights = ModelWeights::bind(f, *config);
-      if (!weights) std::printf("loadable:        no: %s\n", weights.error().message().c_str());
+      if (!weights) std::printf("loadable:        no: %s\n", terminal_safe(weights.error().message()).c_str());
       const ModelConfig& c = *config;
-      std::printf("architecture:    %s\n", c.arch_name.c_str());
+      std::printf("architecture:    %s\n", terminal_safe(c.arch_name).c_str());
       std::printf("layers:          %d\n", c.num_layers);
       std::printf("hidden size:     %d (ffn %d)\n", c.dim, c.ffn_dim);
       std::printf("heads:           %d (kv heads %d, head dim %d)\n", c.num_heads, c.num_kv_heads, c.head_dim);
@@ -95,10 +97,11 @@ int run_info(const std::string& path, bool all_metadata) {
     auto tok = Tokenizer::from_gguf(f);
     if (tok) {
       std::printf("tokenizer:       %s (%s, pre-tokenizer %s), %d tokens, bos %d, eos %d\n",
-                  std::string((*tok)->kind()).c_str(), f.get_string_or("tokenizer.ggml.model", "?").c_str(),
-                  std::string((*tok)->pre()).c_str(), (*tok)->vocab_size(), (*tok)->bos_id(), (*tok)->eos_id());
+                  std::string((*tok)->kind()).c_str(),
+                  terminal_safe(f.get_string_or("tokenizer.ggml.model", "?")).c_str(),
+                  terminal_safe((*tok)->pre()).c_str(), (*tok)->vocab_size(), (*tok)->bos_id(), (*tok)->eos_id());
     } else {
-      std::printf("tokenizer:       cannot load: %s\n", tok.error().message().c_str());
+      std::printf("tokenizer:       cannot load: %s\n", terminal_safe(tok.error().message()).c_str());
     }
   } else {
     std::printf("tokenizer:       none\n");
@@ -106,11 +109,13 @@ int run_info(const std::string& path, bool all_metadata) {
   std::printf("chat template:   %s\n", f.find("tokenizer.chat_template") ? "present" : "absent");
   if (all_metadata) {
     std::printf("metadata:\n");
-    for (const auto& [key, value] : f.metadata()) std::printf("  %s = %s\n", std::string(key).c_str(), value.to_string().c_str());
+    for (const auto& [key, value] : f.metadata()) {
+      std::printf("  %s = %s\n", terminal_safe(key).c_str(), terminal_safe(value.to_string()).c_str());
+    }
     std::printf("tensor list:\n");
     for (const auto& t : f.tensors()) {
-      std::printf("  %-32s %-6s %s\n", std::string(t.name).c_str(), std::string(gguf::tensor_type_name(t.type)).c_str(),
-                  t.shape_string().c_str());
+      std::printf("  %-32s %-6s %s\n", terminal_safe(t.name).c_str(),
+                  std::string(gguf::tensor_type_name(t.type)).c_str(), t.shape_string().c_str());
     }
   }
   return finish_stdout();
@@ -184,7 +189,8 @@ int run_quantize(const QuantizeOptions& o) {
   ThreadPool pool(o.threads);
   const bool tty = !o.no_progress && isatty(STDERR_FILENO);
   auto progress = tty ? terminal_progress("quantizing " + o.input, /*weights=*/true) : std::function<void(uint64_t, uint64_t)>();
-  auto report = quantize_model(**in, **mix, o.output, pool, progress, load_back("quantized"));
+  uint64_t size = 0;
+  auto report = quantize_model(**in, **mix, o.output, pool, progress, load_back("quantized", nullptr, &size));
   if (!report) return fail(report.error().message());
   for (const std::string& f : report->fallbacks) std::fprintf(stderr, "fallback: %s\n", f.c_str());
   std::string types;
@@ -192,7 +198,7 @@ int run_quantize(const QuantizeOptions& o) {
     types += fmt::format("{}{} x{}", types.empty() ? "" : ", ", gguf::tensor_type_name(type), e.first);
   }
   std::fprintf(stderr, "wrote %s: %s (%s), %s -> %s\n", o.output.c_str(), std::string((*mix)->name).c_str(),
-               types.c_str(), human_bytes(report->input_bytes).c_str(), human_bytes(report->output_bytes).c_str());
+               types.c_str(), human_bytes((*in)->file_size()).c_str(), human_bytes(size).c_str());
   return kExitOk;
 }
 

@@ -1,4 +1,9 @@
 // sluice: one binary, one subcommand per job (see DESIGN.md).
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <charconv>
 #include <cmath>
 #include <csignal>
@@ -9,23 +14,20 @@
 #include <string>
 #include <utility>
 #include <vector>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "common/utf8.h"
+#include "kernels/kernel_path.h"
 
 namespace sluice::cli {
 
 int fail(const std::string& message) {
-  std::cerr << "sluice: error: " << message << std::endl;
+  std::cerr << "sluice: error: " << terminal_safe(message, /*keep_lines=*/true) << std::endl;
   return kExitError;
 }
 
 int fail_usage(const std::string& message) {
-  std::cerr << "sluice: error: " << message << " (see --help)" << std::endl;
+  std::cerr << "sluice: error: " << terminal_safe(message, /*keep_lines=*/true) << " (see --help)" << std::endl;
   return kExitUsage;
 }
 
@@ -216,6 +218,12 @@ int main(int argc, char** argv) {
     std::cout.flush();
     if (!std::cout) return fail("cannot write to standard output");
     return finish_stdout();
+  }
+  // The commands that run models: a kernel path forced by the environment that is unknown, or
+  // that this machine cannot run, is refused before any work (not after a model is written).
+  for (const char* name : {"serve", "generate", "model", "pair"}) {
+    if (!app.got_subcommand(name)) continue;
+    if (sluice::Status s = sluice::kernels::check_kernel_environment(); !s) return fail_usage(s.message());
   }
   // Library code reports failures as values; anything thrown here (out of memory, no threads
   // left) still ends with a message rather than an abort.

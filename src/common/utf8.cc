@@ -122,4 +122,28 @@ std::string utf8_sanitize(std::string_view s) {
   return out;
 }
 
+std::string terminal_safe(std::string_view s, bool keep_lines) {
+  const std::string clean = utf8_sanitize(s);
+  std::string out;
+  out.reserve(clean.size());
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (size_t i = 0; i < clean.size(); ++i) {
+    const auto c = static_cast<unsigned char>(clean[i]);
+    if ((c < 0x20 && c != '\t' && !(c == '\n' && keep_lines)) || c == 0x7f) {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else if (c == 0xc2 && i + 1 < clean.size() && static_cast<unsigned char>(clean[i + 1]) < 0xa0) {
+      const auto next = static_cast<unsigned char>(clean[++i]);  // U+0080..U+009F: C1 controls
+      out += "\\u{";
+      out += kHex[next >> 4];
+      out += kHex[next & 15];
+      out += '}';
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
 }  // namespace sluice

@@ -56,4 +56,10 @@ size_t utf8_incomplete_suffix_length(std::string_view s);
 std::string utf8_sanitize(std::string_view s);
 void utf8_sanitize_append(std::string_view s, std::string& out);
 
+// `s` as a terminal may show it: sanitized as above, and every control character but tab (C0,
+// DEL, C1: escape sequences, a title, a cursor move) written as \xNN or \u{NN}, so text read
+// from a file can neither restyle the terminal nor forge a line of output; newlines too, unless
+// `keep_lines` (a message of several lines).
+std::string terminal_safe(std::string_view s, bool keep_lines = false);
+
 }  // namespace sluice

@@ -91,5 +91,14 @@ TEST(Utf8, SanitizeReplacesEachMaximalSubpartOnce) {
   EXPECT_TRUE(utf8_is_valid(utf8_sanitize("\x80\xC0\xC1\xF5\xF8\xFC\xFE\xFF")));
 }
 
+TEST(Utf8, TerminalSafeEscapesControlsAndInvalidBytes) {
+  EXPECT_EQ(terminal_safe("plain \xc3\xa9\t"), "plain \xc3\xa9\t");  // é and a tab stay
+  EXPECT_EQ(terminal_safe("a\x1b[31mb\x07\x7f"), "a\\x1b[31mb\\x07\\x7f");
+  EXPECT_EQ(terminal_safe("one\ntwo"), "one\\x0atwo");
+  EXPECT_EQ(terminal_safe("one\ntwo", /*keep_lines=*/true), "one\ntwo");
+  EXPECT_EQ(terminal_safe("csi \xc2\x9b and nbsp \xc2\xa0"), "csi \\u{9b} and nbsp \xc2\xa0");  // C1 only
+  EXPECT_EQ(terminal_safe("bad \xff"), "bad \xef\xbf\xbd");
+}
+
 }  // namespace
 }  // namespace sluice

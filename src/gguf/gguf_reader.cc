@@ -365,7 +365,13 @@ Status File::parse() {
   }
   uint64_t data_size = data_offset_ <= size_ ? size_ - data_offset_ : 0;
   for (auto& t : tensors_) {
-    if (t.offset > data_size || t.num_bytes > data_size - t.offset) {
+    if (t.offset > data_size) {  // (an offset near 2^64 would wrap in a sum)
+      return Status::error(
+          fmt::format("tensor '{}': data offset {} is past the end of the file (its data section "
+                      "holds {} bytes)",
+                      t.name, t.offset, data_size));
+    }
+    if (t.num_bytes > data_size - t.offset) {
       return Status::error(fmt::format("tensor '{}': data ends at {} past end of file (size {})", t.name,
                                        data_offset_ + t.offset + t.num_bytes, size_));
     }

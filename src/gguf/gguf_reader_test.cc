@@ -1,13 +1,16 @@
 #include "gguf/gguf_reader.h"
 
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
-
-#include <gtest/gtest.h>
+#include <vector>
 
 #include "common/test_paths.h"
 #include "gguf/gguf_writer.h"
@@ -203,6 +206,16 @@ TEST(GgufReader, TensorDataPastEndIsNamed) {
   bytes.erase(bytes.end() - 100, bytes.end());  // (resize(size - 100) trips GCC 12's -Wstringop-overflow under ASan)
   std::string err = parse_error(bytes);
   EXPECT_NE(err.find("tensor 'blk.3.attn_q.weight': data ends at"), std::string::npos) << err;
+  // An offset near 2^64 (an aligned one): named as an offset, not as an end that wrapped around.
+  bytes = w.to_bytes();
+  const std::string name = "blk.3.attn_q.weight";
+  const auto at = std::search(bytes.begin(), bytes.end(), name.begin(), name.end()) - bytes.begin();
+  const uint64_t huge = ~uint64_t{0} - 31;  // n_dims (4 bytes), one dim (8), the type (4), then the offset
+  std::memcpy(&bytes[at + name.size() + 4 + 8 + 4], &huge, 8);
+  err = parse_error(bytes);
+  EXPECT_NE(err.find("tensor 'blk.3.attn_q.weight': data offset 18446744073709551584 is past the end of the file"),
+            std::string::npos)
+      << err;
 }
 
 TEST(GgufReader, UnknownTensorTypeAndBadBlockMultiple) {
@@ -278,6 +291,41 @@ TEST(GgufReader, OpensSharedModel) {
   ASSERT_TRUE(f) << f.error().message();
   EXPECT_EQ(*(*f)->get_string("general.architecture"), "llama");
   EXPECT_NE((*f)->find_tensor("token_embd.weight"), nullptr);
+}
+
+// The written file is checked while it has no name (a signal then leaves nothing behind); a
+// check that fails leaves the old file as it was and no other.
+TEST(GgufWriter, VerifiesTheFileBeforeItHasAName) {
+  const std::string dir = ::testing::TempDir() + "/gguf_writer_verify";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/m.gguf";
+  std::ofstream(path) << "old";
+  Writer w;
+  w.set_string("general.name", "new");
+  auto entries = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) names.push_back(e.path().filename());
+    return names;
+  };
+  std::string seen;
+  const Status failed = w.write_file(path, [&](const std::string& written) {
+    auto f = File::open(written);
+    if (f) seen = (*f)->get_string_or("general.name", "");
+    EXPECT_EQ(entries(), std::vector<std::string>{"m.gguf"});  // only the old file has a name
+    return Status::error("refused");
+  });
+  EXPECT_EQ(failed.message(), "refused");
+  EXPECT_EQ(seen, "new");
+  EXPECT_EQ(entries(), std::vector<std::string>{"m.gguf"});
+  std::ifstream old(path);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(old), {}), "old");
+  ASSERT_TRUE(w.write_file(path, [](const std::string&) { return Status::ok(); }));
+  EXPECT_EQ(entries(), std::vector<std::string>{"m.gguf"});
+  auto f = File::open(path);
+  ASSERT_TRUE(f) << f.error().message();
+  EXPECT_EQ((*f)->get_string_or("general.name", ""), "new");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -1,10 +1,12 @@
 #include "gguf/gguf_writer.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 
@@ -245,9 +247,23 @@ Status Writer::write_file(const std::string& path, const Verify& verify) const {
   }
   ok = ok && std::fflush(f) == 0;
   int err = ok ? 0 : errno;
+  // Checked while it has no name (through its descriptor): a signal while `verify` loads it back,
+  // which takes a while for a large model, leaves nothing behind either.
+  const std::string fd_path = fmt::format("/proc/self/fd/{}", ::fileno(f));
+  if (ok && verify) {
+    if (Status s = verify(anonymous ? fd_path : tmp); !s) {
+      std::fclose(f);
+      if (!tmp.empty()) ::unlink(tmp.c_str());
+      return s;
+    }
+  }
+  // From its first name to its last, signals wait: the process ends with PATH as it was or
+  // replaced whole, and no temporary name.
+  sigset_t all, before;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &before);
   if (ok && anonymous) {
     // Named under a unique temporary name first (linkat cannot replace), then renamed over.
-    const std::string fd_path = fmt::format("/proc/self/fd/{}", ::fileno(f));
     for (int attempt = 0; attempt < 100 && tmp.empty(); ++attempt) {
       const std::string name = fmt::format("{}.partial-{}-{}", path, ::getpid(), attempt);
       if (::linkat(AT_FDCWD, fd_path.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) tmp = name;
@@ -256,21 +272,10 @@ Status Writer::write_file(const std::string& path, const Verify& verify) const {
     if (tmp.empty()) ok = false, err = errno;
   }
   if (std::fclose(f) != 0 && ok) ok = false, err = errno;
-  if (!ok) {
-    if (!tmp.empty()) ::unlink(tmp.c_str());
-    return Status::error(fmt::format("cannot write '{}': {}", path, std::strerror(err)));
-  }
-  if (verify) {
-    if (Status s = verify(tmp); !s) {
-      ::unlink(tmp.c_str());
-      return s;
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    err = errno;
-    ::unlink(tmp.c_str());
-    return Status::error(fmt::format("cannot write '{}': {}", path, std::strerror(err)));
-  }
+  if (ok && std::rename(tmp.c_str(), path.c_str()) != 0) ok = false, err = errno;
+  if (!ok && !tmp.empty()) ::unlink(tmp.c_str());
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  if (!ok) return Status::error(fmt::format("cannot write '{}': {}", path, std::strerror(err)));
   return Status::ok();
 }
 

@@ -64,8 +64,9 @@ class Writer {
 
   std::vector<uint8_t> to_bytes() const;
   // Written atomically: to a file without a name (O_TMPFILE; where that cannot be, one named
-  // PATH.partial-PID-N), named and checked by `verify` (given its temporary path: load it back,
-  // say), then renamed over PATH. A failure at any point leaves PATH as it was. Refuses to
+  // PATH.partial-PID-N), checked by `verify` (given a path to read it by: /proc/self/fd/N while
+  // it has no name; load it back, say), then named and renamed over PATH with signals held. A
+  // failure at any point, or a signal, leaves PATH as it was and no other file. Refuses to
   // replace anything but a regular file (a device, a directory, a symbolic link); a file
   // replaced keeps its mode.
   using Verify = std::function<Status(const std::string& written)>;

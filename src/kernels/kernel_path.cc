@@ -1,9 +1,12 @@
 #include "kernels/kernel_path.h"
 
 #include <atomic>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
+#include <string>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -126,20 +129,73 @@ std::vector<std::string> unavailable_kernel_paths() {
 }
 
 Result<KernelPath> parse_kernel_path(const std::string& name) {
+  std::string lower = name;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   for (KernelPath p : kAllPaths) {
-    if (p != KernelPath::kGeneric && name == kernel_path_name(p)) return p;
+    if (p != KernelPath::kGeneric && lower == kernel_path_name(p)) return p;
   }
   return Error("unknown kernel path '{}' (choose avx2, avxvnni, avx512 or amx)", name);
 }
 
-Status set_kernel_path(KernelPath path) {
-  if (!kernel_path_runs(path)) {
-    for (const std::string& why : unavailable_kernel_paths()) {
-      if (why.starts_with(kernel_path_name(path))) return Status::error(fmt::format("this machine cannot run kernel path {}", why));
-    }
-    return Status::error(fmt::format("this machine cannot run kernel path {}", kernel_path_name(path)));
+namespace {
+// Ok, or why this machine cannot run `path`.
+Status runnable(KernelPath path) {
+  if (kernel_path_runs(path)) return Status::ok();
+  for (const std::string& why : unavailable_kernel_paths()) {
+    if (why.starts_with(kernel_path_name(path)))
+      return Status::error(fmt::format("this machine cannot run kernel path {}", why));
   }
+  return Status::error(fmt::format("this machine cannot run kernel path {}", kernel_path_name(path)));
+}
+}  // namespace
+
+Status set_kernel_path(KernelPath path) {
+  if (Status s = runnable(path); !s) return s;
   g_path.store(static_cast<int>(path));
+  return Status::ok();
+}
+
+namespace {
+
+const char* set_env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : nullptr;
+}
+
+// SLUICE_KERNELS's path, none when unset.
+Result<std::optional<KernelPath>> forced_path() {
+  const char* env = set_env("SLUICE_KERNELS");
+  if (env == nullptr) return std::optional<KernelPath>();
+  auto p = parse_kernel_path(env);
+  const Status s = p ? runnable(*p) : Status::error(p.error().message());
+  if (!s) return Error("SLUICE_KERNELS={}: {}", env, s.message());
+  return std::optional<KernelPath>(*p);
+}
+
+enum class Repack { kOff, kAuto, kOn, kLean };
+
+Result<Repack> parse_repack() {
+  const char* env = set_env("SLUICE_REPACK");
+  if (env == nullptr) return Repack::kAuto;
+  const std::string v = env;
+  if (v == "auto") return Repack::kAuto;
+  if (v == "on") return Repack::kOn;
+  if (v == "off") return Repack::kOff;
+  if (v == "lean") return Repack::kLean;
+  return Error("SLUICE_REPACK={}: expected auto, on, lean or off", v);
+}
+
+// What a library caller that skipped check_kernel_environment gets: the message, and exit 2.
+[[noreturn]] void die(const std::string& message) {
+  std::fprintf(stderr, "sluice: %s\n", message.c_str());
+  std::exit(2);
+}
+
+}  // namespace
+
+Status check_kernel_environment() {
+  if (auto p = forced_path(); !p) return Status::error(p.error().message());
+  if (auto r = parse_repack(); !r) return Status::error(r.error().message());
   return Status::ok();
 }
 
@@ -149,15 +205,9 @@ KernelPath active_kernel_path() {
   static std::once_flag once;
   std::call_once(once, [] {
     KernelPath chosen = best();
-    if (const char* env = std::getenv("SLUICE_KERNELS"); env != nullptr && *env != '\0') {
-      auto p = parse_kernel_path(env);
-      Status s = p ? set_kernel_path(*p) : Status::error(p.error().message());
-      if (!s) {
-        std::fprintf(stderr, "sluice: SLUICE_KERNELS=%s: %s\n", env, s.message().c_str());
-        std::exit(2);
-      }
-      chosen = *p;
-    }
+    auto forced = forced_path();
+    if (!forced) die(forced.error().message());
+    if (forced->has_value()) chosen = **forced;
     int expected = -1;
     g_path.compare_exchange_strong(expected, static_cast<int>(chosen));
   });
@@ -165,16 +215,11 @@ KernelPath active_kernel_path() {
 }
 
 namespace {
-enum class Repack { kOff, kAuto, kOn, kLean };
 Repack repack_mode() {
   static const Repack mode = [] {
-    const char* env = std::getenv("SLUICE_REPACK");
-    if (env == nullptr || *env == '\0' || std::string(env) == "auto") return Repack::kAuto;
-    if (std::string(env) == "on") return Repack::kOn;
-    if (std::string(env) == "off") return Repack::kOff;
-    if (std::string(env) == "lean") return Repack::kLean;
-    std::fprintf(stderr, "sluice: SLUICE_REPACK=%s: expected auto, on, lean or off\n", env);
-    std::exit(2);
+    auto r = parse_repack();
+    if (!r) die(r.error().message());
+    return *r;
   }();
   return mode;
 }

@@ -44,9 +44,14 @@ bool kernel_path_runs(KernelPath path);
 // best available.
 KernelPath active_kernel_path();
 
+// SLUICE_KERNELS and SLUICE_REPACK as set: an error naming the variable and what is wrong (an
+// unknown value, a path this machine cannot run), for a command to report before any work
+// rather than abort at its first kernel call.
+Status check_kernel_environment();
+
 // Switches the path (tests, benchmarks). Errors for a path the machine cannot run.
 Status set_kernel_path(KernelPath path);
-Result<KernelPath> parse_kernel_path(const std::string& name);
+Result<KernelPath> parse_kernel_path(const std::string& name);  // any case: "avx512", "AVX512"
 
 // Whether models repack their quantized weights at load (packed_weight.h): on every x86 path
 // (amx, avx512, avxvnni, avx2), unless SLUICE_REPACK=off. The avx512, avxvnni and avx2 paths keep

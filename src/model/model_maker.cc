@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/half.h"
+#include "common/meminfo.h"
 #include "common/thread_pool.h"
 #include "gguf/gguf_reader.h"
 #include "kernels/quant_blocks.h"
@@ -105,6 +106,20 @@ class TensorMaker {
   const ModelSpec& spec_;
   Rng rng_;
   ThreadPool pool_;  // one thread a core
+};
+
+// The bytes TensorMaker would add, and its largest matrix's element count.
+struct TensorCounter {
+  explicit TensorCounter(const ModelSpec& spec) : spec(spec) {}
+  void matrix(const std::string&, int64_t rows, int64_t cols, float = 1.0f) {
+    bytes += gguf::tensor_num_bytes(spec.dtype, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)});
+    largest_matrix_floats = std::max(largest_matrix_floats, static_cast<uint64_t>(rows * cols));
+  }
+  void vector(const std::string&, int64_t n, float, float) { bytes += 4 * static_cast<uint64_t>(n); }
+  void raw_vector(const std::string&, const std::vector<float>& v) { bytes += 4 * v.size(); }
+
+  const ModelSpec& spec;
+  uint64_t bytes = 0, largest_matrix_floats = 0;
 };
 
 // Llama 3 rope scaling as frequency factors (factor 32, low_freq_factor 1, high_freq_factor 4,
@@ -233,34 +248,9 @@ ModelSpec demo_model_spec() {
   return spec;
 }
 
-Result<gguf::Writer> make_model(const ModelSpec& in) {
-  ModelSpec spec = in;
-  if (Status s = spec.validate(); !s) return Error(s);
-  gguf::Writer w;
-  const std::string a(arch_name(spec.arch));
-  const int32_t head_dim = spec.head_dim ? spec.head_dim : spec.dim / spec.num_heads;
-  w.set_string("general.architecture", a);
-  w.set_string("general.name", spec.demo ? "sluice demo model (random weights: its output is gibberish)"
-                                         : fmt::format("sluice random {}", spec.name));
-  w.set_string("general.description", "random weights made by `sluice model make`; for tests and benchmarks");
-  if (spec.demo) w.set_bool("sluice.demo", true);
-  w.set_u32("general.file_type", file_type_of(spec.dtype));
-  if (Status s = write_tokenizer(w, spec); !s) return Error(s);
-  w.set_u32(a + ".block_count", spec.num_layers);
-  w.set_u32(a + ".embedding_length", spec.dim);
-  w.set_u32(a + ".feed_forward_length", spec.ffn_dim);
-  w.set_u32(a + ".attention.head_count", spec.num_heads);
-  w.set_u32(a + ".attention.head_count_kv", spec.num_kv_heads);
-  if (spec.head_dim) {
-    w.set_u32(a + ".attention.key_length", head_dim);
-    w.set_u32(a + ".attention.value_length", head_dim);
-  }
-  w.set_u32(a + ".context_length", spec.context_length);
-  w.set_f32(a + ".rope.freq_base", spec.rope_theta);
-  w.set_u32(a + ".rope.dimension_count", head_dim);
-  w.set_f32(a + ".attention.layer_norm_rms_epsilon", spec.rms_eps);
-
-  TensorMaker t(w, spec);
+// Every tensor of the model, in the file's order, through `t` (a TensorMaker, or a TensorCounter).
+template <class Tensors>
+void add_tensors(Tensors& t, const ModelSpec& spec, int32_t head_dim) {
   const int64_t q_dim = int64_t{spec.num_heads} * head_dim, kv_dim = int64_t{spec.num_kv_heads} * head_dim;
   t.matrix("token_embd.weight", spec.vocab_size, spec.dim, std::sqrt(static_cast<float>(spec.dim)) / 4);
   if (spec.llama3_rope) t.raw_vector("rope_freqs.weight", llama3_freq_factors(head_dim, spec.rope_theta));
@@ -287,6 +277,54 @@ Result<gguf::Writer> make_model(const ModelSpec& in) {
   }
   t.vector("output_norm.weight", spec.dim, 1.0f, 0.1f);
   if (!spec.tied_embeddings) t.matrix("output.weight", spec.vocab_size, spec.dim, 4.0f);
+}
+
+// What making the model takes: the file's bytes in memory, and the largest matrix as floats before
+// it is encoded (a shape the flags allow can be terabytes: refused before any of it is made).
+Status fits_in_memory(const ModelSpec& spec, int32_t head_dim) {
+  TensorCounter counted(spec);
+  add_tensors(counted, spec, head_dim);
+  const uint64_t need = counted.bytes + counted.largest_matrix_floats * sizeof(float);
+  const int64_t available = available_memory_bytes();
+  if (available <= 0 || need <= static_cast<uint64_t>(available)) return Status::ok();
+  return Status::error(fmt::format("this model would take {:.1f} GiB of memory to make ({:.1f} GiB of weights), more "
+                                   "than the {:.1f} GiB available: give a smaller shape",
+                                   need / 1073741824.0, counted.bytes / 1073741824.0, available / 1073741824.0));
+}
+
+Result<gguf::Writer> make_model(const ModelSpec& in) {
+  ModelSpec spec = in;
+  if (Status s = spec.validate(); !s) return Error(s);
+  gguf::Writer w;
+  const std::string a(arch_name(spec.arch));
+  const int32_t head_dim = spec.head_dim ? spec.head_dim : spec.dim / spec.num_heads;
+  w.set_string("general.architecture", a);
+  w.set_string("general.name", spec.demo ? "sluice demo model (random weights: its output is gibberish)"
+                                         : fmt::format("sluice random {}", spec.name));
+  w.set_string("general.description", "random weights made by `sluice model make`; for tests and benchmarks");
+  if (spec.demo) w.set_bool("sluice.demo", true);
+  w.set_u32("general.file_type", file_type_of(spec.dtype));
+  if (Status s = fits_in_memory(spec, head_dim); !s) return Error(s);
+  if (Status s = write_tokenizer(w, spec); !s) return Error(s);
+  w.set_u32(a + ".block_count", spec.num_layers);
+  w.set_u32(a + ".embedding_length", spec.dim);
+  w.set_u32(a + ".feed_forward_length", spec.ffn_dim);
+  w.set_u32(a + ".attention.head_count", spec.num_heads);
+  w.set_u32(a + ".attention.head_count_kv", spec.num_kv_heads);
+  if (spec.head_dim) {
+    w.set_u32(a + ".attention.key_length", head_dim);
+    w.set_u32(a + ".attention.value_length", head_dim);
+  }
+  w.set_u32(a + ".context_length", spec.context_length);
+  w.set_f32(a + ".rope.freq_base", spec.rope_theta);
+  w.set_u32(a + ".rope.dimension_count", head_dim);
+  w.set_f32(a + ".attention.layer_norm_rms_epsilon", spec.rms_eps);
+
+  if (!spec.vocab_file.empty()) {  // the copied vocabulary's size now
+    if (Status s = fits_in_memory(spec, head_dim); !s) return Error(s);
+  }
+  TensorMaker t(w, spec);
+  add_tensors(t, spec, head_dim);
   return w;
 }
 

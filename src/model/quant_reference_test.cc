@@ -344,7 +344,8 @@ TEST_P(SluiceQuantize, AsAccurateAsLlamaCppsFile) {
 }
 
 // A weight that is inf or NaN is refused with the tensor, row and column, not written into a
-// model whose every logit would be NaN.
+// model whose every logit would be NaN; so is a finite one too large for the type's float16
+// scales (it would be written as inf).
 TEST(SluiceQuantizeInput, NonFiniteWeightIsRefused) {
   auto f32 = gguf::File::open(llama_file("F32"));
   ASSERT_TRUE(f32) << f32.error().message();
@@ -366,6 +367,21 @@ TEST(SluiceQuantizeInput, NonFiniteWeightIsRefused) {
     auto report = quantize_into(**damaged, **mix, w, pool);
     ASSERT_FALSE(report);
     EXPECT_NE(report.error().message().find("tensor 'blk.1.ffn_up.weight' has a value that is not finite (row 3, column 7 is "),
+              std::string::npos)
+        << report.error().message();
+  }
+  for (const char* type : {"q4_0", "q8_0", "q4_k_m"}) {
+    std::vector<uint8_t> copy = bytes;
+    const float huge = 3e38f;
+    const uint64_t at = (*f32)->data_offset() + t->offset + (5 * t->dims[0] + 2) * sizeof(float);  // row 5
+    std::memcpy(copy.data() + at, &huge, sizeof huge);
+    auto damaged = gguf::File::from_buffer(std::move(copy), "huge.gguf");
+    ASSERT_TRUE(damaged) << damaged.error().message();
+    gguf::Writer w;
+    auto report = quantize_into(**damaged, **find_quant_mix(type), w, pool);
+    ASSERT_FALSE(report) << type;
+    EXPECT_NE(report.error().message().find("tensor 'blk.1.ffn_up.weight' row 5: its largest weight, 3e+38, overflows "
+                                            "the float16 scales of "),
               std::string::npos)
         << report.error().message();
   }

@@ -140,6 +140,49 @@ Result<QuantizeReport> quantize_model(const gguf::File& in, const QuantMix& mix,
 
 namespace {
 
+// Lowers `a` to `v` if `v` is less (parallel loops looking for the first of something).
+void keep_lowest(std::atomic<int64_t>& a, int64_t v) {
+  int64_t seen = a.load();
+  while (v < seen && !a.compare_exchange_weak(seen, v)) {
+  }
+}
+
+// The float tensor `t` quantized to `type`.
+Result<std::vector<uint8_t>> quantize_tensor(const gguf::TensorInfo& t, TensorType type, ThreadPool& pool) {
+  const uint64_t cols = t.dims[0], rows = t.num_elements / cols;
+  const uint64_t row_bytes = kernels::quantized_bytes(type, static_cast<int64_t>(cols));
+  std::vector<uint8_t> bytes(row_bytes * rows);
+  // Finite weights can still overflow a type's float16 scales (a weight past about 65504 x its
+  // levels): each row is read back, and a row that reads as inf or NaN is refused, not written.
+  std::atomic<int64_t> overflowed{static_cast<int64_t>(rows)};
+  pool.parallel_for(
+      static_cast<int64_t>(rows),
+      [&](int64_t begin, int64_t end) {
+        std::vector<float> row(cols), back(cols);
+        const kernels::WeightView src{t.data, t.type, static_cast<int64_t>(rows), static_cast<int64_t>(cols)};
+        const kernels::WeightView out{bytes.data(), type, static_cast<int64_t>(rows), static_cast<int64_t>(cols)};
+        for (int64_t r = begin; r < end; ++r) {
+          kernels::dequantize_row(src, r, row.data());
+          kernels::quantize_row(type, row.data(), static_cast<int64_t>(cols), bytes.data() + r * row_bytes);
+          kernels::dequantize_row(out, r, back.data());
+          if (!std::all_of(back.begin(), back.end(), [](float v) { return std::isfinite(v); }))
+            keep_lowest(overflowed, r);
+        }
+      },
+      std::max<int64_t>(1, 4096 / static_cast<int64_t>(std::max<uint64_t>(1, cols / 64))));
+  if (const int64_t r = overflowed.load(); r < static_cast<int64_t>(rows)) {
+    std::vector<float> row(cols);
+    kernels::dequantize_row({t.data, t.type, static_cast<int64_t>(rows), static_cast<int64_t>(cols)}, r, row.data());
+    const float largest =
+        *std::max_element(row.begin(), row.end(), [](float a, float b) { return std::abs(a) < std::abs(b); });
+    return Error(
+        "tensor '{}' row {}: its largest weight, {}, overflows the float16 scales of {}: the model cannot be "
+        "quantized to it (the weights are far outside what trained models hold)",
+        t.name, r, largest, gguf::tensor_type_name(type));
+  }
+  return bytes;
+}
+
 // A float tensor's first value that is not finite, as "row R, column C is V"; none if all are.
 std::optional<std::string> first_non_finite(const gguf::TensorInfo& t, ThreadPool& pool) {
   if (t.type != TensorType::kF32 && t.type != TensorType::kF16 && t.type != TensorType::kBF16) return std::nullopt;
@@ -153,9 +196,7 @@ std::optional<std::string> first_non_finite(const gguf::TensorInfo& t, ThreadPoo
         for (int64_t r = begin; r < end && r < first.load(); ++r) {
           kernels::dequantize_row(src, r, row.data());
           if (std::all_of(row.begin(), row.end(), [](float v) { return std::isfinite(v); })) continue;
-          int64_t seen = first.load();
-          while (r < seen && !first.compare_exchange_weak(seen, r)) {
-          }
+          keep_lowest(first, r);
           return;
         }
       },
@@ -205,30 +246,19 @@ Result<QuantizeReport> quantize_into(const gguf::File& in, const QuantMix& mix, 
       continue;
     }
     const TensorType chosen = choose(mix.name, mix.base, t.name, *walk);
-    const uint64_t cols = t.dims[0], rows = t.num_elements / cols;
+    const uint64_t cols = t.dims[0];
     const TensorType type = fallback(chosen, cols);
     if (type != chosen) {
       report.fallbacks.push_back(fmt::format("{}: {} cannot hold rows of {}; {} instead", t.name,
                                              gguf::tensor_type_name(chosen), cols, gguf::tensor_type_name(type)));
     }
-    const uint64_t row_bytes = kernels::quantized_bytes(type, static_cast<int64_t>(cols));
-    std::vector<uint8_t> bytes(row_bytes * rows);
-    pool.parallel_for(
-        static_cast<int64_t>(rows),
-        [&](int64_t begin, int64_t end) {
-          std::vector<float> row(cols);
-          const kernels::WeightView src{t.data, t.type, static_cast<int64_t>(rows), static_cast<int64_t>(cols)};
-          for (int64_t r = begin; r < end; ++r) {
-            kernels::dequantize_row(src, r, row.data());
-            kernels::quantize_row(type, row.data(), static_cast<int64_t>(cols), bytes.data() + r * row_bytes);
-          }
-        },
-        std::max<int64_t>(1, 4096 / static_cast<int64_t>(std::max<uint64_t>(1, cols / 64))));
+    auto bytes = quantize_tensor(t, type, pool);
+    if (!bytes) return Error(bytes.error());
     auto& e = report.by_type[type];
     e.first += 1;
-    e.second += bytes.size();
-    report.output_bytes += bytes.size();
-    w.add_tensor(std::string(t.name), type, t.dims, std::move(bytes));
+    e.second += bytes->size();
+    report.output_bytes += bytes->size();
+    w.add_tensor(std::string(t.name), type, t.dims, std::move(*bytes));
     done += t.num_elements;
     if (progress) progress(done, total);
   }
