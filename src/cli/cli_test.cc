@@ -196,7 +196,8 @@ TEST(Cli, BadInputIsAClearErrorWithExitCode) {
       {"generate -p hi --stop ''", "--stop: must not be empty"},
       {"model quantise a b", "unknown model command 'quantise' (model commands: info, make, quantize;"},
       {"route rollout statuz", "unknown route rollout command 'statuz' (route rollout commands: "},
-      {"route --backend http://127.0.0.1:1,version=v1 --shadow v2", "--shadow v2 copies nothing without --shadow-fraction"},
+      {"route --backend http://127.0.0.1:1,version=v1 --shadow v2",
+       "--shadow v2 copies nothing without --shadow-fraction"},
       {"route --backend http://127.0.0.1:1 --shadow-fraction 0.5", "--shadow-fraction needs --shadow VERSION"},
       // Settings of a part that is off were taken without a word.
       {"route --backend http://127.0.0.1:1 --shadow-by session", "--shadow-by picks how requests are copied"},
@@ -207,6 +208,10 @@ TEST(Cli, BadInputIsAClearErrorWithExitCode) {
       {"route shadow sett --fraction 1", "unknown route shadow command 'sett'"},
       {"generate -p hi --stop-token 999999", "stop token id 999999 is outside the vocabulary"},
       {"generate -p hi --seed -1", "--seed must be an integer"},
+      // NaN passed every range (each comparison with it is false): a server that answered nothing.
+      {"serve --idle-timeout nan", "--idle-timeout: must be a number in 0.1..3600, got 'nan'"},
+      {"serve --drain-timeout NaN", "--drain-timeout: must be a number in 0..3600, got 'NaN'"},
+      {"route --backend http://127.0.0.1:1 --shadow-fraction nan", "--shadow-fraction: must be a number in 0..1"},
   };
   for (const auto& [args, says] : usage) {
     Output r = run(args, true);

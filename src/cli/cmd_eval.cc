@@ -284,7 +284,8 @@ void add_gate_options(CLI::App* cmd, EvalOptions& o) {
           },
           "DROP"));
   cmd->add_option("--alpha", o.gate.alpha, "Significance level of the paired tests, after Holm's correction")
-      ->check(CLI::Range(1e-6, 0.5))->capture_default_str();
+      ->check(number_in(1e-6, 0.5))
+      ->capture_default_str();
   cmd->add_option("--fail-on", o.gate.fail_on,
                   "When the exit code is not 0: regression (exit 1 when a metric regressed), inconclusive (also exit 4 "
                   "when the suite is too small to tell), flip (exit 1 when any item went from pass to fail), never (no "
@@ -341,7 +342,9 @@ CommandFn add_eval_command(CLI::App& app) {
   run->add_option("--model", o->model, "Every provider's model");
   run->add_option("--set", o->set, "A request field over every provider's, FIELD=VALUE (JSON value or text); repeatable")
       ->take_all();
-  run->add_option("--timeout", o->timeout, "Seconds per attempt of a request")->check(CLI::Range(0.1, 86400.0))->capture_default_str();
+  run->add_option("--timeout", o->timeout, "Seconds per attempt of a request")
+      ->check(number_in(0.1, 86400.0))
+      ->capture_default_str();
   run->add_option("--retries", o->retries, "Retries of a transport error, 429 or 5xx (exponential backoff with jitter)")
       ->check(CLI::Range(0, 20))->capture_default_str();
   run->add_option("--save-baseline", o->save_baseline, "Name this run as a baseline when it completes");

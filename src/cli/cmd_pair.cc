@@ -241,7 +241,8 @@ CommandFn add_pair_command(CLI::App& app) {
                   "With --suite: the Jinja chat template for chat prompts, instead of the target's own")
       ->check(CLI::ExistingFile)->needs(suite);
   cmd->add_option("--temperature", o->pair.temperature, "The temperature you serve at (0: greedy)")
-      ->capture_default_str()->check(CLI::Range(0.0, 2.0));
+      ->capture_default_str()
+      ->check(number_in(0.0, 2.0));
   cmd->add_option("--max-tokens", o->pair.max_tokens, "Output tokens of the target per prompt, along which acceptance is measured")
       ->capture_default_str()->check(CLI::Range(2, 4096));
   cmd->add_option("--spec-tokens", o->pair.max_k, "The most drafts per step considered")

@@ -154,7 +154,9 @@ CommandFn add_route_command(CLI::App& app) {
       ->group(replicas);
   cmd->add_option("--discover-interval", c.discover_interval_seconds,
                   "Seconds between DNS lookups of --discover names (a failed lookup keeps the replicas as they were)")
-      ->capture_default_str()->check(CLI::Range(0.1, 3600.0))->group(replicas);
+      ->capture_default_str()
+      ->check(number_in(0.1, 3600.0))
+      ->group(replicas);
   cmd->add_option("--admin-key", c.admin_key,
                   "Turns on the admin API (/admin/replicas: list, add, remove, drain, weight) for 'Authorization: "
                   "Bearer KEY' (also $SLUICE_ADMIN_KEY); off without it")
@@ -182,7 +184,9 @@ CommandFn add_route_command(CLI::App& app) {
                   "client's and never returned (GET /admin/shadow/report, `sluice route shadow report`)")
       ->group(shadow);
   cmd->add_option("--shadow-fraction", c.shadow.fraction, "The share of requests (or sessions) copied to --shadow")
-      ->capture_default_str()->check(CLI::Range(0.0, 1.0))->group(shadow);
+      ->capture_default_str()
+      ->check(number_in(0.0, 1.0))
+      ->group(shadow);
   cmd->add_option("--shadow-by", o->shadow_by,
                   "request: each request drawn at random; session: whole sessions (a hash of the session key)")
       ->default_str("request")
@@ -191,7 +195,9 @@ CommandFn add_route_command(CLI::App& app) {
   cmd->add_option("--shadow-noise", c.shadow.noise_fraction,
                   "The share also copied to a second replica of the primary's own version: the noise floor a "
                   "candidate's differences are judged against (needs two replicas of that version)")
-      ->capture_default_str()->check(CLI::Range(0.0, 1.0))->group(shadow);
+      ->capture_default_str()
+      ->check(number_in(0.0, 1.0))
+      ->group(shadow);
   cmd->add_option("--shadow-max-in-flight", c.shadow.max_in_flight,
                   "Copies in flight at most; past it new copies are dropped and counted, never queued")
       ->capture_default_str()->check(CLI::Range(1, 100000))->group(shadow);
@@ -222,12 +228,18 @@ CommandFn add_route_command(CLI::App& app) {
   cmd->add_option("--load-factor", c.policy_options.load_factor,
                   "Bounded load: no replica takes more than ceil(F x average) requests in flight (session, "
                   "cache_aware)")
-      ->capture_default_str()->check(CLI::Range(1.0, 100.0))->group(routing);
+      ->capture_default_str()
+      ->check(number_in(1.0, 100.0))
+      ->group(routing);
   cmd->add_option("--max-attempts", c.max_attempts,
                   "Replicas tried for one request (retries only before anything reached the client)")
       ->capture_default_str()->check(CLI::Range(1, 16))->group(routing);
-  cmd->add_option("--retry-budget", c.retry_budget, "Retries of a 429 or 5xx in flight at most this fraction of requests in flight (at least 3); a replica that is gone is always retried elsewhere")
-      ->capture_default_str()->check(CLI::Range(0.0, 1.0))->group(routing);
+  cmd->add_option("--retry-budget", c.retry_budget,
+                  "Retries of a 429 or 5xx in flight at most this fraction of requests in flight (at least 3); a "
+                  "replica that is gone is always retried elsewhere")
+      ->capture_default_str()
+      ->check(number_in(0.0, 1.0))
+      ->group(routing);
   const char* health = "Health";
   cmd->add_option("--health-interval", c.health_interval_seconds, "Seconds between GET /health checks of each replica")
       ->capture_default_str()->check(positive_number())->group(health);
@@ -242,10 +254,14 @@ CommandFn add_route_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(1, 1000))->group(health);
   cmd->add_option("--slow-start", c.health.slow_start_seconds,
                   "Seconds a replica back up takes to ramp from a tenth to its full share of requests (0: at once)")
-      ->capture_default_str()->check(CLI::Range(0.0, 3600.0))->group(health);
+      ->capture_default_str()
+      ->check(number_in(0.0, 3600.0))
+      ->group(health);
   cmd->add_option("--metrics-interval", c.metrics_interval_seconds,
                   "Seconds between scrapes of each replica's /metrics for its waiting requests (0: never)")
-      ->capture_default_str()->check(CLI::Range(0.0, 3600.0))->group(health);
+      ->capture_default_str()
+      ->check(number_in(0.0, 3600.0))
+      ->group(health);
   const char* server = "Server";
   cmd->add_option("--host", c.host, "Address to listen on")->capture_default_str()->group(server);
   cmd->add_option("--port", c.port, "Port to listen on (0: any free port)")
@@ -263,7 +279,9 @@ CommandFn add_route_command(CLI::App& app) {
   cmd->add_option("--upstream-timeout", c.upstream_timeout_seconds, "Seconds one exchange with a replica may take")
       ->capture_default_str()->check(positive_number())->group(server);
   cmd->add_option("--drain", c.drain_seconds, "Seconds in-flight requests may finish after SIGTERM")
-      ->capture_default_str()->check(CLI::Range(0.0, 3600.0))->group(server);
+      ->capture_default_str()
+      ->check(number_in(0.0, 3600.0))
+      ->group(server);
   // `route rollout ...` and `route shadow ...`: the admin API's client (cmd_route_admin.cc).
   // `route --admin-key K rollout ...`: the router's key, given before the command, serves too.
   auto admin = add_route_admin_commands(*cmd, [o] { return o->config.admin_key; });

@@ -316,10 +316,11 @@ std::function<std::optional<int>()> add_route_admin_commands(CLI::App& route_cmd
   CLI::App* set = shadow_cmd->add_subcommand("set", "Set the router's shadow (a running rollout's own shadow takes precedence)");
   set->add_option("--version", so->version, "The version copies go to");
   set->add_option("--fraction", so->set.fraction, "The share of requests (or sessions) copied; 0: off")
-      ->required()->check(CLI::Range(0.0, 1.0));
+      ->required()
+      ->check(number_in(0.0, 1.0));
   set->add_option("--by", so->by, "request or session")->capture_default_str()->check(CLI::IsMember({"request", "session"}));
   set->add_option("--noise", so->set.noise_fraction, "The share copied to a second replica of the primary's version")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(number_in(0.0, 1.0));
   set->add_option("--max-in-flight", so->set.max_in_flight, "Copies in flight at most")->capture_default_str()->check(CLI::Range(1, 100000));
   set->add_option("--timeout", so->set.timeout_seconds, "Seconds a copy may take")->capture_default_str()->check(positive_number());
   set->add_option("--retention", so->set.retention, "Compared pairs kept")->capture_default_str();

@@ -197,15 +197,18 @@ CommandFn add_serve_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(size_t{1024}, size_t{1} << 30));
   cmd->add_option("--drain-timeout", o->http.drain_seconds,
                   "Seconds in-flight requests may run after SIGTERM/SIGINT before they are cancelled")
-      ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
+      ->capture_default_str()
+      ->check(number_in(0.0, 3600.0));
   cmd->add_option("--idle-timeout", o->http.idle_timeout_seconds,
                   "Seconds a connection may go without a byte from the client (between requests, or while it sends "
                   "one) before it is closed")
-      ->capture_default_str()->check(CLI::Range(0.1, 3600.0));
+      ->capture_default_str()
+      ->check(number_in(0.1, 3600.0));
   cmd->add_option("--header-timeout", o->http.header_timeout_seconds,
                   "Seconds a request's headers may take to arrive, from their first byte (against clients that "
                   "trickle them)")
-      ->capture_default_str()->check(CLI::Range(0.1, 3600.0));
+      ->capture_default_str()
+      ->check(number_in(0.1, 3600.0));
   cmd->add_option("--max-stream-buffer", o->http.max_stream_buffer_bytes,
                   "Bytes of a streamed answer the server holds for a client that does not read; past it the "
                   "request is cancelled")
@@ -213,7 +216,8 @@ CommandFn add_serve_command(CLI::App& app) {
   cmd->add_option("--write-timeout", o->http.write_timeout_seconds,
                   "Seconds a client may take nothing of an answer the server is writing (64 KiB at a time) before "
                   "its connection is closed (the answer's bytes freed)")
-      ->capture_default_str()->check(CLI::Range(0.1, 3600.0));
+      ->capture_default_str()
+      ->check(number_in(0.1, 3600.0));
   cmd->add_option("--allowed-origins", o->http.allowed_origins,
                   "Origins browsers may call the API from (CORS), e.g. https://app.example or '*'; repeat or "
                   "separate with commas (default: none)")

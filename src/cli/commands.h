@@ -47,6 +47,8 @@ int fail_config(const Status& status);
 // saturate 1e30 without a word).
 CLI::Validator seed_validator();
 
+// A finite number in [lo, hi] (CLI::Range lets "nan" through: every comparison with it is false).
+CLI::Validator number_in(double lo, double hi);
 // A number > 0 (or >= 0), said so when it is not (CLI11's own checks print the range up to
 // DBL_MAX written out in full).
 CLI::Validator positive_number();

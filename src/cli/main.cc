@@ -137,6 +137,19 @@ CLI::Validator output_file() {
       "FILE");
 }
 
+CLI::Validator number_in(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& s) -> std::string {
+        double v = 0;
+        auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (ec != std::errc() || end != s.data() + s.size() || !std::isfinite(v) || v < lo || v > hi) {
+          return fmt::format("must be a number in {}..{}, got '{}'", lo, hi, s);
+        }
+        return {};
+      },
+      fmt::format("NUMBER in {}..{}", lo, hi));
+}
+
 CLI::Validator positive_number() { return number_check(false); }
 CLI::Validator non_negative_number() { return number_check(true); }
 

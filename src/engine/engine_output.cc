@@ -37,6 +37,15 @@ void Engine::process_sample(Computation& c, const SampleResult& sample) {
     finish(c, FinishReason::kLength);
     return;
   }
+  // NaN logits (as -inf to the sampler) come from damaged weights or an overflow: whatever would
+  // be sampled from what is left is not the model's answer, so the request fails, saying why.
+  if (sample.nan_logits) {
+    finish(c, FinishReason::kError,
+           fmt::format("the model computed NaN logits for output token {}: its weights may be damaged (NaN or "
+                       "out of range)",
+                       c.num_output + 1));
+    return;
+  }
   ++c.num_output;
   TokenOutput token{sample.token_id, 0, {}};
   if (c.request.logprobs) {

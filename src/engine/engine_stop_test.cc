@@ -1,4 +1,8 @@
-// Where outputs end: stop strings, stop token ids, include_stop_str_in_output, min_tokens.
+// Where outputs end: stop strings, stop token ids, include_stop_str_in_output, min_tokens; and
+// a model whose logits are NaN.
+#include <cmath>
+#include <cstring>
+
 #include "engine/engine_test_util.h"
 
 namespace sluice {
@@ -78,6 +82,40 @@ TEST(Engine, MinTokensHoldsOffStopTokensAndStopStrings) {
                                                                          full.tokens[2].token_id});
   EXPECT_TRUE(full.text.starts_with(late.text));
   EXPECT_GE(late.text.size(), first3.size()) << late.text;
+}
+
+// A model whose logits are NaN (a damaged weight) fails the request, saying so, rather than
+// answer with whatever the uniform fallback picks.
+TEST(Engine, NanLogitsFailTheRequest) {
+  std::vector<uint8_t> bytes = make_model(*preset_spec("tiny"))->to_bytes();
+  {
+    auto f = gguf::File::from_buffer(bytes, "tiny");
+    ASSERT_TRUE(f) << f.error().message();
+    const gguf::TensorInfo* t = (*f)->find_tensor("output_norm.weight");
+    ASSERT_NE(t, nullptr);
+    const float nan = std::nanf("");
+    std::memcpy(bytes.data() + (*f)->data_offset() + t->offset + 4 * sizeof(float), &nan, sizeof nan);
+  }
+  auto f = gguf::File::from_buffer(std::move(bytes), "damaged");
+  ASSERT_TRUE(f) << f.error().message();
+  auto tokenizer = Tokenizer::from_gguf(**f);
+  ASSERT_TRUE(tokenizer) << tokenizer.error().message();
+  auto model = Model::load(std::move(*f));
+  ASSERT_TRUE(model) << model.error().message();
+  ThreadPool pool(2);
+  auto engine = Engine::create(**model, **tokenizer, pool, {});
+  ASSERT_TRUE(engine) << engine.error().message();
+  for (const float temperature : {0.0f, 0.8f}) {
+    Request r;
+    r.prompt_tokens = *(*tokenizer)->encode("abc");
+    r.max_tokens = 4;
+    r.sampling.temperature = temperature;
+    StreamOutput out = (*engine)->submit(r)->wait();
+    EXPECT_EQ(out.finish_reason, FinishReason::kError) << temperature;
+    EXPECT_TRUE(out.tokens.empty()) << temperature;
+    EXPECT_NE(out.error.find("the model computed NaN logits for output token 1"), std::string::npos) << out.error;
+  }
+  EXPECT_EQ((*engine)->wait_until_idle().kv_blocks_used, 0);
 }
 
 }  // namespace

@@ -361,7 +361,7 @@ void Sampler::build_overrides(std::span<const float> logits) {
 float Sampler::penalize(std::span<const float> logits) {
   const auto n = static_cast<int64_t>(logits.size());
   z_.resize(logits.size());
-  float max = kernels::clean_max(logits.data(), n, z_.data());
+  float max = kernels::clean_max(logits.data(), n, z_.data(), &nan_logits_);
   build_overrides(logits);
   if (!overrides_.empty()) {
     bool max_overridden = false;
@@ -399,13 +399,17 @@ SampleResult Sampler::sample(std::span<const float> logits) {
   if (ls.max == -kInf) {
     if (!greedy) rng_.next();  // keep later steps' draws where they would be
     const bool suppressing = num_accepted_ < suppress_until_;
-    return uniform_fallback(logits.size(), params_.top_logprobs,
-                            suppressing ? std::span<const int32_t>(suppressed_) : std::span<const int32_t>());
+    SampleResult result =
+        uniform_fallback(logits.size(), params_.top_logprobs,
+                         suppressing ? std::span<const int32_t>(suppressed_) : std::span<const int32_t>());
+    result.nan_logits = nan_logits_;
+    return result;
   }
   SampleResult result;
   result.token_id = greedy ? ls.argmax : sample_candidates(ls.max);
   result.logprob = ls.logprob(z_[result.token_id]);
   if (params_.top_logprobs > 0) result.top = top_n(z_, params_.top_logprobs, ls);
+  result.nan_logits = nan_logits_;
   return result;
 }
 

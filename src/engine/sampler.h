@@ -78,6 +78,7 @@ struct SampleResult {
   float logprob;                  // log_softmax(penalized logits) of token_id, temperature 1
   std::vector<TokenLogprob> top;  // min(top_logprobs, tokens with p > 0) entries, logprob
                                   // descending, ties by id
+  bool nan_logits = false;        // the model's logits held NaN (counted as -inf): a broken model
 };
 
 // Scores given tokens rather than sampling them (prompt logprobs): score() is the
@@ -168,6 +169,7 @@ class Sampler {
   std::vector<Override> overrides_;     // [distinct context tokens in range]
   std::vector<Candidate> candidates_;   // [tokens with p > 0]
   std::vector<float> z_;                // [vocab] penalized logits
+  bool nan_logits_ = false;             // the last logits penalize() read held NaN
   std::vector<float> p_;                // [vocab] exp((z_ - max) / T)
 };
 

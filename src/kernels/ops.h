@@ -18,8 +18,9 @@ void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* 
 void silu_mul(float* a, const float* b, int64_t n);
 
 // The sampler's passes over a row of logits (sampling.cc, vectorized):
-// out[i] = x[i], NaN as -inf; returns the maximum of out (-inf for n == 0).
-float clean_max(const float* x, int64_t n, float* out);
+// out[i] = x[i], NaN as -inf; returns the maximum of out (-inf for n == 0). `had_nan`, when
+// given, says whether any x[i] was NaN.
+float clean_max(const float* x, int64_t n, float* out, bool* had_nan = nullptr);
 // out[i] = exp((x[i] - max) * scale), exactly 0 where (x[i] - max) * scale < -87 or is -inf.
 // REQUIRES: max finite.
 void exp_scaled(const float* x, int64_t n, float max, float scale, float* out);

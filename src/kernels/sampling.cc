@@ -18,23 +18,29 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 using DF = hn::CappedTag<float, 8>;
 
-float CleanMax(const float* x, int64_t n, float* out) {
+float CleanMax(const float* x, int64_t n, float* out, bool* had_nan) {
   const DF d;
   const int64_t lanes = hn::Lanes(d);
   const auto neg_inf = hn::Set(d, -HUGE_VALF);
   auto vmax = neg_inf;
+  auto nan = hn::FirstN(d, 0);
   int64_t i = 0;
   for (; i + lanes <= n; i += lanes) {
     const auto v = hn::LoadU(d, x + i);
-    const auto c = hn::IfThenElse(hn::IsNaN(v), neg_inf, v);
+    const auto is_nan = hn::IsNaN(v);
+    nan = hn::Or(nan, is_nan);
+    const auto c = hn::IfThenElse(is_nan, neg_inf, v);
     hn::StoreU(c, d, out + i);
     vmax = hn::Max(vmax, c);
   }
   float max = hn::GetLane(hn::MaxOfLanes(d, vmax));
+  bool any_nan = !hn::AllFalse(d, nan);
   for (; i < n; ++i) {
+    any_nan = any_nan || std::isnan(x[i]);
     out[i] = std::isnan(x[i]) ? -HUGE_VALF : x[i];
     max = std::max(max, out[i]);
   }
+  if (had_nan) *had_nan = any_nan;
   return max;
 }
 
@@ -69,7 +75,9 @@ namespace sluice::kernels {
 HWY_EXPORT(CleanMax);
 HWY_EXPORT(ExpScaled);
 
-float clean_max(const float* x, int64_t n, float* out) { return HWY_DYNAMIC_DISPATCH(CleanMax)(x, n, out); }
+float clean_max(const float* x, int64_t n, float* out, bool* had_nan) {
+  return HWY_DYNAMIC_DISPATCH(CleanMax)(x, n, out, had_nan);
+}
 
 void exp_scaled(const float* x, int64_t n, float max, float scale, float* out) {
   HWY_DYNAMIC_DISPATCH(ExpScaled)(x, n, max, scale, out);

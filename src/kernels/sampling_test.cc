@@ -25,6 +25,23 @@ TEST(SamplingKernels, CleanMaxTurnsNanIntoMinusInfinityAndFindsTheMaximum) {
   }
 }
 
+// Whether any value was NaN, wherever the one NaN is (a vector's lane, the scalar tail).
+TEST(SamplingKernels, CleanMaxSaysWhetherItSawNan) {
+  for (int64_t n = 0; n < 40; ++n) {
+    std::vector<float> x(n, 1.0f), out(n);
+    bool had_nan = true;
+    clean_max(x.data(), n, out.data(), &had_nan);
+    EXPECT_FALSE(had_nan) << n;
+    for (int64_t at = 0; at < n; ++at) {
+      x.assign(n, 1.0f);
+      x[at] = std::nanf("");
+      had_nan = false;
+      EXPECT_EQ(clean_max(x.data(), n, out.data(), &had_nan), n > 1 ? 1.0f : -kInf);
+      EXPECT_TRUE(had_nan) << n << " " << at;
+    }
+  }
+}
+
 TEST(SamplingKernels, ExpScaledMatchesExpAndIsZeroWhereItUnderflows) {
   for (int64_t n = 1; n < 40; ++n) {
     std::vector<float> x(n), out(n);
