@@ -245,6 +245,32 @@ TEST(ModelErrors, UnsupportedArchitectureAndTensorTypeAreNamed) {
       << m3.error().message();
 }
 
+// A tensor the model would not use is refused: the file's metadata does not describe its weights
+// (a block_count below its layers ran a shorter model without a word; an unknown tensor was
+// ignored).
+TEST(ModelErrors, TensorsTheModelWouldNotUseAreRefused) {
+  auto extra = make_model(tiny(Arch::kLlama, TensorType::kF32));
+  ASSERT_TRUE(extra);
+  extra->add_tensor("blk.0.foo.weight", TensorType::kF32, {4}, std::vector<uint8_t>(16));
+  auto f = gguf::File::from_buffer(extra->to_bytes(), "extra");
+  ASSERT_TRUE(f);
+  auto m = Model::load(std::move(*f));
+  ASSERT_FALSE(m);
+  EXPECT_NE(m.error().message().find("1 tensor of the file is not part of a 2-layer llama model ('blk.0.foo.weight')"),
+            std::string::npos)
+      << m.error().message();
+  auto fewer = make_model(tiny(Arch::kLlama, TensorType::kF32));
+  ASSERT_TRUE(fewer);
+  fewer->set_u32("llama.block_count", 1);
+  auto f2 = gguf::File::from_buffer(fewer->to_bytes(), "fewer");
+  ASSERT_TRUE(f2);
+  auto m2 = Model::load(std::move(*f2));
+  ASSERT_FALSE(m2);
+  EXPECT_NE(m2.error().message().find("tensors of the file are not part of a 1-layer llama model ('blk.1."),
+            std::string::npos)
+      << m2.error().message();
+}
+
 // The memory budget decides which forms ModelWeights::repack keeps: all when they fit, the
 // lean form alone when only it fits (the tile kernels then decode at run time), none when
 // neither fits; the note says which. Tied embeddings share one repacked copy.

@@ -1,6 +1,8 @@
 #include "model/weights.h"
 
 #include <cstring>
+#include <set>
+#include <string_view>
 
 #include "common/half.h"
 
@@ -12,7 +14,7 @@ class Binder {
   Binder(const gguf::File& f, ModelWeights& w) : f_(f), w_(w) {}
 
   Result<kernels::WeightView> matrix(const std::string& name, int64_t rows, int64_t cols) {
-    const gguf::TensorInfo* t = f_.find_tensor(name);
+    const gguf::TensorInfo* t = find(name);
     if (!t) return Error("missing tensor '{}'", name);
     if (t->dims.size() != 2 || t->dims[0] != static_cast<uint64_t>(cols) ||
         t->dims[1] != static_cast<uint64_t>(rows)) {
@@ -28,7 +30,7 @@ class Binder {
   }
 
   Result<const float*> vector(const std::string& name, int64_t n) {
-    const gguf::TensorInfo* t = f_.find_tensor(name);
+    const gguf::TensorInfo* t = find(name);
     if (!t) return Error("missing tensor '{}'", name);
     if (t->num_elements != static_cast<uint64_t>(n) || t->dims[0] != static_cast<uint64_t>(n)) {
       return Error("tensor '{}' has shape {}, expected [{}]", name, t->shape_string(), n);
@@ -61,9 +63,34 @@ class Binder {
     return vector(name, n);
   }
 
+  // A tensor of the file that no call above asked for: the model would run without it, so the
+  // answers would not be the weights' (a block_count below the file's layers, a tensor of an
+  // architecture or a variant sluice does not know). Refused, as llama.cpp refuses a file with
+  // a tensor count other than the one it loads.
+  Status check_all_used(const ModelConfig& c) const {
+    int unused = 0;
+    std::string first;
+    for (const gguf::TensorInfo& t : f_.tensors()) {
+      if (used_.contains(t.name)) continue;
+      if (unused++ == 0) first = std::string(t.name);
+    }
+    if (unused == 0) return Status::ok();
+    return Status::error(fmt::format("{} tensor{} of the file {} not part of a {}-layer {} model ('{}'{}): its metadata "
+                                     "does not describe its weights",
+                                     unused, unused == 1 ? "" : "s", unused == 1 ? "is" : "are", c.num_layers,
+                                     c.arch_name, first, unused == 1 ? "" : ", ..."));
+  }
+
  private:
+  const gguf::TensorInfo* find(const std::string& name) {
+    const gguf::TensorInfo* t = f_.find_tensor(name);
+    if (t) used_.insert(t->name);
+    return t;
+  }
+
   const gguf::File& f_;
   ModelWeights& w_;
+  std::set<std::string_view> used_;
 };
 
 }  // namespace
@@ -109,6 +136,7 @@ Result<ModelWeights> ModelWeights::bind(const gguf::File& f, const ModelConfig& 
     SLUICE_ASSIGN_OR_RETURN(l.down, b.matrix(p + "ffn_down.weight", c.dim, c.ffn_dim));
     w.layers.push_back(l);
   }
+  if (Status s = b.check_all_used(c); !s) return Error(s);
   return w;
 }
 
