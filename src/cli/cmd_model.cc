@@ -164,17 +164,28 @@ struct QuantizeOptions {
 // What quantize and make write, sluice must load: the model and its tokenizer, through the
 // loader, before the file replaces anything (gguf::Writer::write_file's verify step: on
 // failure the output path is left as it was); the tensor count and size where asked for.
-gguf::Writer::Verify load_back(const char* what, size_t* num_tensors = nullptr, uint64_t* size = nullptr) {
-  return [what, num_tensors, size](const std::string& written) -> Status {
+// Messages name the file as `output` (the check reads it through /proc/self/fd/N).
+gguf::Writer::Verify load_back(const char* what, const std::string& output, size_t* num_tensors = nullptr,
+                               uint64_t* size = nullptr) {
+  return [what, output, num_tensors, size](const std::string& written) -> Status {
+    auto named = [&](std::string message) {
+      for (size_t at = message.find(written); at != std::string::npos; at = message.find(written, at + output.size())) {
+        message.replace(at, written.size(), output);
+      }
+      return message;
+    };
     auto check = gguf::File::open(written);
-    if (!check) return Status::error(fmt::format("wrote an unreadable file (not kept): {}", check.error().message()));
+    if (!check)
+      return Status::error(named(fmt::format("wrote an unreadable file (not kept): {}", check.error().message())));
     if (num_tensors) *num_tensors = (*check)->tensors().size();
     if (size) *size = (*check)->file_size();
     if (auto tok = Tokenizer::from_gguf(**check); !tok) {
-      return Status::error(fmt::format("the {} model's tokenizer does not load (not kept): {}", what, tok.error().message()));
+      return Status::error(
+          named(fmt::format("the {} model's tokenizer does not load (not kept): {}", what, tok.error().message())));
     }
     if (auto model = Model::load(std::move(*check)); !model) {
-      return Status::error(fmt::format("the {} model does not load (not kept): {}", what, model.error().message()));
+      return Status::error(
+          named(fmt::format("the {} model does not load (not kept): {}", what, model.error().message())));
     }
     return Status::ok();
   };
@@ -190,7 +201,7 @@ int run_quantize(const QuantizeOptions& o) {
   const bool tty = !o.no_progress && isatty(STDERR_FILENO);
   auto progress = tty ? terminal_progress("quantizing " + o.input, /*weights=*/true) : std::function<void(uint64_t, uint64_t)>();
   uint64_t size = 0;
-  auto report = quantize_model(**in, **mix, o.output, pool, progress, load_back("quantized", nullptr, &size));
+  auto report = quantize_model(**in, **mix, o.output, pool, progress, load_back("quantized", o.output, nullptr, &size));
   if (!report) return fail(report.error().message());
   for (const std::string& f : report->fallbacks) std::fprintf(stderr, "fallback: %s\n", f.c_str());
   std::string types;
@@ -235,7 +246,8 @@ int run_make(const MakeOptions& o) {
   if (!writer) return fail_usage(writer.error().message());  // the shape the flags asked for
   size_t num_tensors = 0;
   uint64_t size = 0;
-  if (Status s = writer->write_file(o.output, load_back("made", &num_tensors, &size)); !s) return fail(s.message());
+  if (Status s = writer->write_file(o.output, load_back("made", o.output, &num_tensors, &size)); !s)
+    return fail(s.message());
   std::fprintf(stderr, "wrote %s: %s %s, %zu tensors, %s\n", o.output.c_str(), std::string(arch_name(spec->arch)).c_str(),
                o.dtype.c_str(), num_tensors, human_bytes(size).c_str());
   return kExitOk;

@@ -236,7 +236,10 @@ int main(int argc, char** argv) {
   // that this machine cannot run, is refused before any work (not after a model is written).
   for (const char* name : {"serve", "generate", "model", "pair"}) {
     if (!app.got_subcommand(name)) continue;
-    if (sluice::Status s = sluice::kernels::check_kernel_environment(); !s) return fail_usage(s.message());
+    if (sluice::Status s = sluice::kernels::check_kernel_environment(); !s) {
+      std::cerr << "sluice: error: " << s.message() << std::endl;
+      return kExitUsage;
+    }
   }
   // Library code reports failures as values; anything thrown here (out of memory, no threads
   // left) still ends with a message rather than an abort.

@@ -1,6 +1,9 @@
 #include "common/thread_pool.h"
 
+#include <pthread.h>
+
 #include <algorithm>
+#include <csignal>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -18,7 +21,14 @@ constexpr int kSpinIterations = 20000;
 
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Workers take no asynchronous signal (they inherit the mask they are started with): a Ctrl-C
+  // goes to a thread that can hold it off, as gguf::Writer does while it names a written file.
+  sigset_t async, before;
+  sigemptyset(&async);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM}) sigaddset(&async, s);
+  pthread_sigmask(SIG_BLOCK, &async, &before);
   for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
 }
 
 ThreadPool::~ThreadPool() {

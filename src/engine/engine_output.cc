@@ -17,14 +17,27 @@ void Engine::publish_prompt_scores(std::span<const PromptScore> scores) {
       continue;
     }
     Computation& c = *it->second;
+    const SeqId id = c.id;
     std::vector<TokenOutput> fresh;
-    for (; i < scores.size() && scores[i].seq_id == c.id; ++i) {
+    int32_t nan_at = 0;  // a prompt position whose logits held NaN: the request fails (as in process_sample)
+    for (; i < scores.size() && scores[i].seq_id == id; ++i) {
       // Positions from 1, in order; a recompute after preemption scores them again (the same
       // numbers: batch invariance), and what was published already is skipped.
-      if (scores[i].position != c.num_prompt_scored + 1) continue;
+      if (scores[i].position != c.num_prompt_scored + 1 || nan_at > 0) continue;
+      if (scores[i].score.nan_logits) {
+        nan_at = scores[i].position;
+        continue;
+      }
       ++c.num_prompt_scored;
       const SampleResult& r = scores[i].score;
       fresh.push_back({r.token_id, r.logprob, r.top});
+    }
+    if (nan_at > 0) {
+      finish(c, FinishReason::kError,
+             fmt::format("the model computed NaN logits scoring prompt token {}: its weights may be damaged (NaN or "
+                         "out of range)",
+                         nan_at + 1));
+      continue;
     }
     if (fresh.empty()) continue;
     for (Subscriber& sub : c.subs) sub.stream->push({}, {}, nullptr, fresh);
@@ -33,10 +46,6 @@ void Engine::publish_prompt_scores(std::span<const PromptScore> scores) {
 }
 
 void Engine::process_sample(Computation& c, const SampleResult& sample) {
-  if (c.max_new == 0) {  // only the prompt's logprobs were asked for
-    finish(c, FinishReason::kLength);
-    return;
-  }
   // NaN logits (as -inf to the sampler) come from damaged weights or an overflow: whatever would
   // be sampled from what is left is not the model's answer, so the request fails, saying why.
   if (sample.nan_logits) {
@@ -44,6 +53,10 @@ void Engine::process_sample(Computation& c, const SampleResult& sample) {
            fmt::format("the model computed NaN logits for output token {}: its weights may be damaged (NaN or "
                        "out of range)",
                        c.num_output + 1));
+    return;
+  }
+  if (c.max_new == 0) {  // only the prompt's logprobs were asked for
+    finish(c, FinishReason::kLength);
     return;
   }
   ++c.num_output;

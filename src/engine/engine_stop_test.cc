@@ -115,6 +115,15 @@ TEST(Engine, NanLogitsFailTheRequest) {
     EXPECT_TRUE(out.tokens.empty()) << temperature;
     EXPECT_NE(out.error.find("the model computed NaN logits for output token 1"), std::string::npos) << out.error;
   }
+  // Scoring the prompt alone (max_tokens 0) fails at its first position as well.
+  Request scored;
+  scored.prompt_tokens = *(*tokenizer)->encode("abc");
+  scored.max_tokens = 0;
+  scored.prompt_logprobs = true;
+  StreamOutput out = (*engine)->submit(scored)->wait();
+  EXPECT_EQ(out.finish_reason, FinishReason::kError);
+  EXPECT_TRUE(out.prompt_logprobs.empty());
+  EXPECT_NE(out.error.find("the model computed NaN logits scoring prompt token 2"), std::string::npos) << out.error;
   EXPECT_EQ((*engine)->wait_until_idle().kv_blocks_used, 0);
 }
 

@@ -228,16 +228,19 @@ SampleResult TokenScorer::score(std::span<const float> logits, int32_t token_id,
   const auto n = static_cast<int64_t>(logits.size());
   std::vector<float>& z = z_;
   z.resize(logits.size());
-  const float max = kernels::clean_max(logits.data(), n, z.data());
+  bool nan_logits = false;
+  const float max = kernels::clean_max(logits.data(), n, z.data(), &nan_logits);
   const LogSoftmax ls = compute_log_softmax(z, max, p_);
   if (ls.max == -kInf) {
     SampleResult r = uniform_fallback(logits.size(), top_logprobs, {});
     r.token_id = token_id;
+    r.nan_logits = nan_logits;
     return r;
   }
   SampleResult result{token_id, -kInf, {}};
   if (token_id >= 0 && token_id < n) result.logprob = ls.logprob(z[token_id]);
   if (top_logprobs > 0) result.top = top_n(z, top_logprobs, ls);
+  result.nan_logits = nan_logits;
   return result;
 }
 

@@ -45,9 +45,9 @@ bool is_rate(const MetricResult& m) { return m.test == "mcnemar"; }
 
 }  // namespace
 
-std::string mde_text(const MetricResult& m) {
-  if (!is_rate(m)) return fmt::format("{:.4f}", m.mde);
-  return m.mde > 1 ? ">100%" : pct(m.mde);
+std::string mde_text(const MetricResult& m, bool percent) {
+  if (is_rate(m) && m.mde > 1) return percent ? ">100%" : ">1";
+  return is_rate(m) && percent ? pct(m.mde) : fmt::format("{:.4f}", m.mde);
 }
 
 std::string xml_escape(std::string_view s) {

@@ -114,8 +114,8 @@ std::string compare_html(const Comparison& c, const std::vector<RunRow>& history
     html += fmt::format(
         "<tr><td>{}</td><td>{}</td><td>{:.4f}</td><td>{:.4f}</td><td>{:+.4f}</td><td>{:.4f}</td><td>{}</td>"
         "<td>{}</td><td class=\"{}\">{}</td></tr>\n",
-        xml_escape(m.name), m.n, m.base, m.cand, m.diff, m.p_adjusted, m.test, xml_escape(mde_text(m)),
-        xml_escape(m.verdict), xml_escape(m.verdict));
+        xml_escape(m.name), m.n, m.base, m.cand, m.diff, m.p_adjusted, m.test,
+        xml_escape(mde_text(m, /*percent=*/false)), xml_escape(m.verdict), xml_escape(m.verdict));
   }
   html += "</table>\n" + metrics_svg(c);
   html += "<h2>Scores over runs</h2>\n" + history_svg(history);

@@ -224,11 +224,6 @@ Status Writer::write_file(const std::string& path, const Verify& verify) const {
     }
     if (fd < 0) return Status::error(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
   }
-  if (replacing) {
-    // The file it replaces keeps its owner (where this process may give it, as root may) and mode.
-    [[maybe_unused]] const int owned = ::fchown(fd, st.st_uid, st.st_gid);
-    ::fchmod(fd, st.st_mode & 07777);
-  }
   FILE* f = ::fdopen(fd, "wb");
   if (!f) {
     ::close(fd);
@@ -257,8 +252,15 @@ Status Writer::write_file(const std::string& path, const Verify& verify) const {
       return s;
     }
   }
-  // From its first name to its last, signals wait: the process ends with PATH as it was or
-  // replaced whole, and no temporary name.
+  if (ok && replacing) {
+    // The file it replaces keeps its owner (where this process may give it, as root may) and
+    // mode: set after the check, which reads it (a mode without read permission, 0200, is kept).
+    [[maybe_unused]] const int owned = ::fchown(::fileno(f), st.st_uid, st.st_gid);
+    ::fchmod(::fileno(f), st.st_mode & 07777);
+  }
+  // From its first name to its last, signals wait in this thread (thread pools' workers block
+  // them, common/thread_pool.cc): the process ends with PATH as it was or replaced whole, and no
+  // temporary name; only SIGKILL, which nothing can hold off, can land between the two.
   sigset_t all, before;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &before);

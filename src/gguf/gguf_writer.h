@@ -66,7 +66,8 @@ class Writer {
   // Written atomically: to a file without a name (O_TMPFILE; where that cannot be, one named
   // PATH.partial-PID-N), checked by `verify` (given a path to read it by: /proc/self/fd/N while
   // it has no name; load it back, say), then named and renamed over PATH with signals held. A
-  // failure at any point, or a signal, leaves PATH as it was and no other file. Refuses to
+  // failure at any point leaves PATH as it was and no other file; so does a signal, but for
+  // SIGKILL between naming and renaming, and but on the named fallback. Refuses to
   // replace anything but a regular file (a device, a directory, a symbolic link); a file
   // replaced keeps its mode.
   using Verify = std::function<Status(const std::string& written)>;

@@ -380,8 +380,8 @@ TEST(SluiceQuantizeInput, NonFiniteWeightIsRefused) {
     gguf::Writer w;
     auto report = quantize_into(**damaged, **find_quant_mix(type), w, pool);
     ASSERT_FALSE(report) << type;
-    EXPECT_NE(report.error().message().find("tensor 'blk.1.ffn_up.weight' row 5: its largest weight, 3e+38, overflows "
-                                            "the float16 scales of "),
+    EXPECT_NE(report.error().message().find("tensor 'blk.1.ffn_up.weight' row 5: its largest weight, 3e+38, is past "
+                                            "what "),
               std::string::npos)
         << report.error().message();
   }

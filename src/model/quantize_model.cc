@@ -176,9 +176,10 @@ Result<std::vector<uint8_t>> quantize_tensor(const gguf::TensorInfo& t, TensorTy
     const float largest =
         *std::max_element(row.begin(), row.end(), [](float a, float b) { return std::abs(a) < std::abs(b); });
     return Error(
-        "tensor '{}' row {}: its largest weight, {}, overflows the float16 scales of {}: the model cannot be "
-        "quantized to it (the weights are far outside what trained models hold)",
-        t.name, r, largest, gguf::tensor_type_name(type));
+        "tensor '{}' row {}: its largest weight, {}, is past what {} can hold{}: the model cannot be quantized to "
+        "it (the weights are far outside what trained models hold)",
+        t.name, r, largest, gguf::tensor_type_name(type),
+        kernels::is_block_quant(type) ? " (its float16 scales overflow)" : "");
   }
   return bytes;
 }

@@ -1,5 +1,6 @@
 #include "model/weights.h"
 
+#include <charconv>
 #include <cstring>
 #include <set>
 #include <string_view>
@@ -64,21 +65,30 @@ class Binder {
   }
 
   // A tensor of the file that no call above asked for: the model would run without it, so the
-  // answers would not be the weights' (a block_count below the file's layers, a tensor of an
-  // architecture or a variant sluice does not know). Refused, as llama.cpp refuses a file with
-  // a tensor count other than the one it loads.
+  // answers would not be the weights'. Either the metadata says fewer layers than the file holds,
+  // or the tensor is one sluice does not compute (a variant's: llama's attn_output and ffn biases).
   Status check_all_used(const ModelConfig& c) const {
     int unused = 0;
     std::string first;
     for (const gguf::TensorInfo& t : f_.tensors()) {
       if (used_.contains(t.name)) continue;
+      int layer = -1;
+      if (t.name.starts_with("blk.")) {
+        std::from_chars(t.name.data() + 4, t.name.data() + t.name.size(), layer);
+      }
+      if (layer >= c.num_layers) {
+        return Status::error(
+            fmt::format("the file holds weights of more layers than {}.block_count says ({}): "
+                        "'{}' would be left out",
+                        c.arch_name, c.num_layers, t.name));
+      }
       if (unused++ == 0) first = std::string(t.name);
     }
     if (unused == 0) return Status::ok();
-    return Status::error(fmt::format("{} tensor{} of the file {} not part of a {}-layer {} model ('{}'{}): its metadata "
-                                     "does not describe its weights",
-                                     unused, unused == 1 ? "" : "s", unused == 1 ? "is" : "are", c.num_layers,
-                                     c.arch_name, first, unused == 1 ? "" : ", ..."));
+    return Status::error(
+        fmt::format("tensor '{}'{} is not one sluice computes for a {} model: it would be left out, "
+                    "and the answers would not be the model's",
+                    first, unused == 1 ? "" : fmt::format(" (and {} more)", unused - 1), c.arch_name));
   }
 
  private:

@@ -224,7 +224,7 @@ net::awaitable<bool> Router::Impl::admin(beast::tcp_stream& client, bhttp::reque
   }
   if (!post) {
     Headers allow;
-    allow.emplace_back("Allow", path == "/admin/replicas" ? "GET, POST" : "POST");
+    allow.emplace_back("Allow", path == "/admin/replicas" ? "GET, HEAD, POST" : "POST");
     co_return co_await reply(req, client, 405, error_body(fmt::format("{} takes POST", path), "invalid_request_error"),
                              keep, "application/json", &allow);
   }

@@ -120,6 +120,22 @@ TEST(Router, HeadHasNoBodyAndExpectContinueIsAnswered) {
   net::read(t, net::dynamic_buffer(refused), tec);  // to the end: the router closes
   EXPECT_TRUE(refused.starts_with("HTTP/1.1 401 Unauthorized\r\n")) << refused;
   EXPECT_EQ(refused.find("100 Continue"), std::string::npos) << refused;
+
+  // A 405 of the admin API says which methods the route takes, HEAD among them where GET is.
+  for (const auto& [request, allow] :
+       {std::pair{"POST /admin/shadow/report", "GET, HEAD"}, std::pair{"DELETE /admin/shadow", "GET, HEAD, POST"},
+        std::pair{"DELETE /admin/replicas", "GET, HEAD, POST"}}) {
+    net::ip::tcp::socket u(io);
+    connect(u);
+    net::write(u, net::buffer(fmt::format("{} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer adm\r\nContent-Length: 0\r\n"
+                                          "Connection: close\r\n\r\n",
+                                          request)));
+    std::string got405;
+    boost::system::error_code uec;
+    net::read(u, net::dynamic_buffer(got405), uec);
+    EXPECT_TRUE(got405.starts_with("HTTP/1.1 405 Method Not Allowed\r\n")) << got405;
+    EXPECT_NE(got405.find(fmt::format("Allow: {}\r\n", allow)), std::string::npos) << got405;
+  }
 }
 
 // Details of HTTP in what the router answers: reason phrases of every registered code, a

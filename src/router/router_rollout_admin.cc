@@ -108,7 +108,7 @@ net::awaitable<bool> Router::Impl::admin_rollouts(beast::tcp_stream& client, bht
   }
   if (!(post || (get && action.empty()))) {
     Headers allow;
-    allow.emplace_back("Allow", action.empty() ? "GET, POST" : "POST");
+    allow.emplace_back("Allow", action.empty() ? "GET, HEAD, POST" : "POST");
     co_return co_await reply(req, client, 405, bad(fmt::format("{} takes {}", path, allow.back().second)), keep,
                              "application/json", &allow);
   }

@@ -336,7 +336,12 @@ net::awaitable<bool> Router::Impl::admin_shadow(beast::tcp_stream& client, bhttp
              post = req.method() == bhttp::verb::post;
   auto state = [&] { return shadow_status(); };
   if (path == "/admin/shadow/report") {
-    if (!get) co_return co_await reply(req, client, 405, bad("/admin/shadow/report takes GET"), keep);
+    if (!get) {
+      Headers allow;  // RFC 9110 15.5.6: a 405 lists the methods the route takes
+      allow.emplace_back("Allow", "GET, HEAD");
+      co_return co_await reply(req, client, 405, bad("/admin/shadow/report takes GET"), keep, "application/json",
+                               &allow);
+    }
     ShadowReportOptions o;
     o.version = query_value(req.target(), "version");
     const std::string since = query_value(req.target(), "since"), worst = query_value(req.target(), "worst");
@@ -367,7 +372,12 @@ net::awaitable<bool> Router::Impl::admin_shadow(beast::tcp_stream& client, bhttp
   if (path != "/admin/shadow")
     co_return co_await reply(req, client, 404, bad(fmt::format("no admin route {}", path)), keep);
   if (get) co_return co_await reply(req, client, 200, state().dump(), keep);
-  if (!post) co_return co_await reply(req, client, 405, bad("/admin/shadow takes GET or POST"), keep);
+  if (!post) {
+    Headers allow;
+    allow.emplace_back("Allow", "GET, HEAD, POST");
+    co_return co_await reply(req, client, 405, bad("/admin/shadow takes GET or POST"), keep, "application/json",
+                             &allow);
+  }
   auto parsed = parse_json(req.body());
   if (!parsed || !parsed->is_object())
     co_return co_await reply(req, client, 400, bad("the body must be a JSON object"), keep);
