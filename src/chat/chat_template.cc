@@ -50,6 +50,14 @@ bool ChatTemplate::names(std::string_view identifier) const {
   return false;
 }
 
+bool ChatTemplate::quotes(std::string_view text) const {
+  for (const char q : {'\'', '"'}) {
+    const std::string literal = q + std::string(text) + q;
+    if (source_.find(literal) != std::string::npos) return true;
+  }
+  return false;
+}
+
 std::string_view default_chatml_template() {
   return "{%- for message in messages %}"
          "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"

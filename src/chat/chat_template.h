@@ -54,6 +54,10 @@ class ChatTemplate {
   // Whether the template's text names `identifier` as a whole word (a variable or attribute it
   // may read, e.g. "tools"). A template that never names it cannot render it.
   bool names(std::string_view identifier) const;
+  // Whether the template holds `text` as a whole string literal ('tool' or "tool"): a role it
+  // compares with. (Qwen2.5's names "function" only as an attribute and in prose, and renders no
+  // "function" message.)
+  bool quotes(std::string_view text) const;
 
  private:
   ChatTemplate(std::string source, std::shared_ptr<const TemplateAst> ast)

@@ -13,12 +13,12 @@
 namespace sluice::chat {
 namespace {
 
-constexpr std::array<std::string_view, 45> kFilters = {
-    "trim",   "length",     "count",      "upper",   "lower",   "title",  "capitalize", "tojson", "default",
-    "d",      "join",       "replace",    "string",  "int",     "float",  "list",       "first",  "last",
-    "reverse", "items",     "selectattr", "rejectattr", "select", "reject", "map",      "safe",   "unique",
-    "sort",   "dictsort",   "max",        "min",     "sum",     "abs",    "round",      "indent", "escape",
-    "e",      "attr",       "format",     "center",  "wordcount", "batch", "slice",     "bool",   "xmlattr"};
+constexpr std::array<std::string_view, 46> kFilters = {
+    "trim",       "length",     "count",  "upper",  "lower",   "title",   "capitalize", "tojson", "default",  "d",
+    "join",       "replace",    "string", "int",    "float",   "list",    "first",      "last",   "reverse",  "items",
+    "selectattr", "rejectattr", "select", "reject", "map",     "safe",    "unique",     "sort",   "dictsort", "max",
+    "min",        "sum",        "abs",    "round",  "indent",  "escape",  "e",          "attr",   "format",   "center",
+    "wordcount",  "batch",      "slice",  "bool",   "xmlattr", "truncate"};
 
 Value arg_or(const CallArgs& args, size_t index, std::string_view name, const Value& fallback) {
   const Value* v = find_arg(args, index, name);
@@ -30,6 +30,57 @@ Result<int64_t> int_arg(const CallArgs& args, size_t index, std::string_view nam
   if (v == nullptr || v->is_none()) return fallback;
   if (!v->is_number() || v->is_float()) return Error("argument '{}' must be an integer", name);
   return v->as_int();
+}
+
+// jinja2's batch(linecount, fill_with): rows of `linecount` items, the last filled up to it; and
+// slice(slices, fill_with): `slices` columns, the first len % slices of them one item longer,
+// the others filled with one.
+Result<Value> batch_or_slice(std::vector<Value>& items, const CallArgs& args, bool batch, size_t max_items) {
+  const char* name = batch ? "batch" : "slice";
+  SLUICE_ASSIGN_OR_RETURN(int64_t n, int_arg(args, 0, batch ? "linecount" : "slices", 0));
+  if (n <= 0) return Error("{}: the count must be > 0, got {}", name, n);
+  const Value* fill = find_arg(args, 1, "fill_with");
+  const bool filled = fill != nullptr && !fill->is_none();
+  if ((filled || !batch) && static_cast<uint64_t>(n) > max_items) {
+    return Error("list longer than the limit of {} items", max_items);
+  }
+  const size_t count = static_cast<size_t>(n), size = items.size();
+  std::vector<Value> out;
+  if (batch) {
+    for (size_t at = 0; at < size; at += count) {
+      std::vector<Value> row(items.begin() + at, items.begin() + std::min(size, at + count));
+      if (filled) row.resize(count, *fill);
+      out.push_back(Value::list(std::move(row)));
+    }
+    return Value::list(std::move(out));
+  }
+  const size_t per = size / count, extra = size % count;
+  for (size_t k = 0, offset = 0; k < count; ++k) {
+    const size_t start = offset + k * per;
+    if (k < extra) ++offset;
+    std::vector<Value> row(items.begin() + start, items.begin() + offset + (k + 1) * per);
+    if (filled && k >= extra) row.push_back(*fill);
+    out.push_back(Value::list(std::move(row)));
+  }
+  return Value::list(std::move(out));
+}
+
+// jinja2's truncate(length=255, killwords=False, end='...', leeway=5): text longer than length +
+// leeway code points cut to length, `end` included, at the last space unless killwords.
+Result<Value> truncate(const Value& v, const CallArgs& args) {
+  SLUICE_ASSIGN_OR_RETURN(int64_t length, int_arg(args, 0, "length", 255));
+  const bool killwords = arg_or(args, 1, "killwords", Value::boolean(false)).truthy();
+  const std::string end = to_str(arg_or(args, 2, "end", Value::string("...")));
+  SLUICE_ASSIGN_OR_RETURN(int64_t leeway, int_arg(args, 3, "leeway", 5));
+  const auto end_length = static_cast<int64_t>(code_point_length(end));
+  if (length < end_length) return Error("truncate: expected length >= {}, got {}", end_length, length);
+  if (leeway < 0) return Error("truncate: expected leeway >= 0, got {}", leeway);
+  std::string s = to_str(v);
+  const std::vector<size_t> offsets = code_point_offsets(s);
+  if (static_cast<int64_t>(offsets.size()) - 1 <= length + leeway) return Value::string(std::move(s));
+  s.resize(offsets[static_cast<size_t>(length - end_length)]);
+  if (const size_t space = s.rfind(' '); !killwords && space != std::string::npos) s.resize(space);
+  return Value::string(s + end);
 }
 
 // Dotted attribute path ("a.b" or "0"), as jinja2's make_attrgetter resolves it.
@@ -446,7 +497,8 @@ Result<Value> apply_filter(Interpreter& interp, std::string_view name, const Val
     const int64_t left = pad / 2 + (pad & width & 1);  // Python's str.center rounding
     return Value::string(std::string(left, ' ') + s + std::string(pad - left, ' '));
   }
-  if (name == "xmlattr" || name == "batch" || name == "slice") return Error("filter '{}' is not supported", name);
+  if (name == "truncate") return truncate(v, args);
+  if (name == "xmlattr") return Error("filter '{}' is not supported", name);
   // Filters over the items of a sequence.
   if (v.is_string() && (name == "first" || name == "last" || name == "reverse")) {
     const std::vector<size_t> offsets = code_point_offsets(v.as_string());
@@ -479,6 +531,7 @@ Result<Value> apply_filter(Interpreter& interp, std::string_view name, const Val
   }
   SLUICE_ASSIGN_OR_RETURN(std::vector<Value> items, iterate(v, max_items));
   if (name == "list") return Value::list(std::move(items));
+  if (name == "batch" || name == "slice") return batch_or_slice(items, args, name == "batch", max_items);
   if (name == "first") return items.empty() ? Value::undefined("No first item, sequence was empty.") : items.front();
   if (name == "last") return items.empty() ? Value::undefined("No last item, sequence was empty.") : items.back();
   if (name == "reverse") {

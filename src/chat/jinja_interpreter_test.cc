@@ -259,5 +259,37 @@ TEST(JinjaInterpreter, UnsupportedTagsFailAtParseTime) {
   EXPECT_EQ(render("{% if true %}x"), "ERROR: chat template syntax error at line 1, column 15: unexpected end of template, expected '{% endif %}'");
 }
 
+// Python's printf-style formatting, as jinja2 runs it: flags, width, precision, every type.
+TEST(JinjaInterpreter, PercentFormattingIsPythons) {
+  EXPECT_EQ(render("{{ '%5s|%-5s|%.2s|' % ('ab', 'ab', 'abc') }}"), "   ab|ab   |ab|");
+  EXPECT_EQ(render("{{ '%.2f %05.1f %+d % d %03d %.3d' % (3.14159, 2.25, 5, 5, -5, 5) }}"), "3.14 002.2 +5  5 -05 005");
+  EXPECT_EQ(render("{{ '%x %#x %X %o %#o %5d|%-5d|' % (255, 255, -255, 8, 8, 42, 42) }}"),
+            "ff 0xff -FF 10 0o10    42|42   |");
+  EXPECT_EQ(
+      render("{{ '%e %g %g %c%c %d %i %s %r %u %%' % (12345.678, 0.0001, 1e20, 65, 'é', 3.9, true, 1.0, 'a', 7) }}"),
+      "1.234568e+04 0.0001 1e+20 Aé 3 1 1.0 'a' 7 %");
+  EXPECT_EQ(render("{{ '%.2f' | format(3.14159) }} {{ '%3s|' | format('é') }}"), "3.14   é|");
+  EXPECT_TRUE(render("{{ '%d' % 'x' }}").ends_with(": %d format: a real number is required, not str"));
+  EXPECT_TRUE(render("{{ '%(a)s' % 1 }}").ends_with(": unsupported format character '('"));
+  EXPECT_TRUE(render("{{ '%k' % 1 }}").ends_with(": unsupported format character 'k'"));
+}
+
+// batch, slice and truncate as jinja2 3.1 renders them (the expected strings are its output).
+TEST(JinjaInterpreter, BatchSliceAndTruncateAreJinjas) {
+  EXPECT_EQ(render("{{ [1,2,3,4,5]|batch(2)|list }} {{ [1,2,3,4,5]|batch(2, 0)|list }}"),
+            "[[1, 2], [3, 4], [5]] [[1, 2], [3, 4], [5, 0]]");
+  EXPECT_EQ(render("{{ [1,2,3,4,5]|slice(3)|list }} {{ [1,2,3,4,5]|slice(3, 9)|list }} {{ [1,2]|slice(4)|list }}"),
+            "[[1, 2], [3, 4], [5]] [[1, 2], [3, 4], [5, 9]] [[1], [2], [], []]");
+  EXPECT_EQ(
+      render("{{ 'hello world, how are you'|truncate(12) }}|{{ 'hello world, how are you'|truncate(12, true) }}|"
+             "{{ 'hello world'|truncate(9, leeway=0) }}|{{ 'héllo wörld ça va'|truncate(10, end='…', leeway=0) }}|"
+             "{{ 'short'|truncate(3) }}|{{ 'abcdefghij'|truncate(6, leeway=0) }}"),
+      "hello...|hello wor...|hello...|héllo…|short|abc...");
+  EXPECT_TRUE(render("{{ [1]|batch(0)|list }}").ends_with(": batch: the count must be > 0, got 0"))
+      << render("{{ [1]|batch(0)|list }}");
+  EXPECT_TRUE(render("{{ [1]|slice(100000000)|list }}").ends_with(": list longer than the limit of 131072 items"))
+      << render("{{ [1]|slice(100000000)|list }}");
+}
+
 }  // namespace
 }  // namespace sluice::chat

@@ -1,9 +1,14 @@
 #include "chat/jinja_operators.h"
 
+#include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <cmath>
+#include <cstdio>
 
 #include "chat/jinja_builtins.h"
 #include "chat/jinja_text.h"
+#include "common/utf8.h"
 
 namespace sluice::chat {
 namespace {
@@ -53,7 +58,90 @@ Result<Value> int_pow(int64_t base, int64_t exp) {
   return Value::integer(result);
 }
 
-// "%s" % value: the printf subset templates use (%s %r %d %i %%).
+// One conversion of Python's printf-style formatting: %[flags][width][.precision]type.
+struct Conversion {
+  std::string flags;  // of "-+ 0#"
+  int width = 0;
+  int precision = -1;  // none
+  char type = 's';
+  bool has(char flag) const { return flags.find(flag) != std::string::npos; }
+};
+
+// Code points of UTF-8 text (each byte that does not continue a sequence).
+size_t code_points(std::string_view s) {
+  return static_cast<size_t>(
+      std::ranges::count_if(s, [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+}
+
+// `body` padded to the width: on the right with '-', else on the left, with zeros after the
+// sign and prefix where '0' asks (numbers only).
+std::string pad(const Conversion& c, std::string_view sign, std::string_view body, bool number) {
+  const size_t length = sign.size() + code_points(body);
+  const size_t fill = static_cast<size_t>(c.width) > length ? static_cast<size_t>(c.width) - length : 0;
+  std::string out;
+  out.reserve(fill + sign.size() + body.size());
+  const bool left = c.has('-'), zeros = number && c.has('0') && !left;
+  if (!left && !zeros) out.append(fill, ' ');
+  out.append(sign);
+  if (zeros) out.append(fill, '0');
+  out.append(body);
+  if (left) out.append(fill, ' ');
+  return out;
+}
+
+Result<std::string> format_one(const Conversion& c, const Value& v) {
+  if (c.type == 's' || c.type == 'r') {
+    std::string text;
+    c.type == 's' ? append_str(v, text) : append_repr(v, text);
+    if (c.precision >= 0) {  // the first `precision` code points
+      size_t at = 0;
+      for (int n = 0; at < text.size() && n < c.precision; ++n) {
+        do ++at;
+        while (at < text.size() && (static_cast<unsigned char>(text[at]) & 0xC0) == 0x80);
+      }
+      text.resize(at);
+    }
+    return pad(c, "", text, false);
+  }
+  if (c.type == 'c') {
+    if (v.is_string() && code_points(v.as_string()) == 1) return pad(c, "", v.as_string(), false);
+    if (!v.is_int() || v.as_int() < 0 || v.as_int() > 0x10FFFF)
+      return Error("%c requires an int in range(0x110000) or a char");
+    std::string one;
+    utf8_append(static_cast<char32_t>(v.as_int()), one);
+    return pad(c, "", one, false);
+  }
+  if (!v.is_number()) return Error("%{} format: a real number is required, not {}", c.type, v.type_name());
+  if (std::string_view("diouxX").find(c.type) != std::string_view::npos) {
+    if (v.is_float() && !std::isfinite(v.as_float())) return Error("cannot convert float {} to integer", v.as_float());
+    // int(x): toward zero; past int64 as Python would need a big integer, which sluice has not.
+    const double f = v.is_float() ? std::trunc(v.as_float()) : 0;
+    if (v.is_float() && !(f >= -9.2e18 && f <= 9.2e18)) return Error("integer too large to format");
+    const int64_t n = v.is_float() ? static_cast<int64_t>(f) : v.as_int();
+    const uint64_t magnitude = n < 0 ? 0 - static_cast<uint64_t>(n) : static_cast<uint64_t>(n);
+    const int base = c.type == 'o' ? 8 : (c.type == 'x' || c.type == 'X') ? 16 : 10;
+    char digits[32];
+    std::string body(digits, std::to_chars(digits, digits + sizeof digits, magnitude, base).ptr);
+    if (c.type == 'X')
+      std::ranges::transform(body, body.begin(), [](char d) { return static_cast<char>(std::toupper(d)); });
+    if (c.precision > static_cast<int>(body.size())) {
+      body = std::string(static_cast<size_t>(c.precision) - body.size(), '0') + body;
+    }
+    std::string sign = n < 0 ? "-" : c.has('+') ? "+" : c.has(' ') ? " " : "";
+    if (c.has('#') && base != 10) sign += c.type == 'o' ? "0o" : c.type == 'x' ? "0x" : "0X";
+    return pad(c, sign, body, true);
+  }
+  // f F e E g G: C's printf gives Python's digits (both correctly rounded), inf and nan included.
+  const std::string spec =
+      fmt::format("%{}{}{}{}", c.flags, c.width, c.precision >= 0 ? fmt::format(".{}", c.precision) : "", c.type);
+  const int size = std::snprintf(nullptr, 0, spec.c_str(), v.as_float());
+  std::string out(static_cast<size_t>(std::max(size, 0)), '\0');
+  std::snprintf(out.data(), out.size() + 1, spec.c_str(), v.as_float());
+  return out;
+}
+
+// "%s" % value: Python's printf-style formatting (%[flags][width][.precision]type, types s r c
+// d i o u x X e E f F g G, and %%; no mapping keys, no '*').
 Result<Value> percent_format(const std::string& format, const Value& args, const SizeLimits& limits) {
   std::vector<Value> values;
   if (args.is_list() && args.as_list().is_tuple) {
@@ -68,23 +156,39 @@ Result<Value> percent_format(const std::string& format, const Value& args, const
       out.push_back(format[i]);
       continue;
     }
-    if (++i >= format.size()) return Error("incomplete format");
-    const char c = format[i];
-    if (c == '%') {
+    Conversion c;
+    auto at_end = [&] { return ++i >= format.size(); };
+    if (at_end()) return Error("incomplete format");
+    if (format[i] == '%') {
       out.push_back('%');
       continue;
     }
-    if (next >= values.size()) return Error("not enough arguments for format string");
-    const Value& v = values[next++];
-    if (c == 's') {
-      append_str(v, out);
-    } else if (c == 'r') {
-      append_repr(v, out);
-    } else if ((c == 'd' || c == 'i') && v.is_number()) {
-      out += std::to_string(v.is_float() ? static_cast<int64_t>(v.as_float()) : v.as_int());
-    } else {
-      return Error("unsupported format character '{}'", c);
+    if (format[i] == '(' || format[i] == '*') return Error("unsupported format character '{}'", format[i]);
+    for (; std::string_view("-+ 0#").find(format[i]) != std::string_view::npos;) {
+      c.flags.push_back(format[i]);
+      if (at_end()) return Error("incomplete format");
     }
+    auto number = [&](int& n) -> Status {
+      for (n = 0; std::isdigit(static_cast<unsigned char>(format[i]));) {
+        n = n * 10 + (format[i] - '0');
+        if (n > 10000) return Status::error("a width or precision past 10000");
+        if (at_end()) return Status::error("incomplete format");
+      }
+      return Status::ok();
+    };
+    if (Status s = number(c.width); !s) return Error(s);
+    if (format[i] == '.') {
+      if (at_end()) return Error("incomplete format");
+      if (Status s = number(c.precision); !s) return Error(s);
+    }
+    c.type = format[i] == 'u' ? 'd' : format[i];
+    if (std::string_view("srcdioxXeEfFgG").find(c.type) == std::string_view::npos) {
+      return Error("unsupported format character '{}'", format[i]);
+    }
+    if (next >= values.size()) return Error("not enough arguments for format string");
+    auto piece = format_one(c, values[next++]);
+    if (!piece) return Error(piece.error());
+    out += *piece;
     if (out.size() > limits.max_string_bytes) return Error("string longer than the limit of {} bytes", limits.max_string_bytes);
   }
   if (next < values.size()) return Error("not all arguments converted during string formatting");

@@ -209,12 +209,17 @@ TEST(Cli, DraftModelKeepsTheOutput) {
   EXPECT_NE(both.out.find("one proposer at a time"), std::string::npos) << both.out;
   // Settings of a proposer that is off are refused, not ignored; a draft file that cannot be
   // read is a bad file (1), not a bad command line.
-  Output lookup_off = run("generate -p x -n 2 --draft-model " + draft + " --spec-ngram-min 3", true);
-  EXPECT_EQ(lookup_off.exit_code, 2);
-  EXPECT_NE(lookup_off.out.find("set prompt lookup, which is off here"), std::string::npos) << lookup_off.out;
-  Output no_draft = run("generate -p x -n 2 --draft-kv-cache-memory 1MiB", true);
-  EXPECT_EQ(no_draft.exit_code, 2);
-  EXPECT_NE(no_draft.out.find("give --draft-model FILE"), std::string::npos) << no_draft.out;
+  // Given at its default value too (it was taken then).
+  for (const std::string flags : {" --spec-ngram-min 3", " --spec-ngram-max 4"}) {
+    Output lookup_off = run("generate -p x -n 2 --draft-model " + draft + flags, true);
+    EXPECT_EQ(lookup_off.exit_code, 2) << flags;
+    EXPECT_NE(lookup_off.out.find("set prompt lookup, which is off here"), std::string::npos) << lookup_off.out;
+  }
+  for (const std::string size : {"1MiB", "auto"}) {
+    Output no_draft = run("generate -p x -n 2 --draft-kv-cache-memory " + size, true);
+    EXPECT_EQ(no_draft.exit_code, 2) << size;
+    EXPECT_NE(no_draft.out.find("give --draft-model FILE"), std::string::npos) << no_draft.out;
+  }
   Output missing = run("generate -p x -n 2 --draft-model /no/such/draft.gguf", true);
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_NE(missing.out.find("--draft-model: "), std::string::npos) << missing.out;
@@ -292,10 +297,13 @@ TEST(Cli, PairRanksDraftsAndWritesItsReports) {
   EXPECT_EQ(self_report["target_step_seconds"][1].size(), 3u);  // k + 1 = 1..3 tokens
   EXPECT_GT(self_report["target_step_seconds"][1][2].get<double>(), 0);
   // Prompt lookup's settings without prompt lookup were ignored; generate and serve refuse them.
-  Output lookup_off = run("pair --target " + q + "F32.gguf --draft " + q + "Q8_0.gguf -p x --ngram-min 3 --ngram-max 3", true);
-  EXPECT_EQ(lookup_off.exit_code, 2);
-  EXPECT_NE(lookup_off.out.find("--ngram-min and --ngram-max set prompt lookup, which is not a candidate here"),
-            std::string::npos) << lookup_off.out;
+  for (const std::string flags : {" --ngram-min 3 --ngram-max 3", " --ngram-min 2"}) {  // the default too
+    Output lookup_off = run("pair --target " + q + "F32.gguf --draft " + q + "Q8_0.gguf -p x" + flags, true);
+    EXPECT_EQ(lookup_off.exit_code, 2) << flags;
+    EXPECT_NE(lookup_off.out.find("--ngram-min and --ngram-max set prompt lookup, which is not a candidate here"),
+              std::string::npos)
+        << lookup_off.out;
+  }
   Output empty = run("pair --target " + q + "F32.gguf --ngram -p x -p ''", true);
   EXPECT_EQ(empty.exit_code, 2) << empty.out;  // a flag's value: checked before the model loads
   EXPECT_NE(empty.out.find("a prompt must not be empty"), std::string::npos) << empty.out;

@@ -26,6 +26,7 @@ struct PairCliOptions {
   std::vector<std::string> drafts;
   bool ngram = false;
   int32_t ngram_min = 2, ngram_max = 4;
+  bool ngram_given = false;  // --ngram-min or --ngram-max, even at its default
   std::string prompts_file;
   std::vector<std::string> prompts;
   std::string suite_file;      // an eval suite: its tests' prompts
@@ -85,7 +86,7 @@ int run_pair(PairCliOptions& o) {
   if (!o.prompts.empty() + !o.prompts_file.empty() + !o.suite_file.empty() != 1) {
     return fail_usage("give the prompts one way: --prompts FILE, -p TEXT or --suite FILE");
   }
-  if (!o.ngram && (o.ngram_min != PairCliOptions{}.ngram_min || o.ngram_max != PairCliOptions{}.ngram_max)) {
+  if (!o.ngram && o.ngram_given) {
     return fail_usage("--ngram-min and --ngram-max set prompt lookup, which is not a candidate here: add --ngram");
   }
   if (o.ngram_min > o.ngram_max) return fail_usage("--ngram-min must not exceed --ngram-max");
@@ -227,8 +228,15 @@ CommandFn add_pair_command(CLI::App& app) {
   cmd->add_option("--target", o->target, "The target model (GGUF)")->required();
   cmd->add_option("--draft", o->drafts, "A candidate draft model (GGUF); repeatable");
   cmd->add_flag("--ngram", o->ngram, "Also rank prompt lookup (--spec ngram)");
-  cmd->add_option("--ngram-min", o->ngram_min, "Prompt lookup: shortest suffix matched")->capture_default_str()->check(CLI::Range(1, 64));
-  cmd->add_option("--ngram-max", o->ngram_max, "Prompt lookup: longest suffix matched")->capture_default_str()->check(CLI::Range(1, 64));
+  const auto given = [o](const std::string&) { o->ngram_given = true; };
+  cmd->add_option("--ngram-min", o->ngram_min, "Prompt lookup: shortest suffix matched")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64))
+      ->each(given);
+  cmd->add_option("--ngram-max", o->ngram_max, "Prompt lookup: longest suffix matched")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64))
+      ->each(given);
   cmd->add_option("--prompts", o->prompts_file, "Prompts, one per line (a line starting with '\"' is a JSON string)");
   cmd->add_option("-p,--prompt", o->prompts, "A prompt; repeatable")
       ->check(non_empty("TEXT", "a prompt"));

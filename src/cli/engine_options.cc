@@ -55,9 +55,14 @@ void EngineOptions::add_to(CLI::App& cmd) {
   cmd.add_option("--spec-tokens", spec_tokens, "Most draft tokens a sequence verifies in one step")
       ->capture_default_str()->check(CLI::Range(1, 64));
   cmd.add_option("--spec-ngram-min", spec_ngram_min, "Prompt lookup: the shortest run of last tokens matched")
-      ->capture_default_str()->check(CLI::Range(1, 64));
-  cmd.add_option("--spec-ngram-max", spec_ngram_max, "Prompt lookup: the longest run of last tokens matched (tried first)")
-      ->capture_default_str()->check(CLI::Range(1, 64));
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64))
+      ->each([this](const std::string&) { ngram_given = true; });
+  cmd.add_option("--spec-ngram-max", spec_ngram_max,
+                 "Prompt lookup: the longest run of last tokens matched (tried first)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64))
+      ->each([this](const std::string&) { ngram_given = true; });
   cmd.add_option("--spec-adaptive", spec_adaptive,
                  "on: each step, each sequence verifies the number of its drafts (0 to --spec-tokens) that maximizes "
                  "the expected tokens per second, from its measured acceptance and the measured step times, so "
@@ -69,7 +74,8 @@ void EngineOptions::add_to(CLI::App& cmd) {
   cmd.add_option("--draft-kv-cache-memory", draft_kv_cache_memory,
                  "The draft model's KV cache: bytes (e.g. 256MiB), a fraction of available memory, or 'auto': room "
                  "for max-num-seqs full contexts of the draft, at most 10% of available memory")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->each([this](const std::string&) { draft_kv_given = true; });
 }
 
 Result<int64_t> parse_memory_size(const std::string& text, int64_t available_bytes, std::string_view flag) {
@@ -147,11 +153,11 @@ Result<EngineConfig> EngineOptions::to_config(const ModelConfig& model, const To
   if (draft_model.empty() && spec == "draft") return Error(StatusCode::kInvalid, "--spec draft needs --draft-model FILE");
   // Settings of a proposer that is off would be ignored without a word.
   const EngineOptions defaults;
-  if (c.spec.method != "ngram" && (spec_ngram_min != defaults.spec_ngram_min || spec_ngram_max != defaults.spec_ngram_max)) {
+  if (c.spec.method != "ngram" && ngram_given) {
     return Error(StatusCode::kInvalid, "--spec-ngram-min and --spec-ngram-max set prompt lookup, which is off here: "
                  "add --spec ngram");
   }
-  if (draft_model.empty() && draft_kv_cache_memory != defaults.draft_kv_cache_memory) {
+  if (draft_model.empty() && draft_kv_given) {
     return Error(StatusCode::kInvalid, "--draft-kv-cache-memory sizes a draft model's cache: give --draft-model FILE");
   }
   if (spec_ngram_min > spec_ngram_max) {

@@ -30,6 +30,9 @@ struct EngineOptions {
   std::string spec_adaptive = "on";
   std::string draft_model;
   std::string draft_kv_cache_memory = "auto";
+  // Whether the flags were given (a value equal to the default too): a proposer that is off
+  // refuses its settings rather than ignore them.
+  bool ngram_given = false, draft_kv_given = false;
 
   void add_to(CLI::App& cmd);
   // Resolves sizes against the model and this machine's available memory; tokenizes the

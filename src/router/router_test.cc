@@ -360,7 +360,12 @@ TEST(Router, AdminApiAddsDrainsWeighsAndRemovesReplicas) {
   // Drain: a gets nothing new but stays listed; then back.
   ASSERT_TRUE(admin(f, "POST", "/admin/replicas/drain", R"({"url":")" + A + R"("})"));
   EXPECT_EQ(answers(f, 3), (std::map<std::string, int>{{R"({"replica":"b"})", 3}}));
+  // A request is counted once its answer is relayed, just after the client has it: wait for it.
   auto listed = admin(f, "GET", "/admin/replicas");
+  for (int i = 0; i < 200 && listed && (*parse_json(listed->body))["replicas"][1]["requests"] != 5; ++i) {
+    std::this_thread::sleep_for(10ms);
+    listed = admin(f, "GET", "/admin/replicas");
+  }
   ASSERT_TRUE(listed);
   auto list = *parse_json(listed->body);
   ASSERT_EQ(list["replicas"].size(), 2u) << listed->body;

@@ -100,18 +100,17 @@ namespace {
 // A message field or role that the chat template never renders would be dropped from the
 // prompt without a word (Qwen2.5's template has no branch for a "function" message, and none
 // of the common templates prints a message's "name"). A name the template's text uses (a role
-// it compares with, a field it reads) is taken as rendered: Qwen's templates print a default
-// system prompt, the same as a system message that repeats it, and drop reasoning_content
-// before the last question by design. For any other, rendering again without it (a role that
-// every message has: with their text changed) and getting the same prompt proves it was
-// dropped: a 400, not an answer to another conversation. A render
+// it compares with, as a string literal; a field it reads, as a word) is taken as rendered: Qwen's templates print a
+// default system prompt, the same as a system message that repeats it, and drop reasoning_content before the last
+// question by design. For any other, rendering again without it (a role that every message has: with their text
+// changed) and getting the same prompt proves it was dropped: a 400, not an answer to another conversation. A render
 // that fails without it (a template that checks the order of roles) counts as rendering it.
 // One render per such name, each cheap next to the prompt's prefill, and at most
 // kMaxUnnamed of each kind: a request naming thousands would cost thousands of renders.
-template <typename Render, typename Names>
+template <typename Render, typename Names, typename Quotes>
 // `original`: the messages as the request sent them (roles before "developer" became "system").
 ApiResult<bool> check_rendered(const Json& messages, const Json& original, const std::string& prompt, Render&& render,
-                               Names&& names) {
+                               Names&& names, Quotes&& quotes) {
   constexpr size_t kMaxUnnamed = 8;
   // Fields every template may go without: the message's own shape and ids.
   static constexpr std::string_view kCore[] = {"role", "content", "tool_calls", "tool_call_id"};
@@ -135,7 +134,7 @@ ApiResult<bool> check_rendered(const Json& messages, const Json& original, const
     const bool says_something =
         (content != m.end() && content->is_string() && !content->get<std::string>().empty()) || m.contains("tool_calls");
     if (role == "user" || role == "assistant" || !says_something) continue;
-    if (!seen_roles.insert(role).second || names(role)) continue;
+    if (!seen_roles.insert(role).second || quotes(role)) continue;
     roles.push_back(role);
     if (roles.size() > kMaxUnnamed) return too_many("roles");
   }
@@ -231,8 +230,10 @@ ApiResult<std::string> OpenAiApi::render_chat(const Json& request_messages, cons
   };
   auto prompt = render(messages);
   if (prompt) {
-    SLUICE_API_TRY([[maybe_unused]] bool ok,
-                   check_rendered(messages, request_messages, *prompt, render, [&](const std::string& n) { return chat_template_.names(n); }));
+    SLUICE_API_TRY([[maybe_unused]] bool ok, check_rendered(
+                                                 messages, request_messages, *prompt, render,
+                                                 [&](const std::string& n) { return chat_template_.names(n); },
+                                                 [&](const std::string& n) { return chat_template_.quotes(n); }));
   }
   if (!prompt) {
     // raise_exception() in a template means the messages are wrong; anything else is the

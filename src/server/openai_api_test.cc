@@ -219,6 +219,15 @@ TEST_F(ServerTest, MessagesTheTemplateWouldDropAreRefused) {
   EXPECT_EQ(outcome(*user_only, R"([{"role": "developer", "content": "be brief"}, {"role": "user", "content": "x"}])"),
             "'messages[0]': this model's chat template does not render messages with role 'system' (the 'developer' "
             "message is sent as one), so the model would never see them");
+  // A role the template names only as an attribute or in prose is not one it renders (Qwen2.5's
+  // says "function" in its tool-call code and text, and drops a "function" message).
+  const auto prose = api_with(
+      "{% for m in messages %}{% if m.role == 'user' %}<u>{{ m.content }}{% elif m.role == 'assistant' %}<a>"
+      "{{ m.content }}{% if m.tool_calls %}{{ m.tool_calls[0].function.name }}{% endif %}{% endif %}{% endfor %}"
+      "{{ 'You may call a function' }}");
+  EXPECT_EQ(outcome(*prose, R"([{"role": "user", "content": "x"}, {"role": "function", "content": "42"}])"),
+            "'messages[1]': this model's chat template does not render messages with role 'function', so the model "
+            "would never see them");
   // An empty system message says nothing, dropped or not; ids are never required to show.
   EXPECT_TRUE(outcome(*known_roles, R"([{"role": "tool", "content": ""}, {"role": "user", "content": "x"}])").starts_with("["));
   // A template that renders names and any role takes them.
