@@ -394,7 +394,9 @@ ApiResult<Json> OpenAiApi::detokenize(const Json& body) const {
           "tokens"));
     }
   }
-  return Json{{"prompt", tokenizer_.decode(req.tokens)}};
+  // Control tokens as their text (vLLM's and llama.cpp's /detokenize keep them): a rendered chat
+  // prompt comes back whole, and /tokenize of it gives the same tokens.
+  return Json{{"prompt", tokenizer_.decode(req.tokens, /*render_special=*/true)}};
 }
 
 }  // namespace sluice::server

@@ -66,6 +66,17 @@ TEST_F(ServerTest, MoreChoicesThanTheQueueHoldsIsA400) {
   EXPECT_NE(r.find(R"("param":"n")"), std::string::npos) << r;
 }
 
+// /detokenize writes control tokens as their text, so a prompt with them comes back whole.
+TEST_F(ServerTest, DetokenizeKeepsControlTokens) {
+  const Tokenizer& tok = *loaded_.tokenizer;
+  const std::string bos = tok.decode(std::vector<int32_t>{tok.bos_id()}, /*render_special=*/true);
+  ASSERT_FALSE(bos.empty());
+  const Json ids = Json::parse(body_of(exchange(post("/tokenize", Json{{"prompt", bos + "hi"}}.dump()))))["tokens"];
+  ASSERT_EQ(ids[0], tok.bos_id()) << ids;
+  const Json back = Json::parse(body_of(exchange(post("/detokenize", Json{{"tokens", ids}}.dump()))));
+  EXPECT_EQ(back["prompt"], bos + "hi") << back;
+}
+
 TEST_F(ServerTest, TokenizeCountsWhatTheChatRequestCounts) {
   // A template that renders the tools, over the same engine.
   auto tmpl = chat::ChatTemplate::parse(
