@@ -1,9 +1,12 @@
 #include "chat/chat_template.h"
 
+#include <algorithm>
 #include <cctype>
 #include <exception>
+#include <functional>
 
 #include "chat/jinja_ast.h"
+#include "chat/jinja_lexer.h"
 #include "chat/jinja_parser.h"
 
 namespace sluice::chat {
@@ -11,7 +14,13 @@ namespace sluice::chat {
 Result<ChatTemplate> ChatTemplate::parse(std::string_view source) {
   try {
     SLUICE_ASSIGN_OR_RETURN(TemplateAst ast, parse_template(source));
-    return ChatTemplate(std::string(source), std::make_shared<const TemplateAst>(std::move(ast)));
+    SLUICE_ASSIGN_OR_RETURN(LexedTemplate lexed, lex_template(source));  // (it lexed as it parsed)
+    auto literals = std::make_shared<std::vector<std::string>>();
+    for (Token& t : lexed.tokens) {
+      if (t.kind == TokenKind::kString) literals->push_back(std::move(t.value));
+    }
+    std::ranges::sort(*literals);
+    return ChatTemplate(std::string(source), std::make_shared<const TemplateAst>(std::move(ast)), std::move(literals));
   } catch (const std::exception& e) {  // std::bad_alloc, or a library throwing underneath
     return Error("chat template: parse failed: {}", e.what());
   }
@@ -51,11 +60,7 @@ bool ChatTemplate::names(std::string_view identifier) const {
 }
 
 bool ChatTemplate::quotes(std::string_view text) const {
-  for (const char q : {'\'', '"'}) {
-    const std::string literal = q + std::string(text) + q;
-    if (source_.find(literal) != std::string::npos) return true;
-  }
-  return false;
+  return std::ranges::binary_search(*literals_, text, std::less<>());
 }
 
 std::string_view default_chatml_template() {

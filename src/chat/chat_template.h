@@ -54,18 +54,20 @@ class ChatTemplate {
   // Whether the template's text names `identifier` as a whole word (a variable or attribute it
   // may read, e.g. "tools"). A template that never names it cannot render it.
   bool names(std::string_view identifier) const;
-  // Whether the template holds `text` as a whole string literal ('tool' or "tool"): a role it
-  // compares with. (Qwen2.5's names "function" only as an attribute and in prose, and renders no
-  // "function" message.)
+  // Whether the template's code holds `text` as a whole string literal ('tool' or "tool", not a
+  // part of a longer one): a role it compares with. (Qwen2.5's says "function" only as an
+  // attribute and in prose, Hermes' inside a longer literal; neither renders a "function" message.)
   bool quotes(std::string_view text) const;
 
  private:
-  ChatTemplate(std::string source, std::shared_ptr<const TemplateAst> ast)
-      : source_(std::move(source)), ast_(std::move(ast)) {}
+  ChatTemplate(std::string source, std::shared_ptr<const TemplateAst> ast,
+               std::shared_ptr<const std::vector<std::string>> literals)
+      : source_(std::move(source)), ast_(std::move(ast)), literals_(std::move(literals)) {}
   Result<std::string> render_value(const Value& context, const RenderOptions& options) const;
 
   std::string source_;
   std::shared_ptr<const TemplateAst> ast_;
+  std::shared_ptr<const std::vector<std::string>> literals_;  // the code's string literals, sorted
 };
 
 // The variables a chat template is rendered with, as Hugging Face's apply_chat_template passes

@@ -77,7 +77,8 @@ Result<Value> truncate(const Value& v, const CallArgs& args) {
   if (leeway < 0) return Error("truncate: expected leeway >= 0, got {}", leeway);
   std::string s = to_str(v);
   const std::vector<size_t> offsets = code_point_offsets(s);
-  if (static_cast<int64_t>(offsets.size()) - 1 <= length + leeway) return Value::string(std::move(s));
+  const auto s_length = static_cast<int64_t>(offsets.size()) - 1;
+  if (s_length <= length || s_length - length <= leeway) return Value::string(std::move(s));  // (no sum to overflow)
   s.resize(offsets[static_cast<size_t>(length - end_length)]);
   if (const size_t space = s.rfind(' '); !killwords && space != std::string::npos) s.resize(space);
   return Value::string(s + end);

@@ -269,12 +269,17 @@ TEST(JinjaInterpreter, PercentFormattingIsPythons) {
       render("{{ '%e %g %g %c%c %d %i %s %r %u %%' % (12345.678, 0.0001, 1e20, 65, 'é', 3.9, true, 1.0, 'a', 7) }}"),
       "1.234568e+04 0.0001 1e+20 Aé 3 1 1.0 'a' 7 %");
   EXPECT_EQ(render("{{ '%.2f' | format(3.14159) }} {{ '%3s|' | format('é') }}"), "3.14   é|");
+  // inf and nan as Python writes them; %x wants an integer; a bool is one.
+  EXPECT_EQ(render("{{ '%010f|%+f|%5.0F|%-6e|%c' % (1e400, -1e400 * 0, 1e400, -1e400, true) }}"),
+            "0000000inf|+nan|  INF|-inf  |\x01");
+  EXPECT_TRUE(render("{{ '%x' % 1.5 }}").ends_with(": %x format: an integer is required, not float"));
   EXPECT_TRUE(render("{{ '%d' % 'x' }}").ends_with(": %d format: a real number is required, not str"));
   EXPECT_TRUE(render("{{ '%(a)s' % 1 }}").ends_with(": unsupported format character '('"));
   EXPECT_TRUE(render("{{ '%k' % 1 }}").ends_with(": unsupported format character 'k'"));
 }
 
-// batch, slice and truncate as jinja2 3.1 renders them (the expected strings are its output).
+// batch, slice and truncate as jinja2 3.1 renders them (the expected strings are its output); a
+// count <= 0 is an error here (jinja2 renders [[], [1, 2, 3]] for batch(0), or divides by zero).
 TEST(JinjaInterpreter, BatchSliceAndTruncateAreJinjas) {
   EXPECT_EQ(render("{{ [1,2,3,4,5]|batch(2)|list }} {{ [1,2,3,4,5]|batch(2, 0)|list }}"),
             "[[1, 2], [3, 4], [5]] [[1, 2], [3, 4], [5, 0]]");
@@ -287,6 +292,8 @@ TEST(JinjaInterpreter, BatchSliceAndTruncateAreJinjas) {
       "hello...|hello wor...|hello...|héllo…|short|abc...");
   EXPECT_TRUE(render("{{ [1]|batch(0)|list }}").ends_with(": batch: the count must be > 0, got 0"))
       << render("{{ [1]|batch(0)|list }}");
+  EXPECT_EQ(render("{{ 'abc'|truncate(10, leeway=9223372036854775807) }}|{{ 'abc'|truncate(9223372036854775807) }}"),
+            "abc|abc");
   EXPECT_TRUE(render("{{ [1]|slice(100000000)|list }}").ends_with(": list longer than the limit of 131072 items"))
       << render("{{ [1]|slice(100000000)|list }}");
 }

@@ -105,15 +105,21 @@ Result<std::string> format_one(const Conversion& c, const Value& v) {
   }
   if (c.type == 'c') {
     if (v.is_string() && code_points(v.as_string()) == 1) return pad(c, "", v.as_string(), false);
-    if (!v.is_int() || v.as_int() < 0 || v.as_int() > 0x10FFFF)
+    if (!(v.is_int() || v.is_bool()) || v.as_int() < 0 || v.as_int() > 0x10FFFF) {
       return Error("%c requires an int in range(0x110000) or a char");
+    }
     std::string one;
     utf8_append(static_cast<char32_t>(v.as_int()), one);
     return pad(c, "", one, false);
   }
   if (!v.is_number()) return Error("%{} format: a real number is required, not {}", c.type, v.type_name());
   if (std::string_view("diouxX").find(c.type) != std::string_view::npos) {
-    if (v.is_float() && !std::isfinite(v.as_float())) return Error("cannot convert float {} to integer", v.as_float());
+    if (v.is_float() && std::string_view("oxX").find(c.type) != std::string_view::npos) {
+      return Error("%{} format: an integer is required, not float", c.type);
+    }
+    if (v.is_float() && !std::isfinite(v.as_float())) {
+      return Error("cannot convert float {} to integer", std::isnan(v.as_float()) ? "NaN" : "infinity");
+    }
     // int(x): toward zero; past int64 as Python would need a big integer, which sluice has not.
     const double f = v.is_float() ? std::trunc(v.as_float()) : 0;
     if (v.is_float() && !(f >= -9.2e18 && f <= 9.2e18)) return Error("integer too large to format");
@@ -131,7 +137,14 @@ Result<std::string> format_one(const Conversion& c, const Value& v) {
     if (c.has('#') && base != 10) sign += c.type == 'o' ? "0o" : c.type == 'x' ? "0x" : "0X";
     return pad(c, sign, body, true);
   }
-  // f F e E g G: C's printf gives Python's digits (both correctly rounded), inf and nan included.
+  // f F e E g G: C's printf gives Python's digits (both correctly rounded); inf and nan as Python
+  // writes them (zero-padded where asked, no sign on a NaN).
+  if (const double x = v.as_float(); !std::isfinite(x)) {
+    const bool upper = std::isupper(static_cast<unsigned char>(c.type));
+    const std::string body = std::isnan(x) ? (upper ? "NAN" : "nan") : (upper ? "INF" : "inf");
+    const std::string sign = x < 0 ? "-" : c.has('+') ? "+" : c.has(' ') ? " " : "";
+    return pad(c, sign, body, true);
+  }
   const std::string spec =
       fmt::format("%{}{}{}{}", c.flags, c.width, c.precision >= 0 ? fmt::format(".{}", c.precision) : "", c.type);
   const int size = std::snprintf(nullptr, 0, spec.c_str(), v.as_float());

@@ -194,7 +194,7 @@ ApiResult<std::string> OpenAiApi::render_chat(const Json& request_messages, cons
   // OpenAI's "developer" role is its newer name for "system": a template that does not know it
   // would drop the message, so it becomes a system message there.
   Json messages = request_messages;
-  if (!chat_template_.names("developer")) {
+  if (!chat_template_.quotes("developer")) {
     for (Json& m : messages) {
       if (m["role"] == "developer") m["role"] = "system";
     }

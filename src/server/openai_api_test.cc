@@ -239,6 +239,13 @@ TEST_F(ServerTest, MessagesTheTemplateWouldDropAreRefused) {
   EXPECT_EQ(outcome(*prose, R"([{"role": "user", "content": "x"}, {"role": "function", "content": "42"}])"),
             "'messages[1]': this model's chat template does not render messages with role 'function', so the model "
             "would never see them");
+  // ... nor one quoted inside a longer literal (Hermes' tool prompt: '{"type": "function", ...').
+  const auto inside = api_with(
+      "{% for m in messages %}{% if m.role == 'user' %}<u>{{ m.content }}{% endif %}{% endfor %}"
+      "{{ '{\"type\": \"function\"}' }}");
+  EXPECT_EQ(outcome(*inside, R"([{"role": "user", "content": "x"}, {"role": "function", "content": "42"}])"),
+            "'messages[1]': this model's chat template does not render messages with role 'function', so the model "
+            "would never see them");
   // An empty system message says nothing, dropped or not; ids are never required to show.
   EXPECT_TRUE(outcome(*known_roles, R"([{"role": "tool", "content": ""}, {"role": "user", "content": "x"}])").starts_with("["));
   // A template that renders names and any role takes them.
