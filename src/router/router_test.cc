@@ -501,10 +501,21 @@ TEST(Router, ConcurrentNewGroupsStayWithinTheCap) {
   for (int i = 0; i < 500 && arrived.load() < 6; ++i) std::this_thread::sleep_for(10ms);
   open = true;
   for (std::thread& t : clients) t.join();
-  const std::string m = metrics_with(f, "sluice_router_group_prompt_tokens_total{group=\"other\"} 50");
+  // Usage is counted just after each client has its answer: wait for all six (60 tokens).
+  std::string m;
   int groups = 0;
-  for (size_t at = 0; (at = m.find("sluice_router_group_prompt_tokens_total{group=", at)) != std::string::npos; ++at) ++groups;
+  for (int i = 0; i < 500; ++i) {
+    m = metrics_with(f, "sluice_router_group_prompt_tokens_total{group=\"other\"} 50");
+    groups = 0;
+    for (size_t at = 0; (at = m.find("sluice_router_group_prompt_tokens_total{group=", at)) != std::string::npos;
+         ++at) {
+      ++groups;
+    }
+    if (groups >= 2) break;
+    std::this_thread::sleep_for(10ms);
+  }
   EXPECT_EQ(groups, 2) << m;  // one named group and "other"
+  EXPECT_NE(m.find("sluice_router_group_prompt_tokens_total{group=\"other\"} 50"), std::string::npos) << m;
 }
 
 }  // namespace
