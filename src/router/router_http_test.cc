@@ -11,6 +11,20 @@ namespace {
 
 using namespace router_testing;
 
+// `request` written on a new connection to the router, and what comes back to the end (the
+// router closes); `ec`, where given, the read's end.
+std::string exchange_raw(const Fixture& f, const std::string& request, boost::system::error_code* ec = nullptr) {
+  net::io_context io;
+  net::ip::tcp::socket s(io);
+  s.connect({net::ip::make_address("127.0.0.1"), f.url.port});
+  net::write(s, net::buffer(request));
+  std::string got;
+  boost::system::error_code read_ec;
+  net::read(s, net::dynamic_buffer(got), read_ec);
+  if (ec) *ec = read_ec;
+  return got;
+}
+
 // Events end at a blank line however the replica ends its lines: "\r\n\r\n" (sse-starlette's
 // default), "\r\r" too. They were split at "\n\n" only: a CRLF stream went out in one piece at
 // its end (or per MiB), and its usage chunk, asked for by the router, reached the client.
@@ -41,17 +55,13 @@ TEST(Router, StreamsRelayEventByEventWhateverTheirLineEnds) {
 TEST(Router, StreamsToAnHttp10ClientWithoutChunks) {
   TestHttpServer a(named("a"));
   Fixture f({&a});
-  net::io_context io;
-  net::ip::tcp::socket s(io);
-  s.connect({net::ip::make_address("127.0.0.1"), f.url.port});
   const std::string body = R"({"prompt":"hi","stream":true})";
-  const std::string req = fmt::format("POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
-                                      "Content-Length: {}\r\n\r\n{}",
-                                      body.size(), body);
-  net::write(s, net::buffer(req));
-  std::string got;
   boost::system::error_code ec;
-  net::read(s, net::dynamic_buffer(got), ec);  // to the end: the router closes
+  const std::string got = exchange_raw(f,
+                                       fmt::format("POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
+                                                   "Content-Length: {}\r\n\r\n{}",
+                                                   body.size(), body),
+                                       &ec);
   EXPECT_EQ(ec, net::error::eof);
   EXPECT_EQ(got.find("chunked"), std::string::npos) << got;
   EXPECT_NE(got.find("Connection: close"), std::string::npos) << got;
@@ -111,13 +121,9 @@ TEST(Router, HeadHasNoBodyAndExpectContinueIsAnswered) {
   EXPECT_TRUE(answer.starts_with("HTTP/1.1 200 OK\r\n")) << answer;
 
   // Without the key, the refusal comes instead of "100 Continue": no body is sent for nothing.
-  net::ip::tcp::socket t(io);
-  connect(t);
-  net::write(t, net::buffer(std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n"
-                                        "Expect: 100-continue\r\n\r\n")));
-  std::string refused;
-  boost::system::error_code tec;
-  net::read(t, net::dynamic_buffer(refused), tec);  // to the end: the router closes
+  const std::string refused = exchange_raw(f,
+                                           "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n"
+                                           "Expect: 100-continue\r\n\r\n");
   EXPECT_TRUE(refused.starts_with("HTTP/1.1 401 Unauthorized\r\n")) << refused;
   EXPECT_EQ(refused.find("100 Continue"), std::string::npos) << refused;
 
@@ -125,14 +131,10 @@ TEST(Router, HeadHasNoBodyAndExpectContinueIsAnswered) {
   for (const auto& [request, allow] :
        {std::pair{"POST /admin/shadow/report", "GET, HEAD"}, std::pair{"DELETE /admin/shadow", "GET, HEAD, POST"},
         std::pair{"DELETE /admin/replicas", "GET, HEAD, POST"}}) {
-    net::ip::tcp::socket u(io);
-    connect(u);
-    net::write(u, net::buffer(fmt::format("{} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer adm\r\nContent-Length: 0\r\n"
-                                          "Connection: close\r\n\r\n",
-                                          request)));
-    std::string got405;
-    boost::system::error_code uec;
-    net::read(u, net::dynamic_buffer(got405), uec);
+    const std::string got405 =
+        exchange_raw(f, fmt::format("{} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer adm\r\nContent-Length: 0\r\n"
+                                    "Connection: close\r\n\r\n",
+                                    request));
     EXPECT_TRUE(got405.starts_with("HTTP/1.1 405 Method Not Allowed\r\n")) << got405;
     EXPECT_NE(got405.find(fmt::format("Allow: {}\r\n", allow)), std::string::npos) << got405;
   }
@@ -163,16 +165,7 @@ TEST(Router, AnswersKeepHttpsDetails) {
   });
   const std::string key = "k";
   Fixture f({&a}, "round_robin", {}, [&key](RouterConfig& c) { c.api_key = key; });
-  net::io_context io;
-  auto raw = [&](const std::string& request) {
-    net::ip::tcp::socket s(io);
-    s.connect({net::ip::make_address("127.0.0.1"), f.url.port});
-    net::write(s, net::buffer(request));
-    std::string got;
-    boost::system::error_code ec;
-    net::read(s, net::dynamic_buffer(got), ec);
-    return got;
-  };
+  auto raw = [&f](const std::string& request) { return exchange_raw(f, request); };
   const std::string no_key = raw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}");
   EXPECT_TRUE(no_key.starts_with("HTTP/1.1 401 Unauthorized\r\n")) << no_key;
   EXPECT_NE(no_key.find("WWW-Authenticate: Bearer\r\n"), std::string::npos) << no_key;
@@ -236,14 +229,8 @@ TEST(Router, AnAnswerRelayedAfterRetriesNamesItsReplica) {
   };
   TestHttpServer a(unavailable), b(unavailable);
   Fixture f({&a, &b}, "round_robin", {}, [](RouterConfig& c) { c.max_attempts = 2; });
-  net::io_context io;
-  net::ip::tcp::socket s(io);
-  s.connect({net::ip::make_address("127.0.0.1"), f.url.port});
-  net::write(s, net::buffer(std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
-                                        "Connection: close\r\n\r\n{}")));
-  std::string got;
-  boost::system::error_code ec;
-  net::read(s, net::dynamic_buffer(got), ec);  // to the end: the router closes
+  const std::string got =
+      exchange_raw(f, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}");
   EXPECT_TRUE(got.starts_with("HTTP/1.1 503 Service Unavailable\r\n")) << got;
   const bool named = got.find("X-Sluice-Replica: " + a.url().to_string() + "\r\n") != std::string::npos ||
                      got.find("X-Sluice-Replica: " + b.url().to_string() + "\r\n") != std::string::npos;
