@@ -1,8 +1,10 @@
 #include "server/api.h"
 
+#include <fmt/format.h>
+
 #include <unordered_set>
 
-#include <fmt/format.h>
+#include "server/chat_messages.h"
 
 namespace sluice::server {
 namespace {
@@ -34,7 +36,11 @@ std::string engine_error_param(std::string_view message, std::string_view prompt
 }
 
 OpenAiApi::OpenAiApi(Engine& engine, const Tokenizer& tokenizer, chat::ChatTemplate chat_template, ApiConfig config)
-    : engine_(engine), tokenizer_(tokenizer), chat_template_(std::move(chat_template)), config_(std::move(config)) {
+    : engine_(engine),
+      tokenizer_(tokenizer),
+      chat_template_(std::move(chat_template)),
+      message_forms_(chat::probe_message_forms(chat_template_)),
+      config_(std::move(config)) {
   if (!config_.now) config_.now = [] { return std::chrono::system_clock::now(); };
 }
 
@@ -132,7 +138,9 @@ ApiResult<bool> check_rendered(const Json& messages, const Json& original, const
     const std::string role = m.value("role", std::string());
     const auto content = m.find("content");
     const bool says_something =
-        (content != m.end() && content->is_string() && !content->get<std::string>().empty()) || m.contains("tool_calls");
+        (content != m.end() && ((content->is_string() && !content->get<std::string>().empty()) ||
+                                (content->is_array() && !content->empty()))) ||
+        m.contains("tool_calls");
     if (role == "user" || role == "assistant" || !says_something) continue;
     if (!seen_roles.insert(role).second || quotes(role)) continue;
     roles.push_back(role);
@@ -199,6 +207,7 @@ ApiResult<std::string> OpenAiApi::render_chat(const Json& request_messages, cons
       if (m["role"] == "developer") m["role"] = "system";
     }
   }
+  messages = for_template(messages, message_forms_);
   // Tools and tool calls that the template cannot render would be dropped from the prompt
   // without a word, and the model would answer as if they were not there.
   if (tools.is_array() && !tools.empty() && !chat_template_.names("tools")) {

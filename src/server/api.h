@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "chat/chat_template.h"
+#include "chat/message_forms.h"
 #include "engine/engine.h"
 #include "server/generation.h"
 #include "server/openai_protocol.h"
@@ -65,6 +66,7 @@ class OpenAiApi {
   Engine& engine_;
   const Tokenizer& tokenizer_;
   chat::ChatTemplate chat_template_;
+  chat::MessageForms message_forms_;  // probed once from chat_template_
   ApiConfig config_;
 };
 

@@ -35,23 +35,23 @@ ApiResult<bool> tools_in_prompt(const Json& body) {
       "tool_choice"));
 }
 
-// Chat message content as the templates expect it: a string. Text parts are joined with
-// newlines; anything else (images, audio) is refused.
-ApiResult<Json> flatten_content(const Json& content, size_t index) {
+// Chat message content: a string, null, or a list of text parts, each put as
+// {"type": "text", "text"} (an assistant's refusal, sent back in the history, is its text);
+// anything else (images, audio) is refused. Which form the template gets is for_template's.
+ApiResult<Json> check_content(const Json& content, size_t index) {
   const std::string param = fmt::format("messages[{}].content", index);
   if (content.is_string() || content.is_null()) return content;
   if (!content.is_array()) {
     return std::unexpected(ApiError::invalid(
         fmt::format("'{}' must be a string or an array of content parts, got {}", param, json_type_name(content)), param));
   }
-  std::string text;
+  Json parts = Json::array();
   for (size_t i = 0; i < content.size(); ++i) {
     const Json& part = content[i];
     const Json* type = part.is_object() ? field(part, "type") : nullptr;
     if (!type || !type->is_string()) {
       return std::unexpected(ApiError::invalid(fmt::format("'{}[{}]' must be an object with a 'type'", param, i), param));
     }
-    // An assistant's refusal, sent back in the history, is its text.
     const bool refusal = *type == "refusal";
     if (*type != "text" && !refusal) {
       return std::unexpected(ApiError::invalid(
@@ -63,16 +63,15 @@ ApiResult<Json> flatten_content(const Json& content, size_t index) {
     if (!t || !t->is_string()) {
       return std::unexpected(ApiError::invalid(fmt::format("'{}[{}].{}' must be a string", param, i, key), param));
     }
-    if (i > 0) text += '\n';
-    text += t->get<std::string>();
+    parts.push_back({{"type", "text"}, {"text", *t}});
   }
-  return Json(text);
+  return parts;
 }
 
-// An assistant message's tool_calls, checked and put in the form chat templates read (as
-// vLLM and transformers do): `function.arguments` a JSON object where the text holds one, so a
-// template's `arguments | tojson` does not encode it twice. Null or [] (some clients send
-// them) is no call, and the key is dropped: templates test `'tool_calls' in message`.
+// An assistant message's tool_calls, checked; `function.arguments` stays the JSON text sent
+// (absent or null: "{}"), for_template gives the template an object where it wants one. Null
+// or [] (some clients send them) is no call, and the key is dropped: templates test
+// `'tool_calls' in message`.
 // Returns whether the message calls a tool.
 ApiResult<bool> parse_tool_calls(Json& message, const std::string& param) {
   const auto it = message.find("tool_calls");
@@ -106,12 +105,8 @@ ApiResult<bool> parse_tool_calls(Json& message, const std::string& param) {
     }
     const auto args = fn->find("arguments");
     if (args == fn->end() || args->is_null()) {
-      (*fn)["arguments"] = Json::object();
-    } else if (args->is_string()) {
-      // Text that is not a JSON object (a model's malformed call, sent back) stays text.
-      Json parsed = Json::parse(args->get<std::string>(), nullptr, /*allow_exceptions=*/false);
-      if (parsed.is_object()) *args = std::move(parsed);
-    } else if (!args->is_object()) {
+      (*fn)["arguments"] = "{}";
+    } else if (!args->is_string() && !args->is_object()) {
       return std::unexpected(wrong_type(where + ".function.arguments", "a string of JSON", *args));
     }
   }
@@ -152,7 +147,7 @@ ApiResult<Json> parse_messages(const Json& body) {
       }
       copy["content"] = nullptr;
     } else {
-      SLUICE_API_TRY(copy["content"], flatten_content(*content, i));
+      SLUICE_API_TRY(copy["content"], check_content(*content, i));
     }
     out.push_back(std::move(copy));
   }
@@ -208,6 +203,35 @@ ApiResult<Json> parse_template_kwargs(const Json& body) {
     }
   }
   return *kwargs;
+}
+
+Json for_template(const Json& messages, const chat::MessageForms& forms) {
+  Json out = messages;
+  for (Json& m : out) {
+    const auto content = m.find("content");
+    if (content != m.end() && content->is_array() &&
+        (content->size() == 1 || !forms.takes_parts(m.value("role", std::string())))) {
+      std::string text;
+      for (size_t i = 0; i < content->size(); ++i) {
+        if (i > 0) text += '\n';
+        text += (*content)[i]["text"].get<std::string>();
+      }
+      *content = std::move(text);
+    }
+    const auto calls = m.find("tool_calls");
+    if (calls == m.end()) continue;
+    for (Json& call : *calls) {
+      Json& args = call["function"]["arguments"];
+      if (forms.object_arguments && args.is_string()) {
+        // Text that is not a JSON object (a model's malformed call, sent back) stays text.
+        Json parsed = Json::parse(args.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+        if (parsed.is_object()) args = std::move(parsed);
+      } else if (!forms.object_arguments && args.is_object()) {
+        args = args.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace sluice::server

@@ -1,17 +1,21 @@
 // The chat parts of a request body (/v1/chat/completions, and /tokenize with messages), checked
-// and put in the form chat templates read: messages with string content, tools, and extra
-// template variables. Each error is a 400 naming the field ("messages[2].content").
+// and put in the forms chat templates read: messages, tools, and extra template variables.
+// Each error is a 400 naming the field ("messages[2].content").
 #pragma once
 
+#include "chat/message_forms.h"
 #include "server/openai_protocol.h"
 
 namespace sluice::server {
 
-// `messages`: required, a non-empty array of {role, content, ...}. Content parts are joined
-// into one string (text and refusal parts; images and audio are refused; null content stays
-// null); an assistant's tool_calls get `function.arguments` as a JSON object where the text
-// holds one.
+// `messages`: required, a non-empty array of {role, content, ...}. Content is a string, null,
+// or a list of {"type": "text", "text"} parts (text and refusal parts; images and audio are
+// refused); an assistant's tool_calls keep `function.arguments` as the JSON text sent.
 ApiResult<Json> parse_messages(const Json& body);
+// The checked messages in the forms the template reads (chat/message_forms.h): content parts
+// joined with newlines into one string, unless the role takes lists and there is more than
+// one; arguments an object where the template wants one and the text holds one.
+Json for_template(const Json& messages, const chat::MessageForms& forms);
 // What the chat template gets as `tools`: null when absent or when tool_choice is "none";
 // tool_choice "required" or a named tool is refused (sluice cannot force a call).
 ApiResult<Json> parse_tools(const Json& body);

@@ -1,9 +1,10 @@
 // Request parsing and /metrics formatting, without a network.
-#include <random>
-
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <random>
+
+#include "server/chat_messages.h"
 #include "server/openai_protocol.h"
 #include "server/prometheus.h"
 
@@ -84,9 +85,14 @@ TEST(ProtocolTest, ToolCallsAreCheckedAndTheirArgumentsParsed) {
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_FALSE(r->messages[1].contains("tool_calls"));  // templates test `'tool_calls' in message`
   EXPECT_FALSE(r->messages[2].contains("tool_calls"));
-  EXPECT_EQ(r->messages[3]["tool_calls"][0]["function"]["arguments"], "not json");  // a malformed call stays text
-  EXPECT_EQ(r->messages[3]["tool_calls"][1]["function"]["arguments"], Json::object());
-  EXPECT_EQ(r->messages[4]["content"], "no");
+  EXPECT_EQ(r->messages[3]["tool_calls"][0]["function"]["arguments"], "not json");
+  EXPECT_EQ(r->messages[3]["tool_calls"][1]["function"]["arguments"], "{}");
+  EXPECT_EQ(r->messages[4]["content"], Json::parse(R"([{"type": "text", "text": "no"}])"));
+  // What a template that wants objects gets: a malformed call (sent back) stays text.
+  const Json objects = for_template(r->messages, chat::MessageForms{});
+  EXPECT_EQ(objects[3]["tool_calls"][0]["function"]["arguments"], "not json");
+  EXPECT_EQ(objects[3]["tool_calls"][1]["function"]["arguments"], Json::object());
+  EXPECT_EQ(objects[4]["content"], "no");
   EXPECT_EQ(error_of(R"([{"role": "assistant", "tool_calls": []}])"), "'messages[0].content' is required");
   const std::string shape = "' must be {\"id\": ID, \"type\": \"function\", \"function\": {\"name\": NAME, "
                             "\"arguments\": JSON_TEXT}} (a non-empty name; id, if given, a string)";
@@ -137,11 +143,21 @@ TEST(ProtocolTest, ChatMessagesAndLogprobs) {
       "logprobs": true, "top_logprobs": 3, "max_completion_tokens": 9, "max_tokens": 9,
       "chat_template_kwargs": {"enable_thinking": false}})"));
   ASSERT_TRUE(r) << r.error().message;
-  EXPECT_EQ(r->messages[1]["content"], "a\nb");
+  EXPECT_EQ(r->messages[1]["content"].size(), 2u);
   EXPECT_TRUE(r->messages[2]["content"].is_null());
   EXPECT_EQ(r->messages[2]["tool_calls"][0]["id"], "1");
-  // The arguments' JSON text becomes the object templates print (once) with tojson.
-  EXPECT_EQ(r->messages[2]["tool_calls"][0]["function"]["arguments"], Json::parse(R"({"x": 1})"));
+  EXPECT_EQ(r->messages[2]["tool_calls"][0]["function"]["arguments"], "{\"x\": 1}");
+  // Most templates: parts joined with newlines, and the arguments' JSON text becomes the object
+  // they print (once) with tojson.
+  const Json usual = for_template(r->messages, chat::MessageForms{});
+  EXPECT_EQ(usual[1]["content"], "a\nb");
+  EXPECT_EQ(usual[2]["tool_calls"][0]["function"]["arguments"], Json::parse(R"({"x": 1})"));
+  // A template that loops over a user's parts gets them; one that concatenates the arguments
+  // gets the text as sent.
+  const Json other = for_template(r->messages, chat::MessageForms{.object_arguments = false, .parts_roles = {"user"}});
+  EXPECT_EQ(other[1]["content"], r->messages[1]["content"]);
+  EXPECT_EQ(other[2]["tool_calls"][0]["function"]["arguments"], "{\"x\": 1}");
+  EXPECT_EQ(other[0]["content"], "s");
   EXPECT_TRUE(r->params.logprobs);
   EXPECT_EQ(r->params.sampling.top_logprobs, 3);
   EXPECT_EQ(r->params.max_tokens, 9);  // both names, one value
