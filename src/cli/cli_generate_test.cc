@@ -270,6 +270,16 @@ TEST(Cli, PairRanksDraftsAndWritesItsReports) {
   Output same = run("pair --target " + q + "F32.gguf --ngram -p x --json " + ::testing::TempDir() + "/r --svg " + ::testing::TempDir() + "/./r", true);
   EXPECT_EQ(same.exit_code, 2);
   EXPECT_NE(same.out.find("--json and --svg name the same file"), std::string::npos) << same.out;
+  // Through a symbolic link to a file not made yet: the chart would be written over the JSON.
+  const std::string link = ::testing::TempDir() + "/pair_link.svg";
+  std::filesystem::remove(link);
+  std::filesystem::create_symlink("pair_new.json", link);
+  Output linked = run(
+      "pair --target " + q + "F32.gguf --ngram -p x --json " + ::testing::TempDir() + "/pair_new.json --svg " + link,
+      true);
+  std::filesystem::remove(link);
+  EXPECT_EQ(linked.exit_code, 2);
+  EXPECT_NE(linked.out.find("--json and --svg name the same file"), std::string::npos) << linked.out;
   Output twice = run("pair --target " + q + "F32.gguf --ngram -p x --batch-sizes 1,4,1", true);
   EXPECT_EQ(twice.exit_code, 2);
   EXPECT_NE(twice.out.find("--batch-sizes lists a size twice"), std::string::npos) << twice.out;

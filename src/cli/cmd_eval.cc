@@ -175,7 +175,20 @@ int run_eval_run(EvalOptions& o) {
   if (!o.report.junit.empty() && o.baseline.empty()) {
     if (Status s = write_file(o.report.junit, eval::run_junit(**run, *rows)); !s) return infra(s.message());
   }
+  if (outcome->num_errors > 0 && outcome->num_refused == outcome->num_errors) {
+    // The endpoint's deterministic refusals (a prompt past its context): a re-run would get them again.
+    return fail_usage(
+        fmt::format("{} of {} samples were refused by the endpoint (first: {}); run {} is stored as "
+                    "failed: change the suite or the endpoint, a re-run would be refused the same",
+                    outcome->num_refused, outcome->num_samples, outcome->first_error, outcome->run_id));
+  }
   if (outcome->num_errors > 0) {
+    if (outcome->num_refused > 0) {
+      std::cerr << fmt::format(
+          "sluice eval: {} of the samples without an answer were refused by the endpoint; a "
+          "re-run would be refused the same\n",
+          outcome->num_refused);
+    }
     return infra(fmt::format("{} of {} samples got no answer (first: {}); run {} is stored as failed, and a re-run "
                              "resumes from the cache",
                              outcome->num_errors, outcome->num_samples, outcome->first_error, outcome->run_id));
@@ -319,12 +332,19 @@ CommandFn add_eval_command(CLI::App& app) {
       "Exit codes: 0 ok, 1 regressed, 2 bad usage or suite, 3 infrastructure (endpoint unreachable, answers "
       "missing, nothing compared), 4 inconclusive (--fail-on inconclusive), 130 interrupted (Ctrl-C during run; 143 for SIGTERM). "
       "The store is SQLite: --db (before or after the command), or $SLUICE_EVAL_DB, or ./sluice-eval.db.");
-  cmd->add_option("--db", o->db, "The run store and request cache (SQLite)")->capture_default_str()
+  cmd->add_option("--db", o->db, "The run store and request cache (SQLite)")
+      ->capture_default_str()
       ->check(CLI::Validator(
           [](std::string& s) {
+            // SQLite opens "" as a private temporary store: every run would vanish.
+            if (s.empty()) return std::string("an empty file name");
             std::error_code ec;
-            return std::filesystem::is_directory(s, ec) ? fmt::format("'{}' is a folder: give the SQLite file", s)
-                                                        : std::string();
+            if (std::filesystem::is_directory(s, ec)) return fmt::format("'{}' is a folder: give the SQLite file", s);
+            const std::filesystem::path parent = std::filesystem::path(s).parent_path();
+            if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
+              return fmt::format("the folder '{}' does not exist", parent.string());
+            }
+            return std::string();
           },
           "FILE"));
 
@@ -338,8 +358,9 @@ CommandFn add_eval_command(CLI::App& app) {
                 "every rendered request and each endpoint's system_fingerprint");
   run->add_option("--base-url", o->base_url,
                   "Send every provider's requests here (e.g. http://127.0.0.1:8000/v1), and a judge's when the suite "
-                  "gives it no apiBaseUrl");
-  run->add_option("--model", o->model, "Every provider's model");
+                  "gives it no apiBaseUrl")
+      ->check(non_empty("URL"));
+  run->add_option("--model", o->model, "Every provider's model")->check(non_empty("NAME"));
   run->add_option("--set", o->set, "A request field over every provider's, FIELD=VALUE (JSON value or text); repeatable")
       ->take_all();
   run->add_option("--timeout", o->timeout, "Seconds per attempt of a request")
@@ -347,15 +368,21 @@ CommandFn add_eval_command(CLI::App& app) {
       ->capture_default_str();
   run->add_option("--retries", o->retries, "Retries of a transport error, 429 or 5xx (exponential backoff with jitter)")
       ->check(CLI::Range(0, 20))->capture_default_str();
-  run->add_option("--save-baseline", o->save_baseline, "Name this run as a baseline when it completes");
-  run->add_option("--baseline", o->baseline, "Then compare with this baseline (name, run id or exported .json) and gate");
+  // An empty name (an unset variable in CI) would turn the gate off unseen: refused.
+  run->add_option("--save-baseline", o->save_baseline, "Name this run as a baseline when it completes")
+      ->check(non_empty("NAME", "a baseline name"));
+  run->add_option("--baseline", o->baseline,
+                  "Then compare with this baseline (name, run id or exported .json) and gate")
+      ->check(non_empty("REF", "a baseline"));
   run->add_flag("--no-progress", o->no_progress, "No progress bar (shown only on a terminal)");
   run->add_flag("--strict", o->strict, "Refuse a suite that has parts that cannot run (they are listed otherwise)");
   add_gate_options(run, *o);
   add_report_options(run, *o, true);
 
   CLI::App* compare = cmd->add_subcommand("compare", "Compare a run with a baseline item by item, with paired tests");
-  compare->add_option("--baseline", o->baseline, "Baseline: a name (baseline set), a run id, or an exported run (.json)");
+  compare
+      ->add_option("--baseline", o->baseline, "Baseline: a name (baseline set), a run id, or an exported run (.json)")
+      ->check(non_empty("REF", "a baseline"));
   compare->add_option("runs", o->runs, "The candidate run (default: the newest), or two runs A B without --baseline");
   add_gate_options(compare, *o);
   add_report_options(compare, *o, true);

@@ -18,10 +18,21 @@ bool same_file(const std::string& a, const std::string& b) {
   if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0) {
     return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;  // hard links too
   }
-  // One does not exist yet: compare the paths they would have.
+  // One does not exist yet: compare the paths they would have. A symbolic link to a file not
+  // made yet is written through, so it is followed first (weakly_canonical stops at it).
+  auto would_be = [](const std::string& path, std::error_code& ec) {
+    namespace fs = std::filesystem;
+    fs::path p = fs::absolute(path, ec);
+    std::error_code missing;  // a path that does not exist is no link: not an error here
+    for (int hops = 0; !ec && hops < 40 && fs::is_symlink(fs::symlink_status(p, missing)); ++hops) {
+      const fs::path to = fs::read_symlink(p, ec);
+      p = to.is_absolute() ? to : p.parent_path() / to;
+    }
+    return ec ? p : fs::weakly_canonical(p, ec);
+  };
   std::error_code ec1, ec2;
-  const auto ca = std::filesystem::weakly_canonical(std::filesystem::absolute(a), ec1);
-  const auto cb = std::filesystem::weakly_canonical(std::filesystem::absolute(b), ec2);
+  const auto ca = would_be(a, ec1);
+  const auto cb = would_be(b, ec2);
   return !ec1 && !ec2 && ca == cb;
 }
 

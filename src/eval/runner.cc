@@ -255,6 +255,46 @@ Result<RunOutcome> execute_run(const Plan& plan, Store& store, const RunOptions&
   std::atomic<int64_t> done{0};
   std::mutex progress_mu;
   auto stopped = [&] { return options.stop && options.stop->load(); };
+  // A provider that stops answering mid-run (its server died): once a request has failed every
+  // retry, the next are tried once each, and after kGiveUpAfter failures in a row no more are
+  // sent to it (each would wait out its retries: minutes for a long suite). Any answer resets it.
+  constexpr int32_t kGiveUpAfter = 8;
+  std::vector<int32_t> failing(suite.providers.size(), 0);
+  std::vector<std::string> last_failure(suite.providers.size());
+  std::mutex failing_mu;
+  auto send = [&](const Task& t, Answer& a) {
+    const Provider& p = suite.providers[t.provider];
+    CallOptions attempt = options.call;
+    {
+      std::lock_guard lock(failing_mu);
+      if (failing[t.provider] >= kGiveUpAfter) {
+        a.status = Status::error(fmt::format("not sent: provider '{}' failed {} requests in a row (the last: {})",
+                                             p.label, failing[t.provider], last_failure[t.provider]),
+                                 StatusCode::kUnavailable);
+        return;
+      }
+      if (failing[t.provider] > 0) attempt.retry_transport = false;
+    }
+    a.sent = true;  // tried, not from the cache: answered, refused, or failed
+    auto reply = call(p, t.body, attempt);
+    {
+      std::lock_guard lock(failing_mu);
+      if (reply || reply.error().code() != StatusCode::kUnavailable) {
+        failing[t.provider] = 0;
+      } else {
+        ++failing[t.provider];
+        last_failure[t.provider] = reply.error().message();
+      }
+    }
+    if (reply) {
+      a.reply = std::move(*reply);
+      a.done = true;
+      // Stored at once: a run killed after this point does not send it again.
+      if (Status st = store.cache_put(t.cache_key, a.reply.body, a.reply.latency_ms); !st) a.status = st;
+    } else {
+      a.status = reply.error();
+    }
+  };
   auto worker = [&] {
     for (size_t i = next++; i < plan.tasks.size() && !stopped(); i = next++) {
       const Task& t = plan.tasks[i];
@@ -271,18 +311,7 @@ Result<RunOutcome> execute_run(const Plan& plan, Store& store, const RunOptions&
           }
         }
       }
-      if (!a.done) {
-        a.sent = true;  // tried, not from the cache: answered, refused, or failed
-        auto reply = call(p, t.body, options.call);
-        if (reply) {
-          a.reply = std::move(*reply);
-          a.done = true;
-          // Stored at once: a run killed after this point does not send it again.
-          if (Status st = store.cache_put(t.cache_key, a.reply.body, a.reply.latency_ms); !st) a.status = st;
-        } else {
-          a.status = reply.error();
-        }
-      }
+      if (!a.done) send(t, a);
       const int64_t d = ++done;
       if (options.progress) {
         std::lock_guard lock(progress_mu);
@@ -349,8 +378,12 @@ Result<RunOutcome> execute_run(const Plan& plan, Store& store, const RunOptions&
     row.prompt = t.prompt_label;
     row.request = t.body;
     std::string error;
+    bool refused = false;
     for (size_t k = i; k < end; ++k) {
-      if (!answers[k].done && error.empty()) error = answers[k].status.message();
+      if (!answers[k].done && error.empty()) {
+        error = answers[k].status.message();
+        refused = answers[k].status.code() == StatusCode::kInvalid;
+      }
       if (answers[k].cached) ++outcome.num_cached;
       else if (answers[k].sent) ++outcome.num_sent;  // a refusal (HTTP 400) was sent too
     }
@@ -359,6 +392,7 @@ Result<RunOutcome> execute_run(const Plan& plan, Store& store, const RunOptions&
     if (!error.empty()) {
       row.error = error;
       ++outcome.num_errors;
+      outcome.num_refused += refused;
       if (outcome.first_error.empty()) outcome.first_error = error;
     }
     if (t.kind == Task::kTest) {

@@ -79,6 +79,7 @@ struct RunOutcome {
   int64_t run_id = 0;
   int64_t num_items = 0, num_samples = 0, num_passed = 0, num_failed = 0;
   int64_t num_errors = 0;             // samples without an answer (infrastructure)
+  int64_t num_refused = 0;            // of those, refused by the endpoint (HTTP 4xx but 429): the suite's fault
   int64_t num_cached = 0, num_sent = 0;
   std::string first_error;
   Json summary;

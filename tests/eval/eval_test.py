@@ -277,11 +277,20 @@ class EvalTest(unittest.TestCase):
                               (["--set", "prompt=x"], "'prompt' is set by the run itself"),
                               (["--set", "stream=true"], "'stream' is set by the run itself"),
                               (["--max-drop", "500pp"], "is past 100pp"),
+                              # An unset variable in CI would otherwise turn the gate off.
+                              (["--baseline", ""], "a baseline must not be empty"),
+                              (["--save-baseline", ""], "a baseline name must not be empty"),
                               (["--junit", self.dir], "is a folder, not a file"),
                               (["--markdown", os.path.join(self.dir, "pr.md")], "--markdown and --html report a comparison")]:
                 rc, out = self.eval("run", suite, *args, url=url)
                 self.assertEqual(rc, 2, f"{args}: {out}")
                 self.assertIn(why, out, args)
+            # SQLite would open "" as a private temporary store, and the run would vanish.
+            for db, why in [("", "an empty file name"), (os.path.join(self.dir, "nodir", "e.db"), "does not exist")]:
+                r = subprocess.run([BIN, "eval", "--db", db, "run", suite, "--base-url", url, "--no-progress"],
+                                   capture_output=True, text=True, timeout=60)
+                self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+                self.assertIn(why, r.stderr)
             self.assertEqual(received, [])
         finally:
             server.shutdown()
@@ -366,6 +375,30 @@ class EvalTest(unittest.TestCase):
         finally:
             server.shutdown()
             server.server_close()
+
+    def test_an_endpoint_that_dies_midway_is_given_up_on(self):
+        # 60 questions at 0.2 s each; the endpoint goes away after 3. Without giving up, each of
+        # the other 57 would wait out its retries (7.5 s each with the default 4: minutes).
+        server, received, lock, suite, url, run = self.slow_run_under_way(60, 3)
+        server.shutdown()
+        server.server_close()  # connections are refused from now on
+        start = time.time()
+        out, err = run.communicate(timeout=120)
+        self.assertEqual(run.returncode, 3, out + err)
+        self.assertLess(time.time() - start, 30, out + err)
+        self.assertIn("failed 8 requests in a row", out + err)
+        self.assertLess(len(received), 10, received)
+
+    def test_a_run_the_endpoint_refuses_is_the_suites_fault(self):
+        # stories260K's context is 128 tokens: the prompt is past it, a 400.
+        suite = os.path.join(self.dir, "long.yaml")
+        with open(suite, "w") as f:
+            f.write("providers: [openai:completion:stories260K]\nprompts: ['{{ q }}']\ntests:\n"
+                    "  - vars: {q: '" + "word " * 2000 + "'}\n    assert: [{type: contains, value: ok}]\n")
+        rc, out = self.eval("run", suite)
+        self.assertEqual(rc, 2, out)
+        self.assertIn("1 of 1 samples were refused by the endpoint", out)
+        self.assertIn("maximum context length", out)
 
     def test_ctrl_c_stores_the_run_as_interrupted_and_a_rerun_resumes(self):
         server, received, lock, suite, url, first = self.slow_run_under_way(12, 3)
