@@ -62,6 +62,9 @@ Result<Url> parse_url(std::string_view text) {
     }
   }
   if (url.host.empty()) return Error(StatusCode::kInvalid, "URL '{}' has no host", original);
+  // Host names are case-insensitive (RFC 3986 3.2.2): one spelling, so http://LOCALHOST:8000 and
+  // http://localhost:8000 are one replica to the router.
+  for (char& c : url.host) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (!port_text.empty()) {
     unsigned port = 0;
     auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);

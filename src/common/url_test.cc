@@ -44,6 +44,12 @@ TEST(Url, HttpsMeansTlsOnPort443UnlessNamed) {
   EXPECT_EQ(parse_url("http://h")->port, 80);
 }
 
+// Host names are case-insensitive: one spelling (the router tells replicas apart by it).
+TEST(Url, HostIsLowercase) {
+  EXPECT_EQ(parse_url("http://LocalHost:8501/Prefix")->to_string(), "http://localhost:8501/Prefix");
+  EXPECT_EQ(parse_url("http://[FE80::1]:9000")->host, "fe80::1");
+}
+
 TEST(Url, RejectsWhatItCannotServe) {
   // input                      -> a word the message must contain
   const std::pair<const char*, const char*> cases[] = {

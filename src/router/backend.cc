@@ -36,6 +36,12 @@ Result<std::string> backend_name(std::string_view url) {
 }
 
 Result<BackendConfig> parse_backend(std::string_view text) {
+  // Errors name the flag as given, with its keys left out (they end up in logs and answers).
+  std::string shown(text);
+  for (size_t k = shown.find(",key="); k != std::string::npos; k = shown.find(",key=", k + 5)) {
+    const size_t end = shown.find(',', k + 5);
+    shown.replace(k + 5, (end == std::string::npos ? shown.size() : end) - (k + 5), "***");
+  }
   BackendConfig c;
   std::vector<std::string_view> seen;
   const size_t comma = text.find(',');
@@ -47,7 +53,7 @@ Result<BackendConfig> parse_backend(std::string_view text) {
     // One of each: a second would silently win.
     const std::string_view name = option.substr(0, option.find('='));
     if (std::ranges::count_if(seen, [&](std::string_view s) { return s == name; }) > 0) {
-      return Error(StatusCode::kInvalid, "backend '{}': '{}=' is given twice", text, name);
+      return Error(StatusCode::kInvalid, "backend '{}': '{}=' is given twice", shown, name);
     }
     seen.push_back(name);
     if (option.starts_with("key=") && option.size() > 4) {
@@ -56,24 +62,27 @@ Result<BackendConfig> parse_backend(std::string_view text) {
       const std::string_view value = option.substr(7);
       const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), c.weight);
       if (value.empty() || ec != std::errc() || end != value.data() + value.size()) {
-        return Error(StatusCode::kInvalid, "backend '{}': weight '{}' is not a number", text, value);
+        return Error(StatusCode::kInvalid, "backend '{}': weight '{}' is not a number", shown, value);
       }
-      if (Status s = check_weight(c.weight); !s.is_ok()) return Error(StatusCode::kInvalid, "backend '{}': {}", text, s.message());
+      if (Status s = check_weight(c.weight); !s.is_ok())
+        return Error(StatusCode::kInvalid, "backend '{}': {}", shown, s.message());
     } else if (option.starts_with("version=") && option.size() > 8) {
       c.version = std::string(option.substr(8));
     } else {
       return Error(StatusCode::kInvalid,
-                   "backend '{}': after the URL only ',key=KEY', ',weight=W' and ',version=V' may follow, got '{}'", text,
-                   option);
+                   "backend '{}': after the URL only ',key=KEY', ',weight=W' and ',version=V' may follow, got '{}'",
+                   shown, option);
     }
     if (next == std::string_view::npos) break;
     rest = rest.substr(next + 1);
   }
   auto parsed = http::parse_url(url);
-  if (!parsed) return Error(StatusCode::kInvalid, "backend '{}': {}", text, parsed.error().message());
+  if (!parsed) return Error(StatusCode::kInvalid, "backend '{}': {}", shown, parsed.error().message());
   if (parsed->tls) {
-    return Error(StatusCode::kInvalid, "backend '{}': https replicas are not supported (the router proxies plain HTTP to "
-                 "replicas on its own network; terminate TLS in front of the router, not behind it)", text);
+    return Error(StatusCode::kInvalid,
+                 "backend '{}': https replicas are not supported (the router proxies plain HTTP to "
+                 "replicas on its own network; terminate TLS in front of the router, not behind it)",
+                 shown);
   }
   // The client's path (/v1/...) goes under the URL's path: a prefix for a replica behind a
   // reverse proxy. An OpenAI base URL (.../v1) would make /v1/v1/... and a 404 for everything.
@@ -81,7 +90,7 @@ Result<BackendConfig> parse_backend(std::string_view text) {
     return Error(StatusCode::kInvalid,
                  "backend '{}': give the replica's server URL without '/v1' (the router sends the client's "
                  "/v1/... path under it, so this would ask for {}/v1/...)",
-                 text, parsed->path);
+                 shown, parsed->path);
   }
   c.url = *parsed;
   c.name = c.url.to_string();

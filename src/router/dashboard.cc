@@ -91,9 +91,15 @@ std::string rollout_section(const DashboardData& d) {
   const std::string kind = phase == "promoted" ? "ok" : phase == "aborted" ? "bad" : "warn";
   const double weight = r.value("weight", 0.0);
   const int64_t steps = r.contains("spec") && r["spec"].contains("steps") ? static_cast<int64_t>(r["spec"]["steps"].size()) : 0;
-  out += fmt::format("<p><b>{}</b> {} &rarr; {} {} step {} of {}, failed analyses {}</p>", html_escape(str(r, "name")),
-                     html_escape(str(r, "stable")), html_escape(str(r, "candidate")), badge(phase, kind),
-                     std::min<int64_t>(r.value("step", 0) + 1, steps), steps, r.value("failed_analyses", 0));
+  // Steps are numbered from 0, as in the admin API, the log and `route rollout status`, and in
+  // the tables below.
+  const int64_t step = r.value("step", int64_t{0});
+  const std::string at = steps == 0      ? std::string("(no steps)")
+                         : step >= steps ? fmt::format("past the last of steps 0-{}", steps - 1)
+                                         : fmt::format("at step {} of steps 0-{}", step, steps - 1);
+  out += fmt::format("<p><b>{}</b> {} &rarr; {} {} {}, failed analyses {}</p>", html_escape(str(r, "name")),
+                     html_escape(str(r, "stable")), html_escape(str(r, "candidate")), badge(phase, kind), at,
+                     r.value("failed_analyses", 0));
   // The split as a bar: stable's share, then the candidate's.
   const double w = 600 * weight / 100;
   out += fmt::format(

@@ -38,9 +38,10 @@ TEST(Dashboard, DrawsReplicasTheRolloutAndShadowPairsWithOutsideTextEscaped) {
   EXPECT_EQ(html.find("<script"), std::string::npos);  // none of ours, and the request's escaped
   EXPECT_NE(html.find("&lt;script&gt;alert(1)&lt;/script&gt;"), std::string::npos);
   EXPECT_NE(html.find("shadow disagreement 100.0% &lt;b&gt;"), std::string::npos);
-  for (const char* want : {"http://10.0.0.1:8000", ">ejected<", "50.0%", "qwen-v2", ">aborted<", "5 s ago",
-                           "candidate weight 0%", "Once upon a time", "zq zq zq", "edit distance 0.90", "+100.0 points",
-                           "<polyline", "noise floor", "http-equiv=\"refresh\"", "policy cache_aware"}) {
+  for (const char* want :
+       {"http://10.0.0.1:8000", ">ejected<", "50.0%", "qwen-v2", ">aborted<", "5 s ago", "candidate weight 0%",
+        "Once upon a time", "zq zq zq", "edit distance 0.90", "+100.0 points", "<polyline", "noise floor",
+        "http-equiv=\"refresh\"", "policy cache_aware", "at step 1 of steps 0-1"}) {
     EXPECT_NE(html.find(want), std::string::npos) << want;
   }
   // Nothing from elsewhere: no external URL but the replicas' own, shown as text.

@@ -53,6 +53,12 @@ TEST(Backend, ParsesUrlAndKeyAndRefusesTheRest) {
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().message().find("only ',key=KEY', ',weight=W' and ',version=V'"), std::string::npos)
       << bad.error().message();
+  // A key is never echoed in an error (they reach logs and admin answers).
+  auto keyed = parse_backend("https://x:1,key=sk-secret,weight=0");
+  ASSERT_FALSE(keyed);
+  EXPECT_EQ(keyed.error().message().find("sk-secret"), std::string::npos) << keyed.error().message();
+  EXPECT_NE(keyed.error().message().find("backend 'https://x:1,key=***,weight=0'"), std::string::npos)
+      << keyed.error().message();
   auto versioned = parse_backend("http://x:1,version=v2,weight=2");
   ASSERT_TRUE(versioned);
   EXPECT_EQ(versioned->version, "v2");

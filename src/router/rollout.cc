@@ -161,6 +161,14 @@ Result<RolloutSpec> parse_rollout(const Json& j) {
       return Error(StatusCode::kInvalid, "rollout: '{}' is required (a non-empty string)", key);
     }
     *out = j[key].get<std::string>();
+    // Echoed in logs, errors, metrics labels and every history line: a short printable label.
+    constexpr size_t kMaxLabel = 256;
+    if (out->size() > kMaxLabel) {
+      return Error(StatusCode::kInvalid, "rollout: '{}' is {} bytes; at most {}", key, out->size(), kMaxLabel);
+    }
+    if (std::ranges::any_of(*out, [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+      return Error(StatusCode::kInvalid, "rollout: '{}' holds a control character", key);
+    }
   }
   if (spec.stable == spec.candidate) {
     return Error(StatusCode::kInvalid, "rollout: stable and candidate are the same version '{}'", spec.stable);

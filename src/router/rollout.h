@@ -180,6 +180,10 @@ class Rollout {
   // failed counts as a failed analysis.
   std::vector<RolloutDecision> record_eval(double now, bool passed, const std::string& reason);
 
+  // Whether any request goes to each version now: the candidate not once aborted or at 0%, the
+  // stable not once promoted or at 100%.
+  bool candidate_has_share() const { return phase_ != RolloutPhase::kAborted && weight_ > 0; }
+  bool stable_has_share() const { return phase_ == RolloutPhase::kAborted || weight_ < 100; }
   // Where a request of `session` goes now (sticky, see above).
   bool routes_to_candidate(std::string_view session) const {
     return phase_ != RolloutPhase::kAborted && assigned_to_candidate(session, weight_);

@@ -45,16 +45,25 @@ TEST(Rollout, ParsesArgoStepsAndDefaultsAndNamesWhatIsWrong) {
   const RolloutSpec numbered = spec_of(R"({"name": "r", "stable": 1, "candidate": 2})");
   EXPECT_EQ(numbered.stable, "1");
   EXPECT_EQ(numbered.candidate, "2");
+  Json long_name = Json::parse(R"({"stable": "v1", "candidate": "v2"})");
+  long_name["name"] = std::string(257, 'n');
+  auto too_long = parse_rollout(long_name);
+  ASSERT_FALSE(too_long);
+  EXPECT_EQ(too_long.error().message(), "rollout: 'name' is 257 bytes; at most 256");
   auto decimal = parse_rollout(Json::parse(R"({"name": "r", "stable": "v1", "candidate": 1.10})"));
   ASSERT_FALSE(decimal);
   EXPECT_NE(decimal.error().message().find("is a number: quote it"), std::string::npos) << decimal.error().message();
   const std::pair<const char*, const char*> bad[] = {
       {R"({"stable": "v1", "candidate": "v2"})", "'name' is required"},
       {R"({"name": "r", "stable": "v1", "candidate": "v1"})", "the same version 'v1'"},
-      {R"({"name": "r", "stable": "v1", "candidate": "v2", "steps": [{"setWeight": 101}]})", "steps[0]: setWeight must be"},
-      {R"({"name": "r", "stable": "v1", "candidate": "v2", "steps": [{"pause": {"duration": "5 min"}}]})", "steps[0].pause.duration"},
+      {R"({"name": "a\u001b[2J", "stable": "v1", "candidate": "v2"})", "'name' holds a control character"},
+      {R"({"name": "r", "stable": "v1", "candidate": "v2", "steps": [{"setWeight": 101}]})",
+       "steps[0]: setWeight must be"},
+      {R"({"name": "r", "stable": "v1", "candidate": "v2", "steps": [{"pause": {"duration": "5 min"}}]})",
+       "steps[0].pause.duration"},
       {R"({"name": "r", "stable": "v1", "candidate": "v2", "steps": [{"pause": {"for": 1}}]})", "unknown field 'for'"},
-      {R"({"name": "r", "stable": "v1", "candidate": "v2", "steps": [{"setCanaryScale": {}}]})", "unknown step 'setCanaryScale'"},
+      {R"({"name": "r", "stable": "v1", "candidate": "v2", "steps": [{"setCanaryScale": {}}]})",
+       "unknown step 'setCanaryScale'"},
       {R"({"name": "r", "stable": "v1", "candidate": "v2", "steps": []})", "non-empty list"},
       {R"({"name": "r", "stable": "v1", "candidate": "v2", "strategy": {}})", "unknown field 'strategy'"},
       {R"({"name": "r", "stable": "v1", "candidate": "v2", "analysis": {"failureLimit": -1}})", "failureLimit"},

@@ -95,6 +95,16 @@ std::optional<Router::Impl::Refusal> Router::Impl::refuse_before_body(const bhtt
   if (req.version() >= 11 && req.find(bhttp::field::host) == req.end()) {
     return Refusal{400, error_body("an HTTP/1.1 request needs a Host header", "invalid_request_error"), {}};
   }
+  // One Host, one Authorization (as sluice serve): with two, the router and a replica could
+  // each read another one.
+  for (bhttp::field f : {bhttp::field::host, bhttp::field::authorization}) {
+    if (req.count(f) > 1) {
+      return Refusal{400,
+                     error_body(fmt::format("the request has more than one {} header", bhttp::to_string(f)),
+                                "invalid_request_error"),
+                     {}};
+    }
+  }
   const auto te = req.find(bhttp::field::transfer_encoding);
   // HTTP/1.0 has no transfer codings: its framing is faulty, whatever Content-Length says (RFC 9112 6.1).
   if (te != req.end() && req.version() < 11) {
@@ -219,7 +229,17 @@ net::awaitable<Json> Router::Impl::models() {
   Json data = Json::array();
   std::vector<std::string> seen;
   const auto views = pool.snapshot();
-  const ClientVersions answering = client_versions();
+  ClientVersions answering = client_versions();
+  // With a rollout: the versions that take a share of requests now (after a promotion the
+  // candidate alone, with its own context length and fingerprint).
+  if (rollout_store || !config.follow_url.empty()) {
+    MutexLock lock(rollout_mu);
+    if (rollout.has_value()) {
+      answering.only.clear();
+      if (rollout->stable_has_share()) answering.only.push_back(rollout->spec().stable);
+      if (rollout->candidate_has_share()) answering.only.push_back(rollout->spec().candidate);
+    }
+  }
   for (const BackendView& v : views) {
     if (!v.available || !answering.admits(pool.config(v.index)->version)) continue;
     auto got = co_await get(v.index, "/v1/models");

@@ -260,7 +260,13 @@ net::awaitable<bool> Router::Impl::admin(beast::tcp_stream& client, bhttp::reque
     if (body.contains("weight")) {
       if (!body["weight"].is_number())
         co_return co_await reply(req, client, 400, bad("\"weight\" must be a number"), keep);
-      spec += fmt::format(",weight={}", body["weight"].get<double>());
+      const double w = body["weight"].get<double>();
+      if (!(w >= kMinWeight && w <= kMaxWeight)) {
+        co_return co_await reply(req, client, 400,
+                                 bad(fmt::format("\"weight\" is between {} and {}, got {}", kMinWeight, kMaxWeight, w)),
+                                 keep);
+      }
+      spec += fmt::format(",weight={}", w);
     }
     if (body.contains("version")) {
       if (!body["version"].is_string() || body["version"].get<std::string>().find(',') != std::string::npos) {

@@ -175,6 +175,13 @@ TEST(Router, AnswersKeepHttpsDetails) {
   EXPECT_NE(allowed.find("Allow: POST\r\n"), std::string::npos) << allowed;
   const std::string no_host = raw("GET /version HTTP/1.1\r\n\r\n");
   EXPECT_TRUE(no_host.starts_with("HTTP/1.1 400 Bad Request\r\n")) << no_host;
+  // Two Hosts or two keys: the router and the replica could each read another (RFC 9112 3.2).
+  for (const char* twice : {"Host: x\r\nHost: y\r\nAuthorization: Bearer k\r\n",
+                            "Host: x\r\nAuthorization: Bearer k\r\nAuthorization: Bearer j\r\n"}) {
+    const std::string r = raw(fmt::format("POST /v1/completions HTTP/1.1\r\n{}Content-Length: 2\r\n\r\n{{}}", twice));
+    EXPECT_TRUE(r.starts_with("HTTP/1.1 400 Bad Request\r\n")) << r;
+    EXPECT_NE(r.find("the request has more than one"), std::string::npos) << r;
+  }
   const std::string gzip = raw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n"
                                "Transfer-Encoding: gzip, chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n");
   EXPECT_TRUE(gzip.starts_with("HTTP/1.1 501 Not Implemented\r\n")) << gzip;

@@ -58,6 +58,10 @@ TEST(Router, ARolloutSplitsStickySessionsByVersionAndResumesAfterARestart) {
     EXPECT_GT(to_b, 30);
     EXPECT_LT(to_b, 90);
     EXPECT_EQ(route_sessions(f), first);  // sticky
+    // Both versions answer clients: /v1/models lists both replicas' models.
+    auto models = f.get("/v1/models");
+    ASSERT_TRUE(models);
+    EXPECT_EQ(models->body, R"({"object":"list","data":[{"id":"a"},{"id":"shared"},{"id":"b"}]})");
   }  // the router stops here
   {
     // Restarted without the candidate's replica: the rollout resumes, and says what is missing.
@@ -100,6 +104,9 @@ TEST(Router, ARolloutSplitsStickySessionsByVersionAndResumesAfterARestart) {
   EXPECT_EQ(decisions.back()["action"], "abort");
   EXPECT_EQ(decisions.back()["reason"], "TTFT p95 twice stable's");
   for (const std::string& answer : route_sessions(f)) EXPECT_EQ(answer, on_a);
+  auto models = f.get("/v1/models");  // the candidate answers no one: not listed
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->body, R"({"object":"list","data":[{"id":"a"},{"id":"shared"}]})");
   auto late = admin(f, "POST", "/admin/rollouts/resume");
   ASSERT_FALSE(late);
   EXPECT_EQ(late.error().status, 409);
@@ -178,6 +185,11 @@ TEST(Router, ARolloutIsPromotedOrRolledBackByItsAnalysis) {
       bool passed = false;
       for (const auto& d : decisions) passed = passed || d["action"] == "analysis passed";
       EXPECT_TRUE(passed) << state.dump();
+      // /v1/models describes the version that answers now: the candidate's entries alone (its
+      // context length and fingerprint), not the stable's first.
+      auto models = f.get("/v1/models");
+      ASSERT_TRUE(models);
+      EXPECT_EQ(models->body, R"({"object":"list","data":[{"id":"good"},{"id":"shared"}]})");
     } else {
       EXPECT_EQ(state["current"]["phase"], "aborted") << state.dump();
       EXPECT_EQ(state["current"]["weight"], 0);
