@@ -289,6 +289,13 @@ TEST(Cli, PairRanksDraftsAndWritesItsReports) {
   Output dup = run("pair --target " + q + "F32.gguf --draft " + q + "Q8_0.gguf --draft /" + q + "Q8_0.gguf -p x", true);
   EXPECT_EQ(dup.exit_code, 2);
   EXPECT_NE(dup.out.find("--draft names /" + q + "Q8_0.gguf twice"), std::string::npos) << dup.out;
+  // Every candidate refused: said before the target is measured, exit 2.
+  Output none_left = run("pair --target " + q + "F32.gguf --draft " + kShared + "/models/stories260K.gguf -p x", true);
+  EXPECT_EQ(none_left.exit_code, 2);
+  EXPECT_NE(none_left.out.find("no candidate can draft for this target:"), std::string::npos) << none_left.out;
+  EXPECT_NE(none_left.out.find("stories260K.gguf: the vocabularies differ in kind"), std::string::npos)
+      << none_left.out;
+  EXPECT_EQ(none_left.out.find("step costs"), std::string::npos) << none_left.out;
   // The target as its own draft, by its path or as a copy under another name: refused, not
   // ranked on noise; the target's step costs reported.
   const std::string copy = ::testing::TempDir() + "/target_copy.gguf";

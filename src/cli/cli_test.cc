@@ -212,6 +212,9 @@ TEST(Cli, BadInputIsAClearErrorWithExitCode) {
       {"serve --idle-timeout nan", "--idle-timeout: must be a number in 0.1..3600, got 'nan'"},
       {"serve --drain-timeout NaN", "--drain-timeout: must be a number in 0..3600, got 'NaN'"},
       {"route --backend http://127.0.0.1:1 --shadow-fraction nan", "--shadow-fraction: must be a number in 0..1"},
+      // CLI11 said "At Most 1 required but received 2".
+      {"generate -p hi --temp 0.5 --temp 0.7", "--temp is given 2 times: give it once"},
+      {"model make -o ''", "--output: must not be empty"},
   };
   for (const auto& [args, says] : usage) {
     Output r = run(args, true);

@@ -311,7 +311,7 @@ CommandFn add_model_command(CLI::App& app) {
   make->add_option("--seed", o->seed, "Seed of the random weights and vocabulary")->check(seed_validator());
   make->add_option("--vocab", o->vocab_file, "Copy the tokenizer of this GGUF file instead of synthesizing one")
       ->excludes(vocab_size);
-  make->add_option("-o,--output", o->output, "Output GGUF file")->required();
+  make->add_option("-o,--output", o->output, "Output GGUF file")->required()->check(non_empty("FILE"));
 
   auto q = std::make_shared<QuantizeOptions>();
   std::string mixes;
@@ -323,7 +323,9 @@ CommandFn add_model_command(CLI::App& app) {
       "\nRound-to-nearest types (q8_0, q4_0, q4_1, q5_0, q5_1) give llama.cpp's bytes. Matrices whose rows a "
       "type cannot hold fall back to one that can (printed). No importance matrix (llama.cpp's --imatrix).");
   quantize->add_option("input", q->input, "GGUF file of float weights")->required();
-  quantize->add_option("output", q->output, "Output GGUF file (written atomically, then loaded back)")->required();
+  quantize->add_option("output", q->output, "Output GGUF file (written atomically, then loaded back)")
+      ->required()
+      ->check(non_empty("FILE"));
   quantize->add_option("--type", q->type, "Type mix (listed below; either case)")->required()->transform(lower_case);
   quantize->add_option("-t,--threads", q->threads, "Threads (0..256); 0 = one per core")->check(CLI::Range(0, 256));
   quantize->add_flag("--no-progress", q->no_progress, "No progress line on stderr (shown only when it is a terminal)");

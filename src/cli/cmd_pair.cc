@@ -12,6 +12,7 @@
 #include "cli/chat_template_option.h"
 #include "cli/commands.h"
 #include "common/thread_pool.h"
+#include "engine/spec/draft_model_proposer.h"
 #include "eval/render.h"
 #include "eval/suite.h"
 #include "model/loader.h"
@@ -158,7 +159,19 @@ int run_pair(PairCliOptions& o) {
     }
     candidates.push_back({.name = o.drafts[i], .model = drafts[i].model.get(), .tokenizer = drafts[i].tokenizer.get()});
   }
+  // A draft whose vocabulary is not the target's can never draft for it: refused now, and when
+  // no candidate is left, before minutes of measuring the target.
+  std::string refusals;
+  for (pair::Candidate& c : candidates) {
+    if (c.refused.empty()) {
+      if (Status s = spec::check_draft_vocabulary(*target->tokenizer, *c.tokenizer); !s) c.refused = s.message();
+    }
+    refusals += fmt::format("\n  {}: {}", c.name, c.refused);
+  }
   if (o.ngram) candidates.push_back({.name = "ngram", .ngram_min = o.ngram_min, .ngram_max = o.ngram_max});
+  if (std::ranges::all_of(candidates, [](const pair::Candidate& c) { return !c.refused.empty(); })) {
+    return fail_usage("no candidate can draft for this target:" + refusals);
+  }
 
   ThreadPool pool(o.threads);
   std::cerr << fmt::format("target {}: {} prompts, {} output tokens each, {}\n", o.target, prompts.size(),

@@ -224,6 +224,16 @@ int main(int argc, char** argv) {
   }
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ArgumentMismatch& e) {
+    // CLI11's words for a flag given twice ("--temp: At Most 1 required but received 2").
+    const std::string what = e.what();
+    const std::string_view marker = ": At Most 1 required but received ";
+    if (const size_t at = what.find(marker); at != std::string::npos) {
+      return fail_usage(
+          fmt::format("{} is given {} times: give it once", what.substr(0, at), what.substr(at + marker.size())));
+    }
+    app.exit(e);
+    return kExitUsage;
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
     if (code != 0) return kExitUsage;

@@ -27,6 +27,16 @@ std::string error_body(std::string_view message, std::string_view type, std::str
   return Json{{"error", e}}.dump(-1, ' ', false, Json::error_handler_t::replace);  // a path may not be UTF-8
 }
 
+std::string body_problem(const std::expected<Json, JsonError>& parsed) {
+  if (!parsed) {
+    return parsed.error().byte > 0
+               ? fmt::format("the body is not JSON: {} at byte {}", parsed.error().message, parsed.error().byte)
+               : fmt::format("the body is not JSON: {}", parsed.error().message);
+  }
+  return parsed->is_object() ? std::string()
+                             : fmt::format("the body must be a JSON object, got {}", parsed->type_name());
+}
+
 namespace {
 
 std::string head(int status, std::string_view content_type, size_t length, bool keep_alive,

@@ -229,10 +229,8 @@ net::awaitable<bool> Router::Impl::admin(beast::tcp_stream& client, bhttp::reque
                              keep, "application/json", &allow);
   }
   auto parsed = parse_json(req.body());
-  if (!parsed) {
-    co_return co_await reply(
-        req, client, 400,
-        error_body(fmt::format("the body is not JSON: {}", parsed.error().message), "invalid_request_error"), keep);
+  if (const std::string problem = body_problem(parsed); !problem.empty()) {
+    co_return co_await reply(req, client, 400, error_body(problem, "invalid_request_error"), keep);
   }
   const Json body = std::move(*parsed);
   auto name = url_of(body);

@@ -481,6 +481,9 @@ struct Router::Impl {
 
 // An error body in OpenAI's shape.
 std::string error_body(std::string_view message, std::string_view type, std::string_view code = {});
+// What is wrong with an admin request's body as parsed: "" for a JSON object; else where the
+// JSON breaks ("the body is not JSON: ... at byte 12") or what it is instead of an object.
+std::string body_problem(const std::expected<Json, JsonError>& parsed);
 // "OK", "Bad Gateway", ...
 std::string_view reason(int status);
 // A whole answer with Content-Length; true when the connection may serve another request.

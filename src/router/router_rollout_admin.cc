@@ -130,8 +130,8 @@ net::awaitable<bool> Router::Impl::admin_rollouts(beast::tcp_stream& client, bht
     co_return co_await reply(req, client, 200, out.dump(), keep);
   }
   auto parsed = parse_json(req.body().empty() ? std::string_view("{}") : std::string_view(req.body()));
-  if (!parsed || !parsed->is_object()) {
-    co_return co_await reply(req, client, 400, bad("the body must be a JSON object"), keep);
+  if (const std::string problem = body_problem(parsed); !problem.empty()) {
+    co_return co_await reply(req, client, 400, bad(problem), keep);
   }
   const Json body = std::move(*parsed);
   const double now = epoch_now();

@@ -379,8 +379,9 @@ net::awaitable<bool> Router::Impl::admin_shadow(beast::tcp_stream& client, bhttp
                              &allow);
   }
   auto parsed = parse_json(req.body());
-  if (!parsed || !parsed->is_object())
-    co_return co_await reply(req, client, 400, bad("the body must be a JSON object"), keep);
+  if (const std::string problem = body_problem(parsed); !problem.empty()) {
+    co_return co_await reply(req, client, 400, bad(problem), keep);
+  }
   auto shadow = parse_shadow(nlohmann::json::parse(parsed->dump()), "shadow", false);
   if (!shadow) co_return co_await reply(req, client, 400, bad(shadow.error().message()), keep);
   if (!shadow->version.empty()) {
