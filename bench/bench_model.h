@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdio>
+#include <map>
 #include <string>
 
 #include "model/loader.h"
@@ -42,7 +43,11 @@ inline LoadedModel load_bench_model(const std::string& path, const std::string& 
     gguf::Writer q;
     auto report = quantize_into(**f, **mix, q, pool);
     if (!report) std::fprintf(stderr, "%s\n", report.error().message().c_str()), std::exit(1);
-    for (const std::string& fb : report->fallbacks) std::fprintf(stderr, "fallback: %s\n", fb.c_str());
+    // One line per kind ("Q4_K cannot hold rows of 896; Q5_0 instead": 120 tensors), not per
+    // tensor: `sluice model quantize` names each.
+    std::map<std::string, int> kinds;
+    for (const std::string& fb : report->fallbacks) ++kinds[fb.substr(fb.find(": ") + 2)];
+    for (const auto& [kind, n] : kinds) std::fprintf(stderr, "fallback: %s (%d tensors)\n", kind.c_str(), n);
     f = gguf::File::from_buffer(q.to_bytes(), preset);
   }
   m.tokenizer = std::move(*Tokenizer::from_gguf(**f));

@@ -154,6 +154,10 @@ TEST(RenderSvg, DrawsARunWithNoSuccessfulRequest) {
   check_tags(svg);
   EXPECT_EQ(svg.find("nan"), std::string::npos);
   EXPECT_EQ(svg.find("inf"), std::string::npos);
+  // Empty panels say why rather than show bare axes.
+  EXPECT_NE(svg.find("no tokens received"), std::string::npos);
+  EXPECT_NE(svg.find("no request succeeded"), std::string::npos);
+  EXPECT_EQ(render_svg(sample_report()).find("no request succeeded"), std::string::npos);
 }
 
 }  // namespace

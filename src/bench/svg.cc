@@ -156,6 +156,7 @@ void draw_throughput(Svg& svg, const BenchReport& report, double end_s) {
     points.emplace_back(p.px((i + 1) * bin_s), p.py(tokens[i]));
   }
   svg.polyline(points, kColors[2]);
+  if (ymax == 0) svg.text(p.x0 + p.width / 2, p.y0 + p.height / 2, "no tokens received", "middle", 12);
 }
 
 void draw_cdfs(Svg& svg, const BenchReport& report) {
@@ -192,6 +193,9 @@ void draw_cdfs(Svg& svg, const BenchReport& report) {
     svg.polyline(points, kColors[k]);
   }
   svg.legend(p, {"TTFT", "TPOT", "ITL", "E2E"});
+  if (std::ranges::all_of(series, [](const auto& v) { return v.empty(); })) {
+    svg.text(p.x0 + p.width / 2, p.y0 + p.height / 2, "no request succeeded", "middle", 12);
+  }
 }
 
 }  // namespace

@@ -215,6 +215,8 @@ TEST(Cli, BadInputIsAClearErrorWithExitCode) {
       // CLI11 said "At Most 1 required but received 2".
       {"generate -p hi --temp 0.5 --temp 0.7", "--temp is given 2 times: give it once"},
       {"model make -o ''", "--output: must not be empty"},
+      // Said against the machine's memory, not as a count of blocks.
+      {"generate -p hi --kv-cache-memory 2TB", "more than this machine's memory"},
   };
   for (const auto& [args, says] : usage) {
     Output r = run(args, true);

@@ -106,9 +106,6 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
     return Error(StatusCode::kInvalid, "a KV cache of {} bytes holds no block: one block of {} tokens takes {} bytes",
                  config.kv_cache_bytes, config.block_size, block_bytes);
   }
-  if (num_blocks > INT32_MAX / config.block_size) {
-    return Error(StatusCode::kInvalid, "a KV cache of {} blocks is too large", num_blocks);
-  }
   const int32_t reserve = KvCache::pinned_reserve(
       KvCacheConfig{.block_size = config.block_size, .prefix_caching = config.prefix_caching,
                     .pinned_prefixes = config.pinned_prefixes},
@@ -125,6 +122,10 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
     return Error(StatusCode::kInvalid, "a KV cache of {:.1f} GiB is more than this machine's memory ({:.1f} GiB); "
                  "lower --kv-cache-memory",
                  kv_bytes / (1 << 30), static_cast<double>(pages) * static_cast<double>(page_size) / (1 << 30));
+  }
+  if (num_blocks > INT32_MAX / config.block_size) {
+    return Error(StatusCode::kInvalid, "a KV cache of {} blocks of {} tokens is too large: at most {} blocks",
+                 num_blocks, config.block_size, INT32_MAX / config.block_size);
   }
   if (!config.clock) {
     config.clock = [] {

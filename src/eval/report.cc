@@ -50,6 +50,12 @@ std::string mde_text(const MetricResult& m, bool percent) {
   return is_rate(m) && percent ? pct(m.mde) : fmt::format("{:.4f}", m.mde);
 }
 
+std::string metric_value_text(const MetricResult& m, double value) {
+  return is_rate(m) ? pct(value) : fmt::format("{:.4f}", value);
+}
+
+std::string metric_diff_text(const MetricResult& m) { return signed_num(m.diff, is_rate(m)); }
+
 std::string xml_escape(std::string_view s) {
   std::string out;
   for (unsigned char c : s) {
@@ -182,8 +188,7 @@ std::string compare_text(const Comparison& c, int32_t max_items) {
   for (const MetricResult& m : c.metrics) {
     const bool rate = is_rate(m);
     out += fmt::format("  {:<24} {:>5} {:>9} {:>9} {:>10} {:>9.4f} {:>9} {:>8}  {}\n", one_line(m.name, 24), m.n,
-                       rate ? pct(m.base) : fmt::format("{:.4f}", m.base),
-                       rate ? pct(m.cand) : fmt::format("{:.4f}", m.cand), signed_num(m.diff, rate), m.p_adjusted,
+                       metric_value_text(m, m.base), metric_value_text(m, m.cand), metric_diff_text(m), m.p_adjusted,
                        m.test, mde_text(m), m.verdict);
     if (!rate && m.pass_to_fail + m.fail_to_pass > 0) {
       out += fmt::format("  {:<24} 95% interval of the difference [{:+.4f}, {:+.4f}]\n", "", m.ci_lo, m.ci_hi);
@@ -255,10 +260,8 @@ std::string compare_markdown(const Comparison& c, int32_t max_items) {
   out += "| metric | items | baseline | candidate | diff | p (Holm) | test | MDE | verdict |\n";
   out += "|---|---:|---:|---:|---:|---:|---|---:|---|\n";
   for (const MetricResult& m : c.metrics) {
-    const bool rate = is_rate(m);
     out += fmt::format("| {} | {} | {} | {} | {} | {:.4f} | {} | {} | {} |\n", md_cell(m.name), m.n,
-                       rate ? pct(m.base) : fmt::format("{:.4f}", m.base),
-                       rate ? pct(m.cand) : fmt::format("{:.4f}", m.cand), signed_num(m.diff, rate), m.p_adjusted,
+                       metric_value_text(m, m.base), metric_value_text(m, m.cand), metric_diff_text(m), m.p_adjusted,
                        m.test, mde_text(m), m.verdict);
   }
   int shown = 0;

@@ -47,7 +47,9 @@ std::string history_svg(const std::vector<RunRow>& history) {
                          "{:.3f}</title></circle>\n",
                          x_of(i), y_of(v), color, runs[i]->id, key, v);
     }
-    svg += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\" points=\"{}\"/>\n", color, points);
+    // The score is dashed: where it equals the pass rate (0/1 assertions) both still show.
+    svg += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\"{} points=\"{}\"/>\n", color,
+                       std::string_view(key) == "score" ? " stroke-dasharray=\"7 4\"" : "", points);
   }
   for (size_t i = 0; i < runs.size(); ++i) {
     if (runs.size() > 12 && i % (runs.size() / 12 + 1) != 0) continue;
@@ -112,10 +114,10 @@ std::string compare_html(const Comparison& c, const std::vector<RunRow>& history
           "<th>diff</th><th>p (Holm)</th><th>test</th><th>MDE</th><th>verdict</th></tr>\n";
   for (const MetricResult& m : c.metrics) {
     html += fmt::format(
-        "<tr><td>{}</td><td>{}</td><td>{:.4f}</td><td>{:.4f}</td><td>{:+.4f}</td><td>{:.4f}</td><td>{}</td>"
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.4f}</td><td>{}</td>"
         "<td>{}</td><td class=\"{}\">{}</td></tr>\n",
-        xml_escape(m.name), m.n, m.base, m.cand, m.diff, m.p_adjusted, m.test,
-        xml_escape(mde_text(m, /*percent=*/false)), xml_escape(m.verdict), xml_escape(m.verdict));
+        xml_escape(m.name), m.n, metric_value_text(m, m.base), metric_value_text(m, m.cand), metric_diff_text(m),
+        m.p_adjusted, m.test, xml_escape(mde_text(m)), xml_escape(m.verdict), xml_escape(m.verdict));
   }
   html += "</table>\n" + metrics_svg(c);
   html += "<h2>Scores over runs</h2>\n" + history_svg(history);

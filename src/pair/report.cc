@@ -132,13 +132,20 @@ std::string render_svg(const std::vector<Candidate>& ranked, const PairOptions& 
   for (const Candidate& c : ranked) {
     if (!c.refused.empty()) continue;
     const char* color = kColors[shown % 8];
+    // Candidates often coincide (every one at 1.00x where none helps): each after the first is
+    // dashed in its own pattern, so a line drawn over another leaves it showing.
+    static constexpr const char* kDashes[] = {"", " stroke-dasharray=\"7 4\"", " stroke-dasharray=\"2 3\"",
+                                              " stroke-dasharray=\"9 3 2 3\""};
+    const char* dash = kDashes[shown % 4];
     std::string a, b;
     for (size_t i = 0; i < c.accepted_at.size(); ++i) a += fmt::format("{},{:.1f} ", px(panels[0], i), py(panels[0], c.accepted_at[i]));
     for (size_t i = 0; i < c.speedup.size(); ++i) b += fmt::format("{},{:.1f} ", px(panels[1], i), py(panels[1], c.speedup[i]));
-    s += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\" points=\"{}\"><title>{}</title></polyline>\n",
-                     color, a, xml_escape(c.name));
-    s += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\" points=\"{}\"><title>{}</title></polyline>\n",
-                     color, b, xml_escape(c.name));
+    for (const std::string* points : {&a, &b}) {
+      s += fmt::format(
+          "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\"{} points=\"{}\"><title>{}</title>"
+          "</polyline>\n",
+          color, dash, *points, xml_escape(c.name));
+    }
     s += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"{}\">{}</text>\n", 60 + 190 * (shown % 5), kH - 30 + 14 * (shown / 5),
                      color, xml_escape(shown_name(c.name)));
     ++shown;
