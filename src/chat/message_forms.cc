@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 
 namespace sluice::chat {
@@ -12,10 +13,15 @@ using Json = nlohmann::ordered_json;
 
 constexpr const char* kQuestion = "sluice probe question";
 constexpr const char* kText = "sluice probe text";
+constexpr const char* kSecondText = ", and more";
 constexpr const char* kKey = "sluice_probe_key";
 
 std::optional<std::string> try_render(const ChatTemplate& tmpl, const Json& messages, bool add_generation_prompt) {
-  auto out = tmpl.render(template_context(messages, Json(nullptr), Json::object(), add_generation_prompt, "", ""));
+  // As the server renders (strftime_now defined: a template may call it unguarded).
+  RenderOptions options;
+  options.now = std::chrono::system_clock::now();
+  auto out =
+      tmpl.render(template_context(messages, Json(nullptr), Json::object(), add_generation_prompt, "", ""), options);
   if (!out) return std::nullopt;
   return std::move(*out);
 }
@@ -48,10 +54,13 @@ bool takes_parts_for(const ChatTemplate& tmpl, const std::string& role) {
     if (role == "assistant") return Json::array({question, probe});
     return Json::array({probe});
   };
-  const auto as_string = try_render(tmpl, conversation(kText), true);
-  if (!as_string || as_string->find(kText) == std::string::npos) return false;
-  const auto as_parts = try_render(tmpl, conversation(Json::array({{{"type", "text"}, {"text", kText}}})), true);
-  return as_parts == as_string;
+  // Two parts against their texts concatenated: a template that loops over the parts renders
+  // both, as it renders the string; one that reads the first part alone (Gemma 3's system
+  // prompt: content[0]['text']) or prints the list differs, and gets the parts joined.
+  const auto as_string = try_render(tmpl, conversation(std::string(kText) + kSecondText), true);
+  if (!as_string || as_string->find(std::string(kText) + kSecondText) == std::string::npos) return false;
+  const Json parts = Json::array({{{"type", "text"}, {"text", kText}}, {{"type", "text"}, {"text", kSecondText}}});
+  return try_render(tmpl, conversation(parts), true) == as_string;
 }
 
 }  // namespace

@@ -10,10 +10,11 @@
 //     the text where the text comes out as sent, else an object.
 //   - content arrives as a string or as a list of {"type": "text", "text"} parts. Most
 //     templates concatenate it as a string (a list fails there, or prints as a Python list);
-//     Gemma 3's loops over the parts and trims each, so "a " + " b" is "ab" to it, where the
-//     parts joined with a newline would give "a \n b". A role whose one-part list renders the
-//     same as its string takes lists; each role is probed on its own (a template may loop
-//     over a user's parts and concatenate the system prompt).
+//     Gemma 3's loops over a user's or assistant's parts and trims each, so "a " + " b" is "ab"
+//     to it, where the parts joined with a newline would give "a \n b". A role whose list of
+//     two parts renders as the string of both texts takes lists; each role is probed on its
+//     own (Gemma 3 reads only the first part of a system prompt, content[0]['text']: its
+//     system parts are joined, or the rest would be dropped).
 //
 // A probe that fails to render (a template that refuses the shape of the probe conversation)
 // leaves that field in its usual form: an object, a string.

@@ -329,8 +329,10 @@ CommandFn add_eval_command(CLI::App& app) {
       "eval", "Evaluate OpenAI-compatible endpoints with a suite, compare with a baseline, gate CI on regressions");
   cmd->require_subcommand(1);
   cmd->footer(
-      "Exit codes: 0 ok, 1 regressed, 2 bad usage or suite, 3 infrastructure (endpoint unreachable, answers "
-      "missing, nothing compared), 4 inconclusive (--fail-on inconclusive), 130 interrupted (Ctrl-C during run; 143 for SIGTERM). "
+      "Exit codes: 0 ok, 1 regressed, 2 bad usage or suite (also: every missing answer refused by the endpoint "
+      "with a 4xx), 3 infrastructure (endpoint unreachable, answers "
+      "missing, nothing compared), 4 inconclusive (--fail-on inconclusive), 130 interrupted (Ctrl-C during run; 143 "
+      "for SIGTERM). "
       "The store is SQLite: --db (before or after the command), or $SLUICE_EVAL_DB, or ./sluice-eval.db.");
   cmd->add_option("--db", o->db, "The run store and request cache (SQLite)")
       ->capture_default_str()
@@ -366,8 +368,10 @@ CommandFn add_eval_command(CLI::App& app) {
   run->add_option("--timeout", o->timeout, "Seconds per attempt of a request")
       ->check(number_in(0.1, 86400.0))
       ->capture_default_str();
-  run->add_option("--retries", o->retries, "Retries of a transport error, 429 or 5xx (exponential backoff with jitter)")
-      ->check(CLI::Range(0, 20))->capture_default_str();
+  run->add_option("--retries", o->retries,
+                  "Retries of a transport error, 408, 429 or 5xx (exponential backoff with jitter)")
+      ->check(CLI::Range(0, 20))
+      ->capture_default_str();
   // An empty name (an unset variable in CI) would turn the gate off unseen: refused.
   run->add_option("--save-baseline", o->save_baseline, "Name this run as a baseline when it completes")
       ->check(non_empty("NAME", "a baseline name"));

@@ -152,7 +152,8 @@ Result<Reply> call(const Provider& provider, const Json& body, const CallOptions
       return reply;
     }
     const http::HttpError& e = resp.error();
-    if (e.kind == http::ErrorKind::kStatus && e.status != 429 && e.status < 500) {
+    // 408 (the server gave up waiting) and 429 are retried as 5xx are; another 4xx is a refusal.
+    if (e.kind == http::ErrorKind::kStatus && e.status != 408 && e.status != 429 && e.status < 500) {
       Json j = Json::parse(e.body, nullptr, false);
       std::string message = !j.is_discarded() && j.contains("error") && j["error"].is_object()
                                 ? j["error"].value("message", e.body)

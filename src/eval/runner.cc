@@ -255,9 +255,11 @@ Result<RunOutcome> execute_run(const Plan& plan, Store& store, const RunOptions&
   std::atomic<int64_t> done{0};
   std::mutex progress_mu;
   auto stopped = [&] { return options.stop && options.stop->load(); };
-  // A provider that stops answering mid-run (its server died): once a request has failed every
-  // retry, the next are tried once each, and after kGiveUpAfter failures in a row no more are
-  // sent to it (each would wait out its retries: minutes for a long suite). Any answer resets it.
+  // A provider that stops answering mid-run (its server died, or a router in front answers 503):
+  // once a request has failed every retry (a failed connection, a timeout, 429 or 5xx), the next
+  // are tried once each, and after kGiveUpAfter such failures in a row no more are sent to it
+  // (each would wait out its retries: minutes for a long suite). Any answer, or a refusal,
+  // resets it. With -j N, the N - 1 requests already in flight still end.
   constexpr int32_t kGiveUpAfter = 8;
   std::vector<int32_t> failing(suite.providers.size(), 0);
   std::vector<std::string> last_failure(suite.providers.size());
@@ -273,7 +275,7 @@ Result<RunOutcome> execute_run(const Plan& plan, Store& store, const RunOptions&
                                  StatusCode::kUnavailable);
         return;
       }
-      if (failing[t.provider] > 0) attempt.retry_transport = false;
+      if (failing[t.provider] > 0) attempt.max_retries = 0;  // one attempt: no retry of any kind
     }
     a.sent = true;  // tried, not from the cache: answered, refused, or failed
     auto reply = call(p, t.body, attempt);

@@ -35,13 +35,18 @@ Result<std::string> backend_name(std::string_view url) {
   return parsed->to_string();
 }
 
-Result<BackendConfig> parse_backend(std::string_view text) {
-  // Errors name the flag as given, with its keys left out (they end up in logs and answers).
-  std::string shown(text);
+std::string without_keys(std::string_view flag) {
+  std::string shown(flag);
   for (size_t k = shown.find(",key="); k != std::string::npos; k = shown.find(",key=", k + 5)) {
     const size_t end = shown.find(',', k + 5);
     shown.replace(k + 5, (end == std::string::npos ? shown.size() : end) - (k + 5), "***");
   }
+  return shown;
+}
+
+Result<BackendConfig> parse_backend(std::string_view text) {
+  // Errors name the flag as given, with its keys left out (they end up in logs and answers).
+  const std::string shown = without_keys(text);
   BackendConfig c;
   std::vector<std::string_view> seen;
   const size_t comma = text.find(',');

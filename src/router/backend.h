@@ -58,6 +58,8 @@ struct BackendConfig {
 };
 inline constexpr double kMinWeight = 0.01, kMaxWeight = 100;
 
+// A --backend or --discover flag as errors show it: each ",key=..." value replaced by ***.
+std::string without_keys(std::string_view flag);
 // Parses "URL[,key=KEY][,weight=W][,version=V]" (a --backend flag or a line of --backends-file).
 Result<BackendConfig> parse_backend(std::string_view text);
 // The pool's name of a URL as a client may write it ("http://h:1/" and "http://h:1" alike).

@@ -9,10 +9,12 @@
 
 namespace sluice::router {
 
-Result<DiscoveryConfig> parse_discovery(std::string_view text) {
+Result<DiscoveryConfig> parse_discovery(std::string_view flag) {
+  // Errors show the flag without its key (they reach logs).
+  const std::string text = without_keys(flag);
   DiscoveryConfig d;
-  const size_t comma = text.find(',');
-  std::string_view target = text.substr(0, comma);
+  const size_t comma = flag.find(',');
+  std::string_view target = flag.substr(0, comma);
   if (!target.starts_with("dns:")) {
     return Error(StatusCode::kInvalid, "--discover '{}': only 'dns:NAME:PORT' is known", text);
   }
@@ -35,7 +37,7 @@ Result<DiscoveryConfig> parse_discovery(std::string_view text) {
   }
   // The options are a backend's: parsed as one, on a URL that stands for the name.
   if (comma != std::string_view::npos) {
-    auto b = parse_backend(fmt::format("http://{}:{}{}", d.host, d.port, text.substr(comma)));
+    auto b = parse_backend(fmt::format("http://{}:{}{}", d.host, d.port, flag.substr(comma)));
     if (!b) return Error(StatusCode::kInvalid, "--discover '{}': {}", text, b.error().message());
     d.api_key = b->api_key;
     d.weight = b->weight;

@@ -59,6 +59,9 @@ TEST(Backend, ParsesUrlAndKeyAndRefusesTheRest) {
   EXPECT_EQ(keyed.error().message().find("sk-secret"), std::string::npos) << keyed.error().message();
   EXPECT_NE(keyed.error().message().find("backend 'https://x:1,key=***,weight=0'"), std::string::npos)
       << keyed.error().message();
+  auto discovered = parse_discovery("dns:r:8000,key=sk-secret,weight=x");
+  ASSERT_FALSE(discovered);
+  EXPECT_EQ(discovered.error().message().find("sk-secret"), std::string::npos) << discovered.error().message();
   auto versioned = parse_backend("http://x:1,version=v2,weight=2");
   ASSERT_TRUE(versioned);
   EXPECT_EQ(versioned->version, "v2");

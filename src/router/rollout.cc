@@ -141,6 +141,21 @@ std::string_view phase_name(RolloutPhase phase) {
   return "unknown";
 }
 
+Status check_new_rollout_labels(const RolloutSpec& spec) {
+  constexpr size_t kMaxLabel = 256;
+  for (auto [key, value] :
+       {std::pair{"name", &spec.name}, std::pair{"stable", &spec.stable}, std::pair{"candidate", &spec.candidate}}) {
+    if (value->size() > kMaxLabel) {
+      return Status::error(fmt::format("rollout: '{}' is {} bytes; at most {}", key, value->size(), kMaxLabel),
+                           StatusCode::kInvalid);
+    }
+    if (std::ranges::any_of(*value, [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+      return Status::error(fmt::format("rollout: '{}' holds a control character", key), StatusCode::kInvalid);
+    }
+  }
+  return Status::ok();
+}
+
 Result<RolloutSpec> parse_rollout(const Json& j) {
   if (!j.is_object()) return Error(StatusCode::kInvalid, "a rollout is an object, got {}", j.type_name());
   SLUICE_RETURN_IF_ERROR(known_keys(j, {"name", "stable", "candidate", "steps", "analysis", "shadow", "warm"}, "rollout"));
@@ -161,14 +176,6 @@ Result<RolloutSpec> parse_rollout(const Json& j) {
       return Error(StatusCode::kInvalid, "rollout: '{}' is required (a non-empty string)", key);
     }
     *out = j[key].get<std::string>();
-    // Echoed in logs, errors, metrics labels and every history line: a short printable label.
-    constexpr size_t kMaxLabel = 256;
-    if (out->size() > kMaxLabel) {
-      return Error(StatusCode::kInvalid, "rollout: '{}' is {} bytes; at most {}", key, out->size(), kMaxLabel);
-    }
-    if (std::ranges::any_of(*out, [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
-      return Error(StatusCode::kInvalid, "rollout: '{}' holds a control character", key);
-    }
   }
   if (spec.stable == spec.candidate) {
     return Error(StatusCode::kInvalid, "rollout: stable and candidate are the same version '{}'", spec.stable);

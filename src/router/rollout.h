@@ -142,6 +142,10 @@ struct EvalEndpoint {
 using EvalGate = std::function<Result<EvalVerdict>(const std::string& suite, double max_drop,
                                                    const EvalEndpoint& stable, const EvalEndpoint& candidate)>;
 
+// Labels a new rollout may have (echoed in logs, errors, metrics labels and every history
+// line): name, stable and candidate at most 256 bytes, no control characters. Checked when a
+// rollout starts, not when a stored one is read back (one stored before the rule still loads).
+Status check_new_rollout_labels(const RolloutSpec& spec);
 // From the spec's JSON (YAML converted); errors name the field.
 Result<RolloutSpec> parse_rollout(const nlohmann::json& spec);
 nlohmann::json to_json(const RolloutSpec& spec);

@@ -236,33 +236,39 @@ net::awaitable<bool> Router::Impl::handle(beast::tcp_stream& client, beast::flat
 }
 
 net::awaitable<Json> Router::Impl::models() {
-  Json data = Json::array();
-  std::vector<std::string> seen;
   const auto views = pool.snapshot();
-  ClientVersions answering = client_versions();
+  const ClientVersions answering = client_versions();
   // With a rollout: the versions that take a share of requests now (after a promotion the
-  // candidate alone, with its own context length and fingerprint).
+  // candidate alone, with its own context length and fingerprint). When none of their replicas
+  // answers, requests fall back to the other version (choose()), and so does the list.
+  ClientVersions sharing = answering;
   if (rollout_store || !config.follow_url.empty()) {
     MutexLock lock(rollout_mu);
     if (rollout.has_value()) {
-      answering.only.clear();
-      if (rollout->stable_has_share()) answering.only.push_back(rollout->spec().stable);
-      if (rollout->candidate_has_share()) answering.only.push_back(rollout->spec().candidate);
+      sharing.only.clear();
+      if (rollout->stable_has_share()) sharing.only.push_back(rollout->spec().stable);
+      if (rollout->candidate_has_share()) sharing.only.push_back(rollout->spec().candidate);
     }
   }
-  for (const BackendView& v : views) {
-    if (!v.available || !answering.admits(pool.config(v.index)->version)) continue;
-    auto got = co_await get(v.index, "/v1/models");
-    if (!got) continue;
-    auto body = parse_json(got->body);
-    if (!body || !body->is_object() || !(*body)["data"].is_array()) continue;
-    for (const Json& m : (*body)["data"]) {
-      if (!m.is_object() || !m.contains("id") || !m["id"].is_string()) continue;
-      const std::string id = m["id"].get<std::string>();
-      if (std::find(seen.begin(), seen.end(), id) != seen.end()) continue;
-      seen.push_back(id);
-      data.push_back(m);
+  Json data = Json::array();
+  const ClientVersions* const order[] = {&sharing, &answering};
+  for (const ClientVersions* versions : order) {
+    std::vector<std::string> seen;
+    for (const BackendView& v : views) {
+      if (!v.available || !versions->admits(pool.config(v.index)->version)) continue;
+      auto got = co_await get(v.index, "/v1/models");
+      if (!got) continue;
+      auto body = parse_json(got->body);
+      if (!body || !body->is_object() || !(*body)["data"].is_array()) continue;
+      for (const Json& m : (*body)["data"]) {
+        if (!m.is_object() || !m.contains("id") || !m["id"].is_string()) continue;
+        const std::string id = m["id"].get<std::string>();
+        if (std::find(seen.begin(), seen.end(), id) != seen.end()) continue;
+        seen.push_back(id);
+        data.push_back(m);
+      }
     }
+    if (!data.empty() || sharing.only == answering.only) break;
   }
   co_return Json{{"object", "list"}, {"data", data}};
 }

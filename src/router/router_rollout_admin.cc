@@ -138,6 +138,8 @@ net::awaitable<bool> Router::Impl::admin_rollouts(beast::tcp_stream& client, bht
   if (action.empty()) {
     auto spec = parse_rollout(nlohmann::json::parse(body.dump()));
     if (!spec) co_return co_await reply(req, client, 400, bad(spec.error().message()), keep);
+    if (Status s = check_new_rollout_labels(*spec); !s)
+      co_return co_await reply(req, client, 400, bad(s.message()), keep);
     if (!spec->analysis.eval_suite.empty()) {
       std::error_code ec;
       const std::string problem =

@@ -129,6 +129,30 @@ TEST(Router, ARolloutSplitsStickySessionsByVersionAndResumesAfterARestart) {
   EXPECT_EQ((*parse_json(admin(again, "GET", "/admin/rollouts")->body))["current"]["phase"], "aborted");
 }
 
+// /v1/models after a promotion: the candidate's entries; with no replica of it available, requests
+// fall back to the stable version, and so does the list (never an empty list while answering).
+TEST(Router, ModelsFollowTheVersionThatAnswers) {
+  TestHttpServer a(named("a")), b(named("b"));
+  const std::string db = ::testing::TempDir() + "/router_models_promoted.db";
+  std::filesystem::remove(db);
+  Fixture f({}, "round_robin", {}, two_versions(a, b, db));
+  auto started =
+      admin(f, "POST", "/admin/rollouts", R"({"name":"r","stable":"v1","candidate":"v2","steps":[{"setWeight":100}]})");
+  ASSERT_TRUE(started) << started.error().message;
+  EXPECT_EQ((*parse_json(started->body))["phase"], "promoted") << started->body;
+  auto models = f.get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->body, R"({"object":"list","data":[{"id":"b"},{"id":"shared"}]})");
+  ASSERT_TRUE(
+      admin(f, "POST", "/admin/replicas/drain", fmt::format(R"({{"url":"{}","drain":true}})", b.url().to_string())));
+  auto answer = f.post("/v1/completions", R"({"prompt":"x"})");
+  ASSERT_TRUE(answer) << answer.error().message;
+  EXPECT_EQ(answer->body, R"({"replica":"a"})");
+  models = f.get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->body, R"({"object":"list","data":[{"id":"a"},{"id":"shared"}]})");
+}
+
 // The analysis decides: an identical candidate passes its analysis step and is promoted; one
 // that answers 500, or one that never answers (its clients give up), is rolled back by itself,
 // with the reason.
@@ -232,14 +256,14 @@ TEST(Router, ARolloutsStepsHoldWhileAVersionHasNoReplica) {
   ASSERT_TRUE(started) << started.error().message;
   const std::string b_url = b.url().to_string();
   ::testing::internal::CaptureStderr();
-  ASSERT_TRUE(admin(f, "POST", "/admin/replicas/remove", R"({"url":")" + b_url + R"("})"));
+  ASSERT_TRUE(admin(f, "POST", "/admin/replicas/remove", fmt::format(R"({{"url":"{}"}})", b_url)));
   auto current = [&] { return (*parse_json(admin(f, "GET", "/admin/rollouts")->body))["current"]; };
   Json state;
   for (int i = 0; i < 250 && !(state = current()).contains("held_for_version"); ++i) std::this_thread::sleep_for(20ms);
   EXPECT_EQ(state.value("held_for_version", ""), "v2") << state.dump();
   // Sessions of both versions, over several analysis intervals: every one answered by stable.
   for (int i = 0; i < 40; ++i) {
-    auto r = f.post("/v1/completions", R"({"prompt":"x"})", {{"X-Session-ID", "s" + std::to_string(i)}});
+    auto r = f.post("/v1/completions", R"({"prompt":"x"})", {{"X-Session-ID", fmt::format("s{}", i)}});
     ASSERT_TRUE(r) << r.error().message;
     EXPECT_EQ(r->body, R"({"replica":"a"})") << i;
     std::this_thread::sleep_for(30ms);
@@ -248,7 +272,7 @@ TEST(Router, ARolloutsStepsHoldWhileAVersionHasNoReplica) {
   EXPECT_EQ(state["phase"], "progressing") << state.dump();
   EXPECT_EQ(state["step"], 1) << state.dump();
   EXPECT_EQ(state["weight"], 20) << state.dump();
-  ASSERT_TRUE(admin(f, "POST", "/admin/replicas", R"({"url":")" + b_url + R"(","version":"v2"})"));
+  ASSERT_TRUE(admin(f, "POST", "/admin/replicas", fmt::format(R"({{"url":"{}","version":"v2"}})", b_url)));
   // The pause runs out what it had left, then the steps go on.
   for (int i = 0; i < 250 && (state = current())["phase"] != "paused"; ++i) std::this_thread::sleep_for(20ms);
   const std::string err = ::testing::internal::GetCapturedStderr();

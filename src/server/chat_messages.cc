@@ -210,7 +210,7 @@ Json for_template(const Json& messages, const chat::MessageForms& forms) {
   for (Json& m : out) {
     const auto content = m.find("content");
     if (content != m.end() && content->is_array() &&
-        (content->size() == 1 || !forms.takes_parts(m.value("role", std::string())))) {
+        (content->size() <= 1 || !forms.takes_parts(m.value("role", std::string())))) {
       std::string text;
       for (size_t i = 0; i < content->size(); ++i) {
         if (i > 0) text += '\n';

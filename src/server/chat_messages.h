@@ -13,8 +13,8 @@ namespace sluice::server {
 // refused); an assistant's tool_calls keep `function.arguments` as the JSON text sent.
 ApiResult<Json> parse_messages(const Json& body);
 // The checked messages in the forms the template reads (chat/message_forms.h): content parts
-// joined with newlines into one string, unless the role takes lists and there is more than
-// one; arguments an object where the template wants one and the text holds one.
+// joined with newlines into one string, unless the role takes lists and there are two or more;
+// arguments an object where the template wants one and the text holds one.
 Json for_template(const Json& messages, const chat::MessageForms& forms);
 // What the chat template gets as `tools`: null when absent or when tool_choice is "none";
 // tool_choice "required" or a named tool is refused (sluice cannot force a call).

@@ -66,9 +66,20 @@ TEST(MessageForms, ContentPartsReachATemplateThatLoopsOverThem) {
     if (t.starts_with("google-gemma-3")) {
       // Gemma 3 trims each part: "First part. " and " Second part." are "First part.Second part."
       // to it, as jinja2 renders the parts.
-      EXPECT_EQ(served.forms.parts_roles, (std::vector<std::string>{"system", "user", "assistant"}));
+      // Its system prompt reads content[0]['text'] alone: system parts are joined, not dropped.
+      EXPECT_EQ(served.forms.parts_roles, (std::vector<std::string>{"user", "assistant"}));
       ASSERT_TRUE(served.prompt) << served.prompt.error().message();
       EXPECT_EQ(*served.prompt, read_file(testdata_dir() + "/expected/" + stem_of(t) + "/content_parts.txt"));
+      auto tmpl = chat::ChatTemplate::parse(read_file(testdata_dir() + "/templates/" + t));
+      ASSERT_TRUE(tmpl);
+      auto messages = parse_messages(Json::parse(R"({"messages": [
+          {"role": "system", "content": [{"type": "text", "text": "Be terse."}, {"type": "text", "text": "Answer in French."}]},
+          {"role": "user", "content": []}]})"));
+      ASSERT_TRUE(messages) << messages.error().message;
+      auto prompt = tmpl->render(chat::template_context(for_template(*messages, served.forms), Json(nullptr),
+                                                        Json::object(), true, "<bos>", "<eos>"));
+      ASSERT_TRUE(prompt) << prompt.error().message();  // an empty list is "" (content[0] of [] would fail)
+      EXPECT_NE(prompt->find("Be terse.\nAnswer in French."), std::string::npos) << *prompt;
     } else {
       // The rest concatenate content (a list fails or prints as a Python list): one string.
       EXPECT_TRUE(served.forms.parts_roles.empty());
