@@ -17,9 +17,10 @@ constexpr const char* kSecondText = ", and more";
 constexpr const char* kKey = "sluice_probe_key";
 
 std::optional<std::string> try_render(const ChatTemplate& tmpl, const Json& messages, bool add_generation_prompt) {
-  // As the server renders (strftime_now defined: a template may call it unguarded).
+  // As the server renders (strftime_now defined: a template may call it unguarded), at one
+  // fixed time, so two renders compared never straddle a change of date.
   RenderOptions options;
-  options.now = std::chrono::system_clock::now();
+  options.now = std::chrono::system_clock::time_point(std::chrono::seconds(1'767'225'600));  // 2026-01-01
   auto out =
       tmpl.render(template_context(messages, Json(nullptr), Json::object(), add_generation_prompt, "", ""), options);
   if (!out) return std::nullopt;
