@@ -45,14 +45,11 @@ bool is_rate(const MetricResult& m) { return m.test == "mcnemar"; }
 
 }  // namespace
 
-std::string mde_text(const MetricResult& m, bool percent) {
-  if (is_rate(m) && m.mde > 1) return percent ? ">100%" : ">1";
-  return is_rate(m) && percent ? pct(m.mde) : fmt::format("{:.4f}", m.mde);
-}
-
 std::string metric_value_text(const MetricResult& m, double value) {
   return is_rate(m) ? pct(value) : fmt::format("{:.4f}", value);
 }
+
+std::string mde_text(const MetricResult& m) { return is_rate(m) && m.mde > 1 ? ">100%" : metric_value_text(m, m.mde); }
 
 std::string metric_diff_text(const MetricResult& m) { return signed_num(m.diff, is_rate(m)); }
 

@@ -27,14 +27,13 @@ Json compare_json(const Comparison& c);
 std::string compare_junit(const Comparison& c);
 // Markdown for a pull-request comment: the verdict, the metrics table, the regressed items.
 std::string compare_markdown(const Comparison& c, int32_t max_items = 20);
-// A metric's minimum detectable effect as the reports show it: a rate in percent, ">100%" where
-// the suite is too small to see any drop (as a fraction, ">1", where `percent` is false); a
-// score to 4 decimals.
-std::string mde_text(const MetricResult& m, bool percent = true);
 // A metric's value and difference as every report shows them: a rate in percent and points
 // ("75.0%", "-25.0pp"), a score to 4 decimals.
 std::string metric_value_text(const MetricResult& m, double value);
 std::string metric_diff_text(const MetricResult& m);
+// Its minimum detectable effect, shown the same way; ">100%" where the suite is too small to
+// see any drop of a rate.
+std::string mde_text(const MetricResult& m);
 // A self-contained HTML page (no external scripts or fonts): the verdict and metrics, an SVG
 // chart of the suite's scores over its runs, the per-item diff table.
 std::string compare_html(const Comparison& c, const std::vector<RunRow>& history);
