@@ -19,6 +19,11 @@
 //   sluice is the less accurate of the two on the positions where exactly one is right, and
 //   fails at p < 1%. A wrong layout (tried: two elements of each Q4_0 block swapped) fails both
 //   checks by far (p ~ 1e-49; 3.9 of the top-20 held against 10.7).
+//
+// Everything here runs on one thread (a pool of 1 starts none), so this is a test of numbers
+// only and ThreadSanitizer's run leaves it out (CMakeLists.txt): every type's kernels on pools of
+// 1, 2 and 3 threads are kernels_test's, and the forward pass and the quantizer on a pool are
+// model_test's and cli_test's, all under TSan.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -70,7 +75,7 @@ std::vector<Prompt> read_reference(const std::string& path) {
 
 // Log-softmax of every position of every prompt, each prompt in one forward pass.
 std::vector<std::vector<std::vector<double>>> sluice_logprobs(Model& m, const std::vector<Prompt>& prompts) {
-  ThreadPool pool(2);
+  ThreadPool pool(1);
   const int32_t block = 16, max_blocks = 8;
   KvPool kv(m.config(), max_blocks, block, KvType::kF16);
   std::vector<std::vector<std::vector<double>>> out;
@@ -315,7 +320,7 @@ TEST_P(SluiceQuantize, AsAccurateAsLlamaCppsFile) {
   auto mix = find_quant_mix(lower(GetParam()));
   ASSERT_TRUE(mix) << mix.error().message();
   const std::string out = ::testing::TempDir() + "sluice-" + GetParam() + ".gguf";
-  ThreadPool pool(2);
+  ThreadPool pool(1);
   auto report = quantize_model(**f32, **mix, out, pool);
   ASSERT_TRUE(report) << report.error().message();
   EXPECT_TRUE(report->fallbacks.empty());
@@ -356,7 +361,7 @@ TEST(SluiceQuantizeInput, NonFiniteWeightIsRefused) {
   std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   auto mix = find_quant_mix("q4_0");
   ASSERT_TRUE(mix);
-  ThreadPool pool(2);
+  ThreadPool pool(1);
   for (const float bad : {std::numeric_limits<float>::infinity(), std::nanf("")}) {
     std::vector<uint8_t> copy = bytes;
     const uint64_t at = (*f32)->data_offset() + t->offset + (3 * t->dims[0] + 7) * sizeof(float);  // row 3, column 7

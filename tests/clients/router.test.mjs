@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import { spawn, execFile } from "node:child_process";
 import { promisify } from "node:util";
 import OpenAI from "openai";
+import { answerTokens } from "./answer_tokens.mjs";
 
 const BIN = process.env.SLUICE_BIN;
 if (!BIN) throw new Error("set SLUICE_BIN to the sluice binary");
@@ -156,7 +157,7 @@ test("one session sending half the traffic stays under the bounded-load cap", as
     const r = await fetch(`${front.url}/v1/completions`, {
       method: "POST",
       headers: { "Content-Type": "application/json", "X-Session-ID": i % 2 === 0 ? "hot" : `cold-${i}` },
-      body: JSON.stringify({ prompt: "hello", max_tokens: 100, ignore_eos: true }),
+      body: JSON.stringify({ prompt: "hello", max_tokens: answerTokens(100), ignore_eos: true }),
     });
     assert.equal(r.status, 200, await r.text());
     if (i % 2 === 0) replicasOfHot.add(r.headers.get("x-sluice-replica"));
@@ -177,7 +178,7 @@ test("a prefix every request shares spreads under the load cap and stays cached"
   const stop = watchInFlight(shared.url);
   await promisify(execFile)(BIN, [
     "bench", "--url", shared.url, "--workload", "shared-prefix", "--prefixes", "1", "--questions", "30",
-    "--prefix-tokens", "120", "--prompt-tokens", "12", "--output-tokens", "60", "--prompt-format", "text",
+    "--prefix-tokens", "120", "--prompt-tokens", "12", "--output-tokens", String(answerTokens(60)), "--prompt-format", "text",
     "-c", "30", "--seed", "3", "--no-progress",
   ], { timeout: 240000 });
   const { peak, total: inFlight, cap } = await stop();
@@ -216,7 +217,7 @@ test("a replica killed mid-load: nothing hangs, its sessions move and come back"
       const r = await fetch(`${front.url}/v1/completions`, {
         method: "POST",
         headers: { "Content-Type": "application/json", "X-Session-ID": `session-${i % 8}` },
-        body: JSON.stringify({ prompt: "hello", max_tokens: 200, ignore_eos: true, stream }),
+        body: JSON.stringify({ prompt: "hello", max_tokens: answerTokens(200), ignore_eos: true, stream }),
         signal: AbortSignal.timeout(120000),  // a hang, not a slow build
       });
       const body = await r.text();

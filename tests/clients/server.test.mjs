@@ -10,6 +10,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import OpenAI from "openai";
+import { answerTokens } from "./answer_tokens.mjs";
 
 const BIN = process.env.SLUICE_BIN;
 if (!BIN) throw new Error("set SLUICE_BIN to the sluice binary");
@@ -167,7 +168,7 @@ test("32 streaming clients, a third disconnect mid-stream: the rest complete and
   const results = await Promise.all(Array.from({ length: 32 }, async (_, i) => {
     const controller = new AbortController();
     const stream = await client.chat.completions.create(
-      { messages: [{ role: "user", content: `story ${i}` }], max_tokens: 96, temperature: 0, stream: true,
+      { messages: [{ role: "user", content: `story ${i}` }], max_tokens: answerTokens(96), temperature: 0, stream: true,
         ignore_eos: true },
       { signal: controller.signal });
     let chunks = 0;
@@ -312,8 +313,9 @@ test("sluice bench against this server: every request ok, exact token counts, ca
 
 test("SIGTERM: in-flight requests finish, then the server exits cleanly", async () => {
   // The signal goes out once the request is under way (its first chunk arrived).
+  const n = answerTokens(300);
   const stream = await client.completions.create({
-    prompt: "last one", max_tokens: 300, temperature: 0, ignore_eos: true, stream: true,
+    prompt: "last one", max_tokens: n, temperature: 0, ignore_eos: true, stream: true,
     stream_options: { include_usage: true },
   });
   let signalled = false;
@@ -328,7 +330,7 @@ test("SIGTERM: in-flight requests finish, then the server exits cleanly", async 
     finish = chunk.choices[0]?.finish_reason ?? finish;
   }
   assert.equal(finish, "length");
-  assert.equal(usage.completion_tokens, 300);
+  assert.equal(usage.completion_tokens, n);
   const code = await new Promise((res) => (server.exitCode !== null ? res(server.exitCode) : server.on("exit", res)));
   assert.equal(code, 0, serverStderr);
   assert.match(serverStderr, /SIGTERM: shutting down/);
