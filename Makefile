@@ -44,8 +44,8 @@ test: build
 eval: build
 	scripts/eval_ci.sh
 
-# Sanitizer runs, as CI does (.ci/run says why each is there): every test under ASan+UBSan;
-# the tests that run threads (label `threads`) under TSan.
+# Sanitizer runs, as CI does (.ci/run says why each is there): every test under ASan;
+# the tests that run threads (label `threads`) under TSan. UBSan runs in check-clang.
 test-asan: setup
 	cmake --preset asan $(CMAKE_FLAGS) > /dev/null
 	cmake --build --preset asan -j $(JOBS)
@@ -57,7 +57,7 @@ test-tsan: setup
 	ctest --preset tsan -j $(JOBS)
 
 # clang-19 with -Wthread-safety -Werror (the SLUICE_GUARDED_BY annotations of common/mutex.h
-# checked at compile time), then every test on that build. Run it before a commit that
+# checked at compile time) and UBSan, then every test on that build. Run it before a commit that
 # touches locking; CI runs it too.
 check-clang: setup
 	cmake --preset clang -DSLUICE_WERROR=ON > /dev/null

@@ -23,12 +23,8 @@ packages=(
   python3-yaml        # reads the Kubernetes manifests in tests/deploy
   curl                # HTTP peer in the server tests
   prometheus          # promtool checks the /metrics exposition in the server tests
+  libclang-rt-19-dev  # clang's runtimes: UBSan for make check-clang; libFuzzer and ASan for make fuzz
 )
-
-# `setup.sh --fuzz` adds clang's runtimes (libFuzzer, ASan, UBSan) for `make fuzz`.
-if [ "${1:-}" = "--fuzz" ]; then
-  packages+=(libclang-rt-19-dev)
-fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -374,7 +374,7 @@ SLUICE_LEAN_TARGET void lean_groups(const PackedWeight& pw, int64_t num_rows_tot
         for (int t = 0; t < kt; ++t) {
           tk.x[t] = xq.q.data() + (t0 + t) * cols;
           tk.dx[t] = xq.d.data() + (t0 + t) * dx_stride;
-          tk.sums[t] = xq.sums.data() + (t0 + t) * sums_stride;
+          tk.sums[t] = xq.sums.empty() ? nullptr : xq.sums.data() + (t0 + t) * sums_stride;
         }
         VF a[4];
         const uint8_t* pre = t0 == 0 && part == 0 ? next : nullptr;

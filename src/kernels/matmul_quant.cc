@@ -80,7 +80,8 @@ struct Tokens {
     for (int t = 0; t < kT; ++t) {
       x[t] = xq.q.data() + (t0 + t) * cols;
       dx[t] = xq.d.data() + (t0 + t) * (cols / xq.block);
-      sums[t] = xq.sums.data() + (t0 + t) * (cols / 16);
+      // No sums where the type does not use them: an offset from null is undefined (UBSan).
+      sums[t] = xq.sums.empty() ? nullptr : xq.sums.data() + (t0 + t) * (cols / 16);
     }
   }
 };
