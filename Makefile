@@ -57,8 +57,8 @@ test-tsan: setup
 	ctest --preset tsan -j $(JOBS)
 
 # clang-19 with -Wthread-safety -Werror (the SLUICE_GUARDED_BY annotations of common/mutex.h
-# checked at compile time) and UBSan, then every test on that build. Run it before a commit that
-# touches locking; CI runs it too.
+# checked at compile time) and UBSan, then every test on that build. Run it before a commit
+# that touches locking; CI runs it too.
 check-clang: setup
 	cmake --preset clang -DSLUICE_WERROR=ON > /dev/null
 	cmake --build --preset clang -j $(JOBS)
@@ -78,7 +78,6 @@ soak: build
 	SLUICE_BIN=$(SLUICE) SOAK_SECONDS=$(SOAK_SECONDS) node tests/soak/soak.mjs
 
 fuzz: build
-	@bash scripts/setup.sh --fuzz
 	cmake --preset fuzz > /dev/null
 	cmake --build --preset fuzz -j $(JOBS)
 	@bash fuzz/run.sh $(SLUICE) $(FUZZ_SECONDS) $(FUZZ_JOBS) $(FUZZ_TARGETS)

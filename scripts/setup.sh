@@ -23,7 +23,7 @@ packages=(
   python3-yaml        # reads the Kubernetes manifests in tests/deploy
   curl                # HTTP peer in the server tests
   prometheus          # promtool checks the /metrics exposition in the server tests
-  libclang-rt-19-dev  # clang's runtimes: UBSan for make check-clang; libFuzzer and ASan for make fuzz
+  libclang-rt-19-dev  # clang's runtimes: UBSan (make check-clang), libFuzzer (make fuzz)
 )
 
 missing=()
