@@ -2,16 +2,43 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 
 namespace sluice {
+namespace {
+
+// A template that leaves the messages out (an empty file, a fixed text) would have every chat
+// request reach the model without what was asked: refused at start. One that fails on a lone
+// user message may still take the conversations it was written for: a warning.
+Status check_renders_the_user(const chat::ChatTemplate& tmpl, const std::string& from) {
+  constexpr std::string_view kQuestion = "sluice start-up check: the user's question";
+  const nlohmann::json messages = nlohmann::json::array({{{"role", "user"}, {"content", kQuestion}}});
+  auto prompt = tmpl.render(chat::template_context(messages, nlohmann::json(), nlohmann::json::object(), true, "", ""));
+  if (!prompt) {
+    std::cerr << "warning: the chat template (" << from
+              << ") fails on a conversation of one user message: " << prompt.error().message() << "\n";
+    return Status::ok();
+  }
+  if (prompt->find(kQuestion) != std::string::npos) return Status::ok();
+  return Status::error(fmt::format(
+      "chat template ({}): a conversation of one user message renders {}, without the message's text, so no "
+      "chat request would reach the model",
+      from, prompt->empty() ? "an empty prompt" : fmt::format("'{}'", prompt->substr(0, 80))));
+}
+
+}  // namespace
 
 Result<ChosenChatTemplate> choose_chat_template(const gguf::File& model, const std::string& template_file,
                                                 std::string_view used_by) {
   std::string source, from;
   if (!template_file.empty()) {
+    std::error_code ec;
+    if (std::filesystem::exists(template_file, ec) && !std::filesystem::is_regular_file(template_file, ec)) {
+      return Error(StatusCode::kInvalid, "--chat-template '{}' is not a regular file", template_file);
+    }
     std::ifstream in(template_file);
     if (!in) return Error(StatusCode::kInvalid, "cannot read --chat-template '{}': {}", template_file, std::strerror(errno));
     std::stringstream ss;
@@ -29,6 +56,7 @@ Result<ChosenChatTemplate> choose_chat_template(const gguf::File& model, const s
   }
   auto parsed = chat::ChatTemplate::parse(source);
   if (!parsed) return Error(StatusCode::kInvalid, "chat template ({}): {}", from, parsed.error().message());
+  SLUICE_RETURN_IF_ERROR(check_renders_the_user(*parsed, from));
   return ChosenChatTemplate{std::move(*parsed), std::move(from)};
 }
 

@@ -88,6 +88,29 @@ TEST(Cli, ServeChecksOriginsAndTheModelName) {
   EXPECT_NE(empty.out.find("must not be empty"), std::string::npos) << empty.out;
 }
 
+// A --chat-template that cannot give a prompt holding the user's text (a folder, an empty file, a
+// fixed text) is refused at start, not a server whose every chat request fails or reaches the
+// model without what was asked. (`timeout`: a server that took one would run until killed.)
+TEST(Cli, AChatTemplateThatLeavesOutTheMessagesIsRefused) {
+  const std::string sluice = sluice::testing::binary_dir() + "/src/cli/sluice";
+  const std::string dir = ::testing::TempDir() + "/cli_chat_templates";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/empty.jinja").flush();
+  std::ofstream(dir + "/fixed.jinja") << "{{ bos_token }}Hello";
+  const std::pair<std::string, const char*> cases[] = {
+      {dir, "is not a regular file"},
+      {dir + "/empty.jinja", "renders an empty prompt, without the message's text"},
+      {dir + "/fixed.jinja", "renders 'Hello', without the message's text"},
+  };
+  for (const auto& [file, says] : cases) {
+    const std::string out =
+        shell("timeout 60 " + sluice + " serve --port 0 --chat-template " + file + " 2>&1; echo \"exit $?\"");
+    EXPECT_NE(out.find(says), std::string::npos) << file << ": " << out;
+    EXPECT_NE(out.find("exit 1\n"), std::string::npos) << file << ": " << out;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // A --backends-file's bad line is named by its number; a file that lists none is said so.
 TEST(Cli, RouteNamesTheBackendsFilesBadLine) {
   const std::string bad = ::testing::TempDir() + "/backends_bad.txt", none = ::testing::TempDir() + "/backends_none.txt";

@@ -200,6 +200,26 @@ TEST(GgufReader, NestedArraysPastTheCapAreRefusedBeforeAllocating) {
   EXPECT_NE(err.find("nests more than 262144 arrays in arrays"), std::string::npos) << err;
 }
 
+// general.alignment says what is wrong with it: not an integer, not a power of two, or a power of
+// two past what sluice reads (2^31 was called "not a power of two").
+TEST(GgufReader, ABadAlignmentSaysWhatIsWrong) {
+  const std::pair<OwnedValue, const char*> cases[] = {
+      {OwnedValue::u32(48), "general.alignment is 48, not a power of two"},
+      {OwnedValue::u32(0), "general.alignment is 0, not a power of two"},
+      {OwnedValue::u32(1u << 31), "general.alignment is 2147483648, more than the 2^30 sluice reads"},
+      {OwnedValue::string("64"), "not an integer"},
+  };
+  for (const auto& [value, says] : cases) {
+    Writer w;
+    w.set_string("general.architecture", "llama");
+    w.set("general.alignment", value);
+    w.add_tensor("a", TensorType::kF32, {2}, f32_bytes({1, 2}));
+    auto f = File::from_buffer(w.to_bytes(), "aligned");
+    ASSERT_FALSE(f) << says;
+    EXPECT_NE(f.error().message().find(says), std::string::npos) << f.error().message();
+  }
+}
+
 TEST(GgufReader, TensorDataPastEndIsNamed) {
   Writer w;
   w.add_tensor("blk.3.attn_q.weight", TensorType::kF32, {64}, f32_bytes(std::vector<float>(64, 1.0f)));

@@ -381,13 +381,20 @@ ApiResult<std::unique_ptr<Generation>> OpenAiApi::start_chat(const Json& body) c
 ApiResult<Json> OpenAiApi::tokenize(const Json& body) const {
   SLUICE_API_TRY(TokenizeRequest req, parse_tokenize_request(body));
   SLUICE_API_TRY([[maybe_unused]] bool ok, check_model(req.model));
+  // Counted whatever the context holds, unlike a prompt (encode): this is how a client finds that
+  // a text is too long. The request body's limit bounds the work.
+  auto count = [&](const std::string& text, const char* param) -> ApiResult<std::vector<int32_t>> {
+    auto ids = tokenizer_.encode(text, {.add_bos = req.add_special_tokens, .parse_special = true});
+    if (!ids) return std::unexpected(ApiError::invalid(ids.error().message(), param));
+    return std::move(*ids);
+  };
   std::vector<int32_t> ids;
   if (req.is_chat) {
     // The chat request's own rendering (tools and kwargs included), so the count is its prompt_tokens.
     SLUICE_API_TRY(std::string text, render_chat(req.messages, req.tools, req.template_kwargs, req.add_generation_prompt));
-    SLUICE_API_TRY(ids, encode({.text = std::move(text)}, req.add_special_tokens, /*parse_special=*/true, "messages"));
+    SLUICE_API_TRY(ids, count(text, "messages"));
   } else {
-    SLUICE_API_TRY(ids, encode({.text = req.prompt}, req.add_special_tokens, /*parse_special=*/true, "prompt"));
+    SLUICE_API_TRY(ids, count(req.prompt, "prompt"));
   }
   return Json{{"count", ids.size()}, {"max_model_len", engine_.max_sequence_tokens()}, {"tokens", ids}};
 }

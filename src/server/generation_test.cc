@@ -133,7 +133,12 @@ TEST_F(ServerTest, JsonObjectResponseFormatGivesAJsonObject) {
   EXPECT_GT(num_objects, 0);
   const std::string bad = body_of(exchange(post("/v1/completions",
       R"({"prompt": "x", "min_tokens": 2, "response_format": {"type": "json_object"}})")));
-  EXPECT_NE(bad.find("min_tokens cannot be combined with a JSON response format"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("'min_tokens' cannot be combined with a JSON 'response_format'"), std::string::npos) << bad;
+  EXPECT_NE(bad.find(R"("param":"min_tokens")"), std::string::npos) << bad;
+  // Refused by the API, so not counted as a request the engine could not hold.
+  const std::string metrics = get("/metrics");
+  EXPECT_NE(metrics.find(R"(sluice_requests_rejected_total{model_name="m",reason="invalid"} 0)"), std::string::npos)
+      << metrics.substr(metrics.find("sluice_requests_rejected_total"), 300);
   wait_engine_idle();
 }
 

@@ -54,6 +54,13 @@ TEST_F(ServerTest, PromptThatCannotFitIsRefusedBeforeTokenizing) {
   EXPECT_TRUE(p.starts_with("HTTP/1.1 400")) << p.substr(0, 300);
   EXPECT_NE(p.find(fmt::format("the prediction has {} bytes", bytes)), std::string::npos) << body_of(p);
   EXPECT_NE(p.find(R"("param":"prediction")"), std::string::npos) << body_of(p);
+  // /tokenize is how a client finds that a text is too long: it counts it, whatever its length
+  // (the body's limit bounds the work), and says the context beside the count.
+  const std::string t = exchange(post("/tokenize", R"({"prompt": ")" + std::string(bytes, 'a') + R"("})"), big->port());
+  ASSERT_TRUE(t.starts_with("HTTP/1.1 200")) << t.substr(0, 300);
+  const Json counted = Json::parse(body_of(t));
+  EXPECT_GT(counted["count"].get<int64_t>(), limit) << counted["count"];
+  EXPECT_EQ(counted["max_model_len"], limit);
   big->request_shutdown();
   big->run_until_shutdown();
 }

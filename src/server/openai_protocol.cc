@@ -327,6 +327,12 @@ ApiResult<GenerationParams> parse_generation(const Json& body, bool chat) {
   SLUICE_API_TRY(auto speculative, get_bool(body, "speculative"));
   p.speculative = speculative.value_or(true);
   SLUICE_API_TRY(p.response_format, parse_response_format(body));
+  if (p.response_format == ResponseFormat::kJsonObject && p.min_tokens > 0) {
+    return std::unexpected(
+        ApiError::invalid("'min_tokens' cannot be combined with a JSON 'response_format': the "
+                          "output ends when the JSON object is complete",
+                          "min_tokens"));
+  }
   SLUICE_API_TRY(p.prediction, parse_prediction(body));
   return p;
 }

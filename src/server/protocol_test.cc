@@ -252,6 +252,8 @@ TEST(ProtocolTest, BadRequestsNameTheField) {
       {R"({"prompt": "x", "skip_special_tokens": false})", false, "'skip_special_tokens' other than true", "skip_special_tokens"},
       {R"({"prompt": "x", "max_tokens": 3, "min_tokens": 4})", false, "'min_tokens' (4) must not exceed 'max_tokens' (3)", "min_tokens"},
       {R"({"prompt": "x", "min_tokens": -1})", false, "'min_tokens' must be in [0,", "min_tokens"},
+      // Refused here, not by the engine (whose refusals are counted as requests it cannot hold).
+      {R"({"messages": [{"role": "user", "content": "x"}], "min_tokens": 1, "response_format": {"type": "json_object"}})", true, "'min_tokens' cannot be combined with a JSON 'response_format'", "min_tokens"},
       {R"({"prompt": "x", "top_p": 1e-300})", false, "got 1e-300, which is 0 as a 32-bit float", "top_p"},
       {R"({"prompt": "x", "stream": true, "stream_options": {"include_usage": true, "continuous_usage_stats": true}})", false, "unknown field 'stream_options.continuous_usage_stats'", "stream_options"},
       {R"({"prompt": "x", "prediction": "y"})", false, "'prediction' must be an object", "prediction"},
