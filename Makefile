@@ -44,25 +44,22 @@ test: build
 eval: build
 	scripts/eval_ci.sh
 
-# Sanitizer runs, as CI does (.ci/run says why each is there): every test under ASan;
-# the tests that run threads (label `threads`) under TSan. UBSan runs in check-clang.
+# Sanitizer runs, as CI does (.ci/run says why each is there). test-asan: clang-19 with
+# -Wthread-safety -Werror (the SLUICE_GUARDED_BY annotations of common/mutex.h checked at compile
+# time), then every test under ASan and UBSan; run it before a commit that touches locking
+# (check-clang is the same run, by its older name). test-tsan: the tests that run threads
+# (label `threads`) under TSan.
 test-asan: setup
-	cmake --preset asan $(CMAKE_FLAGS) > /dev/null
+	cmake --preset asan -DSLUICE_WERROR=ON > /dev/null
 	cmake --build --preset asan -j $(JOBS)
 	ctest --preset asan -j $(JOBS)
+
+check-clang: test-asan
 
 test-tsan: setup
 	cmake --preset tsan $(CMAKE_FLAGS) > /dev/null
 	cmake --build --preset tsan -j $(JOBS)
 	ctest --preset tsan -j $(JOBS)
-
-# clang-19 with -Wthread-safety -Werror (the SLUICE_GUARDED_BY annotations of common/mutex.h
-# checked at compile time) and UBSan, then every test on that build. Run it before a commit
-# that touches locking; CI runs it too.
-check-clang: setup
-	cmake --preset clang -DSLUICE_WERROR=ON > /dev/null
-	cmake --build --preset clang -j $(JOBS)
-	ctest --preset clang -j $(JOBS)
 
 # Coverage-guided fuzzing with libFuzzer (clang-19, ASan+UBSan): each target of FUZZ_TARGETS
 # runs FUZZ_SECONDS from its seeds, on FUZZ_JOBS processes. The corpus grows in

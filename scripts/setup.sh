@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   g++ cmake ninja-build make pkg-config
   ccache              # compiler cache: CMake compiles through it when present (CMakeLists.txt)
-  clang-19            # second compiler: -Wthread-safety checks the locking (make check-clang)
+  clang-19            # second compiler: -Wthread-safety checks the locking (make test-asan)
   libhwy-dev          # Google Highway: portable SIMD with runtime dispatch (kernels/)
   libfmt-dev          # formatting
   libcli11-dev        # command line
@@ -23,7 +23,7 @@ packages=(
   python3-yaml        # reads the Kubernetes manifests in tests/deploy
   curl                # HTTP peer in the server tests
   prometheus          # promtool checks the /metrics exposition in the server tests
-  libclang-rt-19-dev  # clang's runtimes: UBSan (make check-clang), libFuzzer (make fuzz)
+  libclang-rt-19-dev  # clang's runtimes: ASan and UBSan (make test-asan), libFuzzer (make fuzz)
 )
 
 missing=()
