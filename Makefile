@@ -50,7 +50,11 @@ eval: build
 # (check-clang is the same run, by its older name). test-tsan: the tests that run threads
 # (label `threads`) under TSan.
 test-asan: setup
-	cmake --preset asan -DSLUICE_WERROR=ON > /dev/null
+	@if [ -f build/asan/CMakeCache.txt ] && ! grep -q '^CMAKE_CXX_COMPILER:.*clang++-19' build/asan/CMakeCache.txt; then \
+	  echo "test-asan: build/asan was configured with another compiler (g++ until 2026-12-07); configuring it afresh"; \
+	  rm -rf build/asan; \
+	fi
+	cmake --preset asan $(CMAKE_FLAGS) -DSLUICE_WERROR=ON > /dev/null
 	cmake --build --preset asan -j $(JOBS)
 	ctest --preset asan -j $(JOBS)
 

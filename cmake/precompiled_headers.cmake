@@ -8,7 +8,7 @@
 # and a compiler cache shares the compiled header between two clones (see ccache in
 # CMakeLists.txt). That holds for g++ only: clang is handed the PCH as `-Xclang -include-pch
 # PATH`, an absolute path that ccache does not rewrite, so a second clone would miss every file;
-# the clang preset builds without (SLUICE_PCH=OFF).
+# the asan preset (clang-19) builds without (SLUICE_PCH=OFF).
 #
 # Left out, on purpose:
 #   - CLI11: its header defines validator objects that every file including it compiles

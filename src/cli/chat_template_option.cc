@@ -1,6 +1,7 @@
 #include "cli/chat_template_option.h"
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -16,7 +17,11 @@ namespace {
 Status check_renders_the_user(const chat::ChatTemplate& tmpl, const std::string& from) {
   constexpr std::string_view kQuestion = "sluice start-up check: the user's question";
   const nlohmann::json messages = nlohmann::json::array({{{"role", "user"}, {"content", kQuestion}}});
-  auto prompt = tmpl.render(chat::template_context(messages, nlohmann::json(), nlohmann::json::object(), true, "", ""));
+  // As the server renders: strftime_now defined (a template may call it unguarded).
+  chat::RenderOptions options;
+  options.now = std::chrono::system_clock::now();
+  auto prompt =
+      tmpl.render(chat::template_context(messages, nlohmann::json(), nlohmann::json::object(), true, "", ""), options);
   if (!prompt) {
     std::cerr << "warning: the chat template (" << from
               << ") fails on a conversation of one user message: " << prompt.error().message() << "\n";
@@ -36,8 +41,8 @@ Result<ChosenChatTemplate> choose_chat_template(const gguf::File& model, const s
   std::string source, from;
   if (!template_file.empty()) {
     std::error_code ec;
-    if (std::filesystem::exists(template_file, ec) && !std::filesystem::is_regular_file(template_file, ec)) {
-      return Error(StatusCode::kInvalid, "--chat-template '{}' is not a regular file", template_file);
+    if (std::filesystem::is_directory(template_file, ec)) {  // (a pipe, as from <(...), reads as a file)
+      return Error(StatusCode::kInvalid, "--chat-template '{}' is a folder: give the template's file", template_file);
     }
     std::ifstream in(template_file);
     if (!in) return Error(StatusCode::kInvalid, "cannot read --chat-template '{}': {}", template_file, std::strerror(errno));

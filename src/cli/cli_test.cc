@@ -98,7 +98,7 @@ TEST(Cli, AChatTemplateThatLeavesOutTheMessagesIsRefused) {
   std::ofstream(dir + "/empty.jinja").flush();
   std::ofstream(dir + "/fixed.jinja") << "{{ bos_token }}Hello";
   const std::pair<std::string, const char*> cases[] = {
-      {dir, "is not a regular file"},
+      {dir, "is a folder: give the template's file"},
       {dir + "/empty.jinja", "renders an empty prompt, without the message's text"},
       {dir + "/fixed.jinja", "renders 'Hello', without the message's text"},
   };

@@ -302,11 +302,13 @@ Status File::parse() {
 
   if (const Value* a = find("general.alignment")) {
     auto v = a->as_int();
-    if (!v) return Status::error(fmt::format("general.alignment is {}, not an integer", a->to_string()));
-    if (*v <= 0 || !std::has_single_bit(static_cast<uint64_t>(*v))) {
+    if (!v && a->type != ValueType::kU64) {
+      return Status::error(fmt::format("general.alignment is {}, not an integer", a->to_string()));
+    }
+    if (v && (*v <= 0 || !std::has_single_bit(static_cast<uint64_t>(*v)))) {
       return Status::error(fmt::format("general.alignment is {}, not a power of two", a->to_string()));
     }
-    if (*v > (1 << 30)) {
+    if (!v || *v > (1 << 30)) {  // (a u64 past INT64_MAX: no int64)
       return Status::error(fmt::format("general.alignment is {}, more than the 2^30 sluice reads", a->to_string()));
     }
     alignment_ = static_cast<uint32_t>(*v);

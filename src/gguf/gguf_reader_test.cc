@@ -207,6 +207,7 @@ TEST(GgufReader, ABadAlignmentSaysWhatIsWrong) {
       {OwnedValue::u32(48), "general.alignment is 48, not a power of two"},
       {OwnedValue::u32(0), "general.alignment is 0, not a power of two"},
       {OwnedValue::u32(1u << 31), "general.alignment is 2147483648, more than the 2^30 sluice reads"},
+      {OwnedValue::u64v(1ull << 63), "general.alignment is 9223372036854775808, more than the 2^30 sluice reads"},
       {OwnedValue::string("64"), "not an integer"},
   };
   for (const auto& [value, says] : cases) {

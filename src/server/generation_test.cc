@@ -138,7 +138,7 @@ TEST_F(ServerTest, JsonObjectResponseFormatGivesAJsonObject) {
   // Refused by the API, so not counted as a request the engine could not hold.
   const std::string metrics = get("/metrics");
   EXPECT_NE(metrics.find(R"(sluice_requests_rejected_total{model_name="m",reason="invalid"} 0)"), std::string::npos)
-      << metrics.substr(metrics.find("sluice_requests_rejected_total"), 300);
+      << metrics;
   wait_engine_idle();
 }
 
