@@ -28,11 +28,14 @@ def start(binary, args, pattern, timeout=60):
 
 def stop(p, sig=signal.SIGTERM, timeout=30):
     """Sends `sig` (SIGTERM: a graceful stop) and waits; kills it if it has not exited by then."""
-    if p.poll() is not None:
-        return
-    p.send_signal(sig)
-    try:
-        p.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
+    if p.poll() is None:
+        p.send_signal(sig)
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    # The drain thread's read ends at the exited process's end of output; closing waits for it
+    # (the buffer's lock), so no pipe is left for the garbage collector to warn about.
+    if p.stdout:
+        p.stdout.close()
