@@ -48,6 +48,7 @@ function(sluice_precompile_headers)
   add_library(sluice_test_pch OBJECT ${CMAKE_BINARY_DIR}/sluice_pch.cc)
   target_link_libraries(sluice_test_pch PRIVATE fmt::fmt nlohmann_json::nlohmann_json GTest::gtest)
   target_precompile_headers(sluice_test_pch PRIVATE ${SLUICE_PCH_HEADERS} <gtest/gtest.h>)
+  sluice_test_optimization(sluice_test_pch)
 
   _sluice_targets_below(${CMAKE_SOURCE_DIR} targets)
   foreach(t ${targets})
